@@ -1,0 +1,1 @@
+"""Spark audit of the metadata log."""

@@ -1,0 +1,1 @@
+"""Broker agent: lifecycle, metadata loader, image/delta, reconciler, agent daemon."""

@@ -1,0 +1,1 @@
+"""The metadata controller: Raft, log storage, records, control managers, admin API, daemons."""

@@ -1,0 +1,43 @@
+"""The `metakraft` command: one entry point for operators, tools and the dev cluster.
+
+Each area lives in its own module and registers a click group here, so this file
+stays a table of contents.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+
+import click
+
+from controller.cli.dev_cmd import dev
+from controller.cli.log_cmd import log
+from controller.cli.storage_cmd import storage
+
+
+def metakraft_version() -> str:
+    try:
+        return package_version("metakraft")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """metakraft: a KRaft-style metadata controller (Raft quorum, timeline state, broker agents)."""
+
+
+@cli.command()
+def version() -> None:
+    """Print the metakraft version."""
+    click.echo(f"metakraft {metakraft_version()}")
+
+
+cli.add_command(dev)
+cli.add_command(storage)
+cli.add_command(log)
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The two set-up commands of the README:
+#   ./run.sh dev    set up (or refresh) .venv, then run the main job
+#   ./run.sh test   set up (or refresh) .venv, then lint, type-check and run every test
+# Anything after the first word is passed on (e.g. ./run.sh test -k timeline).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON="${PYTHON:-python3}"
+VENV=".venv"
+
+ensure_venv() {
+    if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+        echo "metakraft needs Python >= 3.11; '$PYTHON' is $("$PYTHON" --version 2>&1)." >&2
+        echo "Set PYTHON=/path/to/python3.11 and run again." >&2
+        exit 1
+    fi
+    if [ ! -x "$VENV/bin/python" ]; then
+        echo "==> creating virtualenv in $VENV"
+        "$PYTHON" -m venv "$VENV"
+    fi
+    # Reinstall only when the dependency list changed since the last install.
+    local stamp="$VENV/.metakraft-installed"
+    local want
+    want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        echo "==> installing metakraft and its dependencies into $VENV"
+        "$VENV/bin/python" -m pip install --quiet --upgrade pip
+        "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+        echo "$want" > "$stamp"
+    fi
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+    dev)
+        ensure_venv
+        exec "$VENV/bin/metakraft" dev "$@"
+        ;;
+    test)
+        ensure_venv
+        echo "==> ruff"
+        "$VENV/bin/ruff" check .
+        echo "==> mypy"
+        "$VENV/bin/mypy" timeline controller broker_agent analytics
+        echo "==> pytest"
+        exec "$VENV/bin/python" -m pytest "$@"
+        ;;
+    *)
+        echo "usage: ./run.sh dev [ARGS...] | ./run.sh test [PYTEST ARGS...]" >&2
+        exit 2
+        ;;
+esac
