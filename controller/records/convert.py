@@ -1,0 +1,117 @@
+"""Conversions between wire records (protobuf) and domain classes (attrs).
+
+Kept apart from ``domain`` so the domain classes stay free of serialisation.
+``x_to_record(x_from_record(r)) == r`` for every valid record ``r``, and the converse
+for domain values.
+"""
+
+from __future__ import annotations
+
+from controller.records import metadata_pb2 as pb
+from controller.records.domain import (
+    BrokerRegistration,
+    FeatureRange,
+    LeaderRecoveryState,
+    Listener,
+    PartitionRegistration,
+    Topic,
+)
+
+
+def listener_from_record(msg: pb.Listener) -> Listener:
+    return Listener(
+        name=msg.name, host=msg.host, port=msg.port, security_protocol=msg.security_protocol
+    )
+
+
+def listener_to_record(listener: Listener) -> pb.Listener:
+    return pb.Listener(
+        name=listener.name,
+        host=listener.host,
+        port=listener.port,
+        security_protocol=listener.security_protocol,
+    )
+
+
+def broker_from_record(msg: pb.RegisterBrokerRecord) -> BrokerRegistration:
+    return BrokerRegistration(
+        broker_id=msg.broker_id,
+        incarnation_id=msg.incarnation_id,
+        broker_epoch=msg.broker_epoch,
+        listeners=tuple(listener_from_record(item) for item in msg.listeners),
+        rack=msg.rack if msg.HasField("rack") else None,
+        fenced=msg.fenced,
+        in_controlled_shutdown=msg.in_controlled_shutdown,
+        supported_features=tuple(
+            FeatureRange(
+                name=item.name,
+                min_version=item.min_supported_version,
+                max_version=item.max_supported_version,
+            )
+            for item in msg.features
+        ),
+    )
+
+
+def broker_to_record(broker: BrokerRegistration) -> pb.RegisterBrokerRecord:
+    msg = pb.RegisterBrokerRecord(
+        broker_id=broker.broker_id,
+        incarnation_id=broker.incarnation_id,
+        broker_epoch=broker.broker_epoch,
+        listeners=[listener_to_record(item) for item in broker.listeners],
+        fenced=broker.fenced,
+        in_controlled_shutdown=broker.in_controlled_shutdown,
+        features=[
+            pb.BrokerFeature(
+                name=item.name,
+                min_supported_version=item.min_version,
+                max_supported_version=item.max_version,
+            )
+            for item in broker.supported_features
+        ],
+    )
+    # Set only when known: an empty rack string and "no rack" are different things.
+    if broker.rack is not None:
+        msg.rack = broker.rack
+    return msg
+
+
+def topic_from_record(msg: pb.TopicRecord) -> Topic:
+    return Topic(name=msg.name, topic_id=msg.topic_id)
+
+
+def topic_to_record(topic: Topic) -> pb.TopicRecord:
+    return pb.TopicRecord(name=topic.name, topic_id=topic.topic_id)
+
+
+def partition_from_record(msg: pb.PartitionRecord) -> PartitionRegistration:
+    """The registration a PartitionRecord states (its topic id and index are the key)."""
+    return PartitionRegistration(
+        replicas=tuple(msg.replicas),
+        isr=tuple(msg.isr),
+        removing_replicas=tuple(msg.removing_replicas),
+        adding_replicas=tuple(msg.adding_replicas),
+        leader=msg.leader,
+        leader_recovery_state=LeaderRecoveryState(msg.leader_recovery_state),
+        leader_epoch=msg.leader_epoch,
+        partition_epoch=msg.partition_epoch,
+    )
+
+
+def partition_to_record(
+    partition: PartitionRegistration, *, topic_id: str, partition_id: int
+) -> pb.PartitionRecord:
+    return pb.PartitionRecord(
+        partition_id=partition_id,
+        topic_id=topic_id,
+        replicas=partition.replicas,
+        isr=partition.isr,
+        removing_replicas=partition.removing_replicas,
+        adding_replicas=partition.adding_replicas,
+        leader=partition.leader,
+        leader_recovery_state=pb.LeaderRecoveryState.ValueType(
+            int(partition.leader_recovery_state)
+        ),
+        leader_epoch=partition.leader_epoch,
+        partition_epoch=partition.partition_epoch,
+    )
