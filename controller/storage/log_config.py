@@ -1,0 +1,34 @@
+"""Configuration and recovery report of `SegmentedLog` (kept apart to keep log.py small)."""
+
+from __future__ import annotations
+
+import attrs
+
+from controller.storage.batch import MAX_BATCH_BYTES
+
+
+@attrs.frozen
+class LogConfig:
+    """Segment rolling and indexing. Age is measured with the clock given to `open`,
+    or, without one, with the appended batches' `append_time_ms` (deterministic)."""
+
+    segment_bytes: int = 64 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    index_interval_bytes: int = 4096
+
+    def __attrs_post_init__(self) -> None:
+        # Index positions are uint32 and a batch must fit in an empty segment.
+        if not MAX_BATCH_BYTES <= self.segment_bytes < 2**31:
+            raise ValueError(f"segment_bytes must be in [{MAX_BATCH_BYTES}, 2**31)")
+        if self.segment_ms <= 0 or self.index_interval_bytes <= 0:
+            raise ValueError("segment_ms and index_interval_bytes must be positive")
+
+
+@attrs.frozen
+class RecoveryReport:
+    """What opening the log did to repair a crash: empty `reason` means nothing."""
+
+    truncated_bytes: int = 0
+    segment: str = ""
+    offset: int = -1
+    reason: str = ""

@@ -1,0 +1,159 @@
+"""`metakraft storage ...` and `metakraft log ...` on real files, through click's runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from click.testing import CliRunner
+
+from controller.cli.log_cmd import log as log_group
+from controller.cli.storage_cmd import storage as storage_group
+from controller.records import PartitionRecord, TopicRecord, encode_record, make_record
+from controller.storage.batch import BatchOrigin
+from controller.storage.log import LogConfig, SegmentedLog
+from controller.storage.snapshot_file import SnapshotId, SnapshotWriter
+
+CONFIG = LogConfig(index_interval_bytes=128)
+
+
+# The two groups as main.py registers them, without importing main.py: the test
+# then does not depend on the other areas' commands.
+@click.group()
+def cli() -> None:
+    pass
+
+
+cli.add_command(log_group)
+cli.add_command(storage_group)
+
+
+def topic(i: int) -> bytes:
+    return encode_record(make_record(TopicRecord(name=f"t{i}", topic_id=f"id{i}")))
+
+
+def partition(i: int) -> bytes:
+    return encode_record(make_record(PartitionRecord(partition_id=i, topic_id="id0",
+                                                     replicas=[1, 2, 3], isr=[1, 2, 3],
+                                                     leader=1)))
+
+
+def make_log(directory: Path, segments: int = 2) -> int:
+    with SegmentedLog.open(directory, CONFIG) as log:
+        for s in range(segments):
+            if s:
+                log.roll()
+            log.append_records(s + 1, 1000 + s, [topic(s), partition(0), partition(1)],
+                               BatchOrigin("User:admin", "127.0.0.1:5000", f"req-{s}"))
+            log.append_records(s + 1, 2000 + s, [b"\xff\xfe not a record"])
+        log.flush()
+        return log.end_offset
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_random_uuid_and_format(tmp_path: Path) -> None:
+    code, out, _ = run("storage", "random-uuid")
+    cid = out.strip()
+    assert code == 0 and len(cid) == 22
+    d = str(tmp_path / "data")
+    code, out, _ = run("storage", "format", "--cluster-id", cid, "--node-id", "3", "--data-dir", d)
+    assert code == 0 and "Formatted" in out
+    code, _, err = run("storage", "format", "--cluster-id", cid, "--node-id", "3",
+                       "--data-dir", d)
+    assert code == 1 and "already formatted" in err
+    code, out, _ = run("storage", "format", "--cluster-id", cid, "--node-id", "3",
+                       "--data-dir", d, "--ignore-formatted")
+    assert code == 0 and "left unchanged" in out
+    code, _, err = run("storage", "format", "--cluster-id", "nope", "--node-id", "1",
+                       "--data-dir", str(tmp_path / "other"))
+    assert code == 1 and "invalid cluster id" in err
+    code, out, _ = run("storage", "info", "--data-dir", d)
+    assert code == 0 and json.loads(out)["node_id"] == 3
+
+
+def test_dump_segments_prints_one_record_a_line(tmp_path: Path) -> None:
+    end = make_log(tmp_path)
+    code, out, _ = run("log", "dump", str(tmp_path))
+    lines = [json.loads(line) for line in out.splitlines()]
+    files = [line for line in lines if "file" in line and "offset" not in line]
+    records = [line for line in lines if "offset" in line]
+    assert len(files) == 2 and [r["offset"] for r in records] == list(range(end))
+    first = records[0]
+    assert first["type"] == "topic" and first["fields"]["name"] == "t0"
+    assert first["origin"] == {"principal": "User:admin", "client_address": "127.0.0.1:5000",
+                               "request_id": "req-0"}
+    assert (first["epoch"], first["append_time_ms"], first["batch_base_offset"],
+            first["is_control"], first["version"]) == (1, 1000, 0, False, 1)
+    assert records[1]["fields"]["replicas"] == [1, 2, 3]
+    # The undecodable record is an error line with its offset, not a crash.
+    assert records[3]["offset"] == 3 and "does not decode" in records[3]["error"]
+    assert code == 1
+
+
+def test_dump_skip_metadata(tmp_path: Path) -> None:
+    make_log(tmp_path, segments=1)
+    _, out, _ = run("log", "dump", "--skip-metadata", str(next(tmp_path.glob("*.log"))))
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert set(lines[0]) == {"type", "version", "fields"}
+    assert len(lines) == 4
+
+
+def test_dump_and_verify_snapshot(tmp_path: Path) -> None:
+    with SnapshotWriter(tmp_path, SnapshotId(42, 3), 99) as writer:
+        writer.append([topic(i) for i in range(5)])
+        path = writer.freeze()
+    code, out, _ = run("log", "dump", str(path))
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == 0
+    assert lines[0] == {"file": str(path), "kind": "snapshot"}
+    assert lines[1]["type"] == "snapshot_header"
+    assert lines[1]["fields"]["last_contained_offset"] == 41
+    assert lines[-1]["type"] == "snapshot_footer"
+    assert [line["type"] for line in lines[2:-1]] == ["topic"] * 5
+    code, out, _ = run("log", "verify", str(path))
+    assert code == 0 and "1 snapshot file(s)" in out
+
+
+def test_verify_good_log(tmp_path: Path) -> None:
+    end = make_log(tmp_path, segments=3)
+    code, out, _ = run("log", "verify", str(tmp_path))
+    assert code == 0
+    assert out.count("\n") == 1 and "3 segment file(s)" in out and f"ends at {end}" in out
+
+
+def test_verify_names_first_bad_file_and_offset(tmp_path: Path) -> None:
+    make_log(tmp_path, segments=3)
+    second = sorted(tmp_path.glob("*.log"))[1]
+    data = bytearray(second.read_bytes())
+    data[-2] ^= 0x10
+    second.write_bytes(bytes(data))
+    code, _, err = run("log", "verify", str(tmp_path))
+    assert code == 1 and second.name in err and "offset 7" in err and "CRC" in err
+    # dump reports it as an error line, still exits non-zero
+    code, out, _ = run("log", "dump", str(second))
+    assert code == 1 and '"error"' in out
+
+
+def test_verify_detects_missing_segment(tmp_path: Path) -> None:
+    make_log(tmp_path, segments=3)
+    sorted(tmp_path.glob("*.log"))[1].unlink()
+    code, _, err = run("log", "verify", str(tmp_path))
+    assert code == 1 and "missing or overlapping" in err
+
+
+def test_verify_detects_torn_tail(tmp_path: Path) -> None:
+    make_log(tmp_path, segments=1)
+    seg = next(tmp_path.glob("*.log"))
+    seg.write_bytes(seg.read_bytes()[:-1])
+    code, _, err = run("log", "verify", str(seg))
+    assert code == 1 and seg.name in err
+
+
+def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
+    code, _, err = run("log", "verify", str(tmp_path / "nope"))
+    assert code == 2 and "does not exist" in err
