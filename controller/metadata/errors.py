@@ -1,0 +1,82 @@
+"""Stable error codes, the per-item error value, and what a control manager returns.
+
+The codes are part of the admin API (gRPC answers carry them as strings), so a value
+is never renamed or reused; new codes are only added. Names follow Kafka's error names
+so operators who know Kafka recognise them.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Generic, TypeVar
+
+import attrs
+
+from controller.records import MetadataRecord
+
+
+class ErrorCode(enum.StrEnum):
+    """A stable, machine-readable error code (the value is the wire string)."""
+
+    NONE = "NONE"
+    INVALID_TOPIC_EXCEPTION = "INVALID_TOPIC_EXCEPTION"
+    TOPIC_ALREADY_EXISTS = "TOPIC_ALREADY_EXISTS"
+    UNKNOWN_TOPIC_OR_PARTITION = "UNKNOWN_TOPIC_OR_PARTITION"
+    UNKNOWN_TOPIC_ID = "UNKNOWN_TOPIC_ID"
+    INVALID_PARTITIONS = "INVALID_PARTITIONS"
+    INVALID_REPLICATION_FACTOR = "INVALID_REPLICATION_FACTOR"
+    INVALID_REPLICA_ASSIGNMENT = "INVALID_REPLICA_ASSIGNMENT"
+    INVALID_CONFIG = "INVALID_CONFIG"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    DUPLICATE_RESOURCE = "DUPLICATE_RESOURCE"
+    STALE_BROKER_EPOCH = "STALE_BROKER_EPOCH"
+    BROKER_ID_NOT_REGISTERED = "BROKER_ID_NOT_REGISTERED"
+    DUPLICATE_BROKER_REGISTRATION = "DUPLICATE_BROKER_REGISTRATION"
+    INCONSISTENT_CLUSTER_ID = "INCONSISTENT_CLUSTER_ID"
+    NO_REASSIGNMENT_IN_PROGRESS = "NO_REASSIGNMENT_IN_PROGRESS"
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+    ELECTION_NOT_NEEDED = "ELECTION_NOT_NEEDED"
+    PREFERRED_LEADER_NOT_AVAILABLE = "PREFERRED_LEADER_NOT_AVAILABLE"
+    INVALID_UPDATE_VERSION = "INVALID_UPDATE_VERSION"
+    UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
+    NOT_CONTROLLER = "NOT_CONTROLLER"
+    CONTROLLER_BUSY = "CONTROLLER_BUSY"
+    REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
+    UNKNOWN_SERVER_ERROR = "UNKNOWN_SERVER_ERROR"
+
+
+@attrs.frozen
+class ApiError:
+    """A per-item outcome: a code and, unless NONE, a message a person can act on."""
+
+    code: ErrorCode
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is ErrorCode.NONE
+
+    def __str__(self) -> str:
+        return self.code.value if not self.message else f"{self.code.value}: {self.message}"
+
+
+# The success value, shared (ApiError is immutable).
+OK = ApiError(ErrorCode.NONE)
+
+R = TypeVar("R")
+
+
+@attrs.frozen
+class ControllerResult(Generic[R]):
+    """What a control manager's write operation produces: records to append, and the
+    response to give once they commit. Generating a result changes no durable state;
+    only replaying ``records`` does."""
+
+    records: tuple[MetadataRecord, ...]
+    response: R
+
+
+class MetadataReplayError(ValueError):
+    """A record cannot be replayed onto the current state (it names an unknown topic,
+    partition or broker, or the log is otherwise inconsistent). Replay checks before it
+    changes anything, so the state is unchanged when this is raised."""

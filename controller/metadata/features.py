@@ -1,0 +1,202 @@
+"""Feature manager: finalized feature levels (today only ``metadata.version``).
+
+``metadata.version`` gates the record formats the cluster may write. A fresh cluster
+bootstraps at the newest level this software supports. Upgrades are allowed when
+every registered broker supports the new level; a downgrade is refused unless the
+request says, explicitly, that it is an unsafe downgrade (metadata written at the
+higher level may be misread after it). Nothing is ever downgraded silently.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from controller.metadata.errors import OK, ApiError, ControllerResult, ErrorCode
+from controller.records import FeatureLevelRecord, MetadataRecord, make_record
+from controller.records.domain import BrokerRegistration
+from timeline import SnapshotRegistry, TimelineHashMap
+
+METADATA_VERSION = "metadata.version"
+# The metadata.version levels this software can read and write, inclusive. Level 1 is
+# the first record schema; bump LATEST when a record's meaning changes.
+MINIMUM_METADATA_VERSION = 1
+LATEST_METADATA_VERSION = 3
+
+# Feature name -> (min, max) supported level, inclusive.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    METADATA_VERSION: (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION),
+}
+
+
+class UpgradeType(enum.StrEnum):
+    """How a feature update may move the level (Kafka's FeatureUpdate.UpgradeType)."""
+
+    UPGRADE = "UPGRADE"
+    # We cannot prove any downgrade loses no metadata, so a "safe" downgrade is refused.
+    SAFE_DOWNGRADE = "SAFE_DOWNGRADE"
+    UNSAFE_DOWNGRADE = "UNSAFE_DOWNGRADE"
+
+
+@attrs.frozen
+class FeatureUpdate:
+    name: str
+    level: int
+    upgrade_type: UpgradeType = UpgradeType.UPGRADE
+
+
+@attrs.frozen
+class FeatureUpdateResult:
+    name: str
+    error: ApiError
+
+
+@attrs.frozen
+class FeatureDescription:
+    name: str
+    # 0 when the feature is not finalized.
+    finalized_level: int
+    min_supported: int
+    max_supported: int
+
+
+class FeatureControlManager:
+    """Owns the finalized feature levels (a timeline map name -> level)."""
+
+    def __init__(
+        self,
+        registry: SnapshotRegistry,
+        *,
+        brokers: Callable[[], Iterable[BrokerRegistration]] | None = None,
+    ) -> None:
+        self._levels: TimelineHashMap[str, int] = TimelineHashMap(registry)
+        # Registered brokers, to check they support a new level (wired by MetadataState).
+        self._brokers = brokers
+
+    def bind_brokers(self, brokers: Callable[[], Iterable[BrokerRegistration]]) -> None:
+        self._brokers = brokers
+
+    # -- generation --------------------------------------------------------------------
+
+    @staticmethod
+    def bootstrap_records(
+        metadata_version: int = LATEST_METADATA_VERSION,
+    ) -> tuple[MetadataRecord, ...]:
+        """The records a fresh cluster starts its log with."""
+        low, high = SUPPORTED_FEATURES[METADATA_VERSION]
+        if not low <= metadata_version <= high:
+            raise ValueError(
+                f"bootstrap metadata.version {metadata_version} is outside the supported "
+                f"range [{low}, {high}]"
+            )
+        return (
+            make_record(FeatureLevelRecord(name=METADATA_VERSION, feature_level=metadata_version)),
+        )
+
+    def update_features(
+        self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False
+    ) -> ControllerResult[tuple[FeatureUpdateResult, ...]]:
+        """Per-feature results; records only for valid updates that change a level."""
+        records: list[MetadataRecord] = []
+        results: list[FeatureUpdateResult] = []
+        counts: dict[str, int] = {}
+        for update in updates:
+            counts[update.name] = counts.get(update.name, 0) + 1
+        for update in updates:
+            if counts[update.name] > 1:
+                error = ApiError(
+                    ErrorCode.DUPLICATE_RESOURCE,
+                    f"feature {update.name!r} appears {counts[update.name]} times in one "
+                    "request; send one update per feature",
+                )
+            else:
+                error = self._check_update(update)
+            results.append(FeatureUpdateResult(update.name, error))
+            if error.ok and update.level != self.finalized_level(update.name):
+                records.append(
+                    make_record(FeatureLevelRecord(name=update.name, feature_level=update.level))
+                )
+        return ControllerResult(() if validate_only else tuple(records), tuple(results))
+
+    def _check_update(self, update: FeatureUpdate) -> ApiError:
+        supported = SUPPORTED_FEATURES.get(update.name)
+        if supported is None:
+            return ApiError(
+                ErrorCode.INVALID_UPDATE_VERSION,
+                f"unknown feature {update.name!r}; known features: {sorted(SUPPORTED_FEATURES)}",
+            )
+        low, high = supported
+        if not low <= update.level <= high:
+            return ApiError(
+                ErrorCode.INVALID_UPDATE_VERSION,
+                f"{update.name} level {update.level} is outside the range this controller "
+                f"supports, [{low}, {high}]",
+            )
+        current = self.finalized_level(update.name)
+        if update.level < current:
+            if update.upgrade_type is UpgradeType.UPGRADE:
+                return ApiError(
+                    ErrorCode.INVALID_UPDATE_VERSION,
+                    f"{update.name} is at {current}; going to {update.level} is a downgrade, "
+                    "which must be requested explicitly as UNSAFE_DOWNGRADE",
+                )
+            if update.upgrade_type is UpgradeType.SAFE_DOWNGRADE:
+                return ApiError(
+                    ErrorCode.INVALID_UPDATE_VERSION,
+                    f"a safe downgrade of {update.name} from {current} to {update.level} is "
+                    "not supported (metadata written at the higher level may not be "
+                    "readable); use UNSAFE_DOWNGRADE if you accept that risk",
+                )
+        for broker in self._brokers() if self._brokers is not None else ():
+            for feature in broker.supported_features:
+                if feature.name == update.name and not (
+                    feature.min_version <= update.level <= feature.max_version
+                ):
+                    return ApiError(
+                        ErrorCode.INVALID_UPDATE_VERSION,
+                        f"broker {broker.broker_id} supports {update.name} only in "
+                        f"[{feature.min_version}, {feature.max_version}], not {update.level}; "
+                        "upgrade that broker first",
+                    )
+        return OK
+
+    # -- replay ------------------------------------------------------------------------
+
+    def replay(self, record: FeatureLevelRecord) -> None:
+        # Level 0 removes the feature (metadata.proto).
+        if record.feature_level == 0:
+            self._levels.pop(record.name, None)
+        else:
+            self._levels[record.name] = record.feature_level
+
+    # -- queries -----------------------------------------------------------------------
+
+    def finalized_level(self, name: str, epoch: int | None = None) -> int:
+        """The finalized level of ``name``, 0 when not finalized."""
+        return self._levels.get(name, 0, epoch=epoch)
+
+    def finalized_levels(self, epoch: int | None = None) -> dict[str, int]:
+        return dict(sorted(self._levels.items(epoch=epoch)))
+
+    def describe(self, epoch: int | None = None) -> tuple[FeatureDescription, ...]:
+        """Every supported feature (finalized level 0 when not set), plus any finalized
+        feature this software does not know (supported range 0..0)."""
+        levels = self.finalized_levels(epoch)
+        names = sorted(set(levels) | set(SUPPORTED_FEATURES))
+        return tuple(
+            FeatureDescription(
+                name=name,
+                finalized_level=levels.get(name, 0),
+                min_supported=SUPPORTED_FEATURES.get(name, (0, 0))[0],
+                max_supported=SUPPORTED_FEATURES.get(name, (0, 0))[1],
+            )
+            for name in names
+        )
+
+    def snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
+        return [
+            make_record(FeatureLevelRecord(name=name, feature_level=level))
+            for name, level in self.finalized_levels(epoch).items()
+        ]

@@ -1,0 +1,433 @@
+"""Replication manager: topics, partitions, ISR, leaders, reassignments.
+
+Durable state (timeline maps, registered with the shared registry):
+- topic id -> ``Topic``; topic name -> topic id; topic id -> partition count;
+- (topic id, partition index) -> ``PartitionRegistration``.
+Derived indexes, kept by replay in timeline sets so they revert with the rest:
+- broker -> partitions it is a replica of (ISR shrink/expansion without a full scan);
+- broker -> partitions it is a replica of but not in the ISR (ISR expansion);
+- partitions without a leader (offline) and partitions being reassigned.
+The broker index is a plain dict of timeline sets that only ever gains keys: an empty
+set means the same as a missing one, so the dict itself needs no history.
+
+Simplification of Kafka's AlterPartition (brokers reporting their ISR): a replica is
+taken to be in sync as soon as its broker is usable (registered, unfenced, not in
+controlled shutdown) and heartbeats. So the ISR shrinks when a broker is fenced,
+shuts down or goes away, and grows back, through ``ready_broker_changes``, on the
+heartbeat that unfences the broker or any later one (which is also how the adding
+replicas of a reassignment join the ISR and complete it).
+
+Generation methods read the latest (uncommitted) state and change nothing; queries
+take ``epoch`` to read at a committed offset (a live registry snapshot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, ItemsView, Iterable, Sequence
+
+from controller.metadata import partition_requests as _requests
+from controller.metadata import topics as _topics
+from controller.metadata.cluster import ClusterControlManager
+from controller.metadata.configs import ConfigurationControlManager
+from controller.metadata.errors import (
+    OK,
+    ApiError,
+    ControllerResult,
+    ErrorCode,
+    MetadataReplayError,
+)
+from controller.metadata.partition_change import Election, build_partition_change
+from controller.metadata.placement import RandomSource
+from controller.metadata.topics import (
+    CreatableTopic,
+    CreatePartitionsResult,
+    CreatePartitionsTopic,
+    CreateTopicResult,
+    DeleteTopicResult,
+    ElectionType,
+    ElectLeadersResult,
+    OngoingReassignment,
+    PartitionDescription,
+    ReassignmentRequest,
+    ReassignmentResult,
+    TopicDescription,
+    TopicListing,
+    TopicPartition,
+    collision_key,
+)
+from controller.records import (
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    make_record,
+)
+from controller.records.convert import partition_from_record, partition_to_record
+from controller.records.domain import NO_LEADER, PartitionRegistration, Topic
+from timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet
+
+PartKey = tuple[str, int]  # (topic id, partition index)
+
+UNCLEAN_KEY = "unclean.leader.election.enable"
+
+
+class ReplicationControlManager:
+    def __init__(
+        self,
+        registry: SnapshotRegistry,
+        *,
+        cluster: ClusterControlManager,
+        configs: ConfigurationControlManager,
+        rng: RandomSource,
+    ) -> None:
+        self._registry = registry
+        self.cluster = cluster
+        self.configs = configs
+        self.rng = rng
+        self._topics: TimelineHashMap[str, Topic] = TimelineHashMap(registry)
+        self._topic_ids: TimelineHashMap[str, str] = TimelineHashMap(registry)
+        self._counts: TimelineHashMap[str, int] = TimelineHashMap(registry)
+        # Name with '.' replaced by '_' -> name: Kafka refuses names that collide so
+        # (its metric names cannot tell them apart).
+        self._collision_keys: TimelineHashMap[str, str] = TimelineHashMap(registry)
+        self._partitions: TimelineHashMap[PartKey, PartitionRegistration] = TimelineHashMap(
+            registry
+        )
+        self._replica_of: dict[int, TimelineHashSet[PartKey]] = {}
+        self._out_of_isr: dict[int, TimelineHashSet[PartKey]] = {}
+        self._leaderless: TimelineHashSet[PartKey] = TimelineHashSet(registry)
+        self._reassigning: TimelineHashSet[PartKey] = TimelineHashSet(registry)
+
+    # -- requests (generation; see topics.py for topic creation and deletion) ---------
+
+    def create_topics(
+        self, topics: Sequence[CreatableTopic], *, validate_only: bool = False
+    ) -> ControllerResult[tuple[CreateTopicResult, ...]]:
+        return _topics.create_topics(self, topics, validate_only=validate_only)
+
+    def delete_topics(
+        self, names: Sequence[str]
+    ) -> ControllerResult[tuple[DeleteTopicResult, ...]]:
+        return _topics.delete_topics(self, names)
+
+    def create_partitions(
+        self, items: Sequence[CreatePartitionsTopic], *, validate_only: bool = False
+    ) -> ControllerResult[tuple[CreatePartitionsResult, ...]]:
+        return _topics.create_partitions(self, items, validate_only=validate_only)
+
+    def elect_leaders(
+        self,
+        partitions: Sequence[TopicPartition] | None,
+        election_type: ElectionType = ElectionType.PREFERRED,
+    ) -> ControllerResult[tuple[ElectLeadersResult, ...]]:
+        """Per-partition results. ``None`` means every partition that needs it (its
+        leader is not the preferred one, or, for UNCLEAN, it has no leader)."""
+        return _requests.elect_leaders(self, partitions, election_type)
+
+    def alter_partition_reassignments(
+        self, items: Sequence[ReassignmentRequest]
+    ) -> ControllerResult[tuple[ReassignmentResult, ...]]:
+        """Start (``replicas`` set) or cancel (``replicas`` None) reassignments; see
+        ``partition_requests.alter_partition_reassignments``."""
+        return _requests.alter_partition_reassignments(self, items)
+
+    # -- hooks for the cluster manager ----------------------------------------------
+
+    def leaving_brokers_changes(self, broker_ids: frozenset[int]) -> list[MetadataRecord]:
+        keys: set[PartKey] = set()
+        for broker_id in broker_ids:
+            index = self._replica_of.get(broker_id)
+            if index is not None:
+                keys.update(index)
+
+        def usable(broker_id: int) -> bool:
+            return broker_id not in broker_ids and self.cluster.is_usable(broker_id)
+
+        records: list[MetadataRecord] = []
+        for key in sorted(keys):
+            part = self._partitions[key]
+            if part.leader not in broker_ids and not broker_ids & set(part.isr):
+                continue
+            isr = tuple(r for r in part.isr if r not in broker_ids)
+            change = self.change_record(key[0], key[1], part, isr=isr, usable=usable)
+            if change is not None:
+                records.append(make_record(change))
+        return records
+
+    def ready_broker_changes(self, broker_id: int) -> list[MetadataRecord]:
+        keys = set(self._out_of_isr.get(broker_id, ()))
+        # Offline partitions it is a replica of: walk the smaller of the two sets (this
+        # runs on every heartbeat).
+        replica_of = self._replica_of.get(broker_id, ())
+        if len(self._leaderless) <= len(replica_of):
+            keys.update(k for k in self._leaderless if k in replica_of)
+        else:
+            keys.update(k for k in replica_of if k in self._leaderless)
+
+        def usable(other: int) -> bool:
+            return other == broker_id or self.cluster.is_usable(other)
+
+        records: list[MetadataRecord] = []
+        for key in sorted(keys):
+            part = self._partitions[key]
+            isr = part.isr
+            # Only a partition with a leader can bring a replica back in sync; an
+            # offline one waits for an in-sync replica (or an unclean election).
+            if part.leader != NO_LEADER and broker_id not in isr:
+                isr = (*isr, broker_id)
+            change = self.change_record(key[0], key[1], part, isr=isr, usable=usable)
+            if change is not None:
+                records.append(make_record(change))
+        return records
+
+    def leads_any(self, broker_id: int) -> bool:
+        index = self._replica_of.get(broker_id, ())
+        return any(self._partitions[key].leader == broker_id for key in index)
+
+    def change_record(
+        self,
+        topic_id: str,
+        partition_id: int,
+        part: PartitionRegistration,
+        *,
+        usable: Callable[[int], bool] | None = None,
+        unclean_allowed: bool | None = None,
+        isr: tuple[int, ...] | None = None,
+        replicas: tuple[int, ...] | None = None,
+        adding: tuple[int, ...] | None = None,
+        removing: tuple[int, ...] | None = None,
+        election: Election = Election.KEEP,
+    ) -> PartitionChangeRecord | None:
+        if unclean_allowed is None:
+            unclean_allowed = self.configs.topic_flag(self._topics[topic_id].name, UNCLEAN_KEY)
+        return build_partition_change(
+            part,
+            topic_id=topic_id,
+            partition_id=partition_id,
+            is_usable=self.cluster.is_usable if usable is None else usable,
+            unclean_allowed=unclean_allowed,
+            isr=isr,
+            replicas=replicas,
+            adding=adding,
+            removing=removing,
+            election=election,
+        )
+
+    def lookup_partition(
+        self, topic: str, partition: int
+    ) -> tuple[str, PartitionRegistration] | ApiError:
+        tid = self._topic_ids.get(topic)
+        part = None if tid is None else self._partitions.get((tid, partition))
+        if tid is None or part is None:
+            return ApiError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"partition {topic}-{partition} does not exist",
+            )
+        return tid, part
+
+    # -- replay ------------------------------------------------------------------------
+
+    def replay_topic(self, record: TopicRecord) -> None:
+        if record.name in self._topic_ids or record.topic_id in self._topics:
+            raise MetadataReplayError(f"topic {record.name!r} ({record.topic_id}) already exists")
+        self._topics[record.topic_id] = Topic(record.name, record.topic_id)
+        self._topic_ids[record.name] = record.topic_id
+        self._counts[record.topic_id] = 0
+        self._collision_keys[collision_key(record.name)] = record.name
+
+    def replay_partition(self, record: PartitionRecord) -> None:
+        count = self._counts.get(record.topic_id)
+        if count is None:
+            raise MetadataReplayError(
+                f"partition {record.partition_id} of unknown topic id {record.topic_id}"
+            )
+        key = (record.topic_id, record.partition_id)
+        new = partition_from_record(record)
+        old = self._partitions.get(key)
+        self._partitions[key] = new
+        if record.partition_id >= count:
+            self._counts[record.topic_id] = record.partition_id + 1
+        self._reindex(key, old, new)
+
+    def replay_partition_change(self, record: PartitionChangeRecord) -> None:
+        key = (record.topic_id, record.partition_id)
+        old = self._partitions.get(key)
+        if old is None:
+            raise MetadataReplayError(
+                f"change to unknown partition {record.partition_id} of topic id {record.topic_id}"
+            )
+        new = old.merge(record)
+        self._partitions[key] = new
+        self._reindex(key, old, new)
+
+    def replay_remove_topic(self, record: RemoveTopicRecord) -> str:
+        """Removes the topic and its partitions; returns its name (for its configs)."""
+        topic = self._topics.get(record.topic_id)
+        if topic is None:
+            raise MetadataReplayError(f"cannot remove unknown topic id {record.topic_id}")
+        for partition_id in range(self._counts[record.topic_id]):
+            key = (record.topic_id, partition_id)
+            old = self._partitions.pop(key, None)
+            if old is not None:
+                self._reindex(key, old, None)
+        del self._topics[record.topic_id]
+        del self._topic_ids[topic.name]
+        if self._collision_keys.get(collision_key(topic.name)) == topic.name:
+            del self._collision_keys[collision_key(topic.name)]
+        del self._counts[record.topic_id]
+        return topic.name
+
+    def _reindex(
+        self, key: PartKey, old: PartitionRegistration | None, new: PartitionRegistration | None
+    ) -> None:
+        old_replicas = set(old.replicas) if old else set()
+        new_replicas = set(new.replicas) if new else set()
+        for broker_id in old_replicas - new_replicas:
+            self._replica_of[broker_id].discard(key)
+        for broker_id in new_replicas - old_replicas:
+            self._index_set(self._replica_of, broker_id).add(key)
+        old_out = old_replicas - set(old.isr) if old else set()
+        new_out = new_replicas - set(new.isr) if new else set()
+        for broker_id in old_out - new_out:
+            self._out_of_isr[broker_id].discard(key)
+        for broker_id in new_out - old_out:
+            self._index_set(self._out_of_isr, broker_id).add(key)
+        if new is not None and new.leader == NO_LEADER:
+            self._leaderless.add(key)
+        else:
+            self._leaderless.discard(key)
+        if new is not None and (new.adding_replicas or new.removing_replicas):
+            self._reassigning.add(key)
+        else:
+            self._reassigning.discard(key)
+
+    def _index_set(
+        self, index: dict[int, TimelineHashSet[PartKey]], broker_id: int
+    ) -> TimelineHashSet[PartKey]:
+        found = index.get(broker_id)
+        if found is None:
+            found = index[broker_id] = TimelineHashSet(self._registry)
+        return found
+
+    def check_indexes(self) -> None:
+        """Assert the derived indexes agree with the partitions (for tests)."""
+        replica_of: dict[int, set[PartKey]] = {}
+        out_of_isr: dict[int, set[PartKey]] = {}
+        for key, part in self._partitions.items():
+            for broker_id in part.replicas:
+                replica_of.setdefault(broker_id, set()).add(key)
+                if broker_id not in part.isr:
+                    out_of_isr.setdefault(broker_id, set()).add(key)
+        for index, expected in ((self._replica_of, replica_of), (self._out_of_isr, out_of_isr)):
+            actual = {b: set(s) for b, s in index.items() if s}
+            assert actual == expected, (actual, expected)
+        leaderless = {k for k, p in self._partitions.items() if p.leader == NO_LEADER}
+        assert set(self._leaderless) == leaderless
+        moving = {
+            k for k, p in self._partitions.items() if p.adding_replicas or p.removing_replicas
+        }
+        assert set(self._reassigning) == moving
+        assert sum(self._counts.values()) == len(self._partitions)
+
+    # -- queries -----------------------------------------------------------------------
+
+    def topic_id(self, name: str, epoch: int | None = None) -> str | None:
+        return self._topic_ids.get(name, None, epoch=epoch)
+
+    def topic(self, topic_id: str, epoch: int | None = None) -> Topic | None:
+        return self._topics.get(topic_id, None, epoch=epoch)
+
+    def topic_name(self, topic_id: str) -> str:
+        """The name of an existing topic (latest state)."""
+        return self._topics[topic_id].name
+
+    def partition_items(self) -> ItemsView[PartKey, PartitionRegistration]:
+        """Every (topic id, index) -> partition, latest state."""
+        return self._partitions.items()
+
+    def colliding_topic(self, name: str) -> str | None:
+        """An existing topic whose name differs from ``name`` only by '.' vs '_'."""
+        other = self._collision_keys.get(collision_key(name))
+        return None if other is None or other == name else other
+
+    def topic_exists(self, name: str, epoch: int | None = None) -> bool:
+        return self._topic_ids.contains(name, epoch)
+
+    def partition_count(self, topic_id: str, epoch: int | None = None) -> int:
+        return self._counts.get(topic_id, 0, epoch=epoch)
+
+    def partition(
+        self, topic_id: str, partition_id: int, epoch: int | None = None
+    ) -> PartitionRegistration | None:
+        return self._partitions.get((topic_id, partition_id), None, epoch=epoch)
+
+    def partitions(
+        self, topic_id: str, epoch: int | None = None
+    ) -> tuple[PartitionRegistration, ...]:
+        found = []
+        for partition_id in range(self.partition_count(topic_id, epoch)):
+            part = self.partition(topic_id, partition_id, epoch)
+            assert part is not None, f"partition {partition_id} of {topic_id} is missing"
+            found.append(part)
+        return tuple(found)
+
+    def list_topics(self, epoch: int | None = None) -> tuple[TopicListing, ...]:
+        return tuple(
+            TopicListing(name, tid) for name, tid in sorted(self._topic_ids.items(epoch=epoch))
+        )
+
+    def describe_topics(
+        self, names: Iterable[str] | None = None, epoch: int | None = None
+    ) -> tuple[TopicDescription, ...]:
+        """Per-name descriptions (every topic by name when ``names`` is None)."""
+        wanted = [t.name for t in self.list_topics(epoch)] if names is None else list(names)
+        results = []
+        for name in wanted:
+            tid = self.topic_id(name, epoch)
+            if tid is None:
+                error = ApiError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+                )
+                results.append(TopicDescription(name, error))
+                continue
+            parts = tuple(
+                PartitionDescription(i, p) for i, p in enumerate(self.partitions(tid, epoch))
+            )
+            results.append(TopicDescription(name, OK, tid, parts))
+        return tuple(results)
+
+    def list_reassignments(self, epoch: int | None = None) -> tuple[OngoingReassignment, ...]:
+        found = []
+        for tid, partition_id in self._reassigning.elements(epoch):
+            topic = self.topic(tid, epoch)
+            part = self.partition(tid, partition_id, epoch)
+            assert topic is not None and part is not None
+            found.append(
+                OngoingReassignment(
+                    topic.name,
+                    partition_id,
+                    part.replicas,
+                    part.adding_replicas,
+                    part.removing_replicas,
+                )
+            )
+        return tuple(sorted(found, key=lambda r: (r.topic, r.partition)))
+
+    def offline_partition_count(self, epoch: int | None = None) -> int:
+        return self._leaderless.size(epoch)
+
+    def total_partition_count(self, epoch: int | None = None) -> int:
+        return self._partitions.size(epoch)
+
+    def snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
+        records = []
+        for listing in self.list_topics(epoch):
+            records.append(make_record(TopicRecord(name=listing.name, topic_id=listing.topic_id)))
+            for i, part in enumerate(self.partitions(listing.topic_id, epoch)):
+                records.append(
+                    make_record(
+                        partition_to_record(part, topic_id=listing.topic_id, partition_id=i)
+                    )
+                )
+        return records

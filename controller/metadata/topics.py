@@ -1,0 +1,464 @@
+"""Topic requests of the replication manager: create topics, delete topics, create
+partitions; the request and response values of the replication API; topic-name rules.
+
+Every batch request answers per item: one bad item never fails the others, and a bad
+item contributes no record.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from controller.metadata.errors import OK, ApiError, ControllerResult, ErrorCode
+from controller.metadata.placement import new_uuid, place_replicas
+from controller.records import (
+    MetadataRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    make_record,
+)
+from controller.records.domain import NO_LEADER, PartitionRegistration
+
+if TYPE_CHECKING:
+    from controller.metadata.cluster import ClusterControlManager
+    from controller.metadata.replication import ReplicationControlManager
+
+MAX_TOPIC_NAME_LENGTH = 249
+# A bound on one request's work (the issue: request sizes are bounded).
+MAX_PARTITIONS_PER_TOPIC = 100_000
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+# -- values ----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class CreatableTopic:
+    name: str
+    # -1: the cluster default (num.partitions / default.replication.factor).
+    num_partitions: int = -1
+    replication_factor: int = -1
+    # Explicit replica lists, one per partition (then both counts must be -1).
+    assignments: tuple[tuple[int, ...], ...] = ()
+    configs: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen
+class CreateTopicResult:
+    name: str
+    error: ApiError
+    topic_id: str = ""
+    num_partitions: int = -1
+    replication_factor: int = -1
+
+
+@attrs.frozen
+class DeleteTopicResult:
+    name: str
+    error: ApiError
+    topic_id: str = ""
+
+
+@attrs.frozen
+class CreatePartitionsTopic:
+    name: str
+    # The new total partition count.
+    count: int
+    # Replica lists for the new partitions only (count - current of them), or empty.
+    assignments: tuple[tuple[int, ...], ...] = ()
+
+
+@attrs.frozen
+class CreatePartitionsResult:
+    name: str
+    error: ApiError
+
+
+@attrs.frozen
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+class ElectionType(enum.StrEnum):
+    PREFERRED = "PREFERRED"
+    UNCLEAN = "UNCLEAN"
+
+
+@attrs.frozen
+class ElectLeadersResult:
+    topic: str
+    partition: int
+    error: ApiError
+
+
+@attrs.frozen
+class ReassignmentRequest:
+    topic: str
+    partition: int
+    # The target replicas; None cancels the partition's reassignment.
+    replicas: tuple[int, ...] | None
+
+
+@attrs.frozen
+class ReassignmentResult:
+    topic: str
+    partition: int
+    error: ApiError
+
+
+@attrs.frozen
+class OngoingReassignment:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+@attrs.frozen
+class TopicListing:
+    name: str
+    topic_id: str
+
+
+@attrs.frozen
+class PartitionDescription:
+    partition_id: int
+    registration: PartitionRegistration
+
+
+@attrs.frozen
+class TopicDescription:
+    name: str
+    error: ApiError
+    topic_id: str = ""
+    partitions: tuple[PartitionDescription, ...] = ()
+
+
+# -- validation ------------------------------------------------------------------------
+
+
+def topic_name_error(name: str) -> ApiError:
+    """Kafka's topic-name rules: [a-zA-Z0-9._-], 1..249 characters, not '.' or '..'."""
+    if not name:
+        return ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic name must not be empty")
+    if name in (".", ".."):
+        return ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return ApiError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME_LENGTH}",
+        )
+    if not _LEGAL_NAME.fullmatch(name):
+        bad = sorted({c for c in name if not _LEGAL_NAME.fullmatch(c)})
+        return ApiError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {name!r} contains {bad}; only ASCII letters, digits, '.', '_' and "
+            "'-' are allowed",
+        )
+    return OK
+
+
+def collision_key(name: str) -> str:
+    """Topic names equal under this collide ('.' and '_' are the same in metric names)."""
+    return name.replace(".", "_")
+
+
+def check_replica_list(
+    cluster: ClusterControlManager, replicas: Sequence[int], what: str
+) -> ApiError:
+    """A replica list must be non-empty, without duplicates, of registered brokers."""
+    if not replicas:
+        return ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{what}: the replica list is empty")
+    duplicates = sorted({r for r in replicas if list(replicas).count(r) > 1})
+    if duplicates:
+        return ApiError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"{what}: replicas {list(replicas)} name broker(s) {duplicates} more than once",
+        )
+    unknown = [r for r in replicas if not cluster.is_registered(r)]
+    if unknown:
+        return ApiError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"{what}: broker(s) {unknown} are not registered",
+        )
+    return OK
+
+
+def _check_assignments(
+    cluster: ClusterControlManager, assignments: Sequence[tuple[int, ...]], first: int
+) -> ApiError:
+    width = len(assignments[0])
+    for offset, replicas in enumerate(assignments):
+        what = f"partition {first + offset}"
+        if len(replicas) != width:
+            return ApiError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"{what} has {len(replicas)} replicas but partition {first} has {width}; all "
+                "partitions need the same replication factor",
+            )
+        error = check_replica_list(cluster, replicas, what)
+        if not error.ok:
+            return error
+        if not any(cluster.is_usable(r) for r in replicas):
+            return ApiError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"{what}: none of brokers {list(replicas)} is usable (all are fenced or "
+                "shutting down), so it could have no leader",
+            )
+    return OK
+
+
+def _check_replication_factor(cluster: ClusterControlManager, factor: int) -> ApiError:
+    usable = cluster.usable_broker_ids()
+    if factor <= 0:
+        return ApiError(
+            ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor must be > 0, got {factor}"
+        )
+    if factor > len(usable):
+        return ApiError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {factor} is larger than the {len(usable)} usable brokers "
+            f"{list(usable)}",
+        )
+    return OK
+
+
+def _partition_record(
+    topic_id: str, partition_id: int, replicas: tuple[int, ...], cluster: ClusterControlManager
+) -> MetadataRecord:
+    isr = tuple(r for r in replicas if cluster.is_usable(r))
+    assert isr, "assignments were checked to have a usable replica"
+    return make_record(
+        PartitionRecord(
+            topic_id=topic_id,
+            partition_id=partition_id,
+            replicas=replicas,
+            isr=isr,
+            leader=isr[0],
+            leader_epoch=0,
+            partition_epoch=0,
+        )
+    )
+
+
+def _counts(names: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _duplicate(name: str, what: str) -> ApiError:
+    return ApiError(
+        ErrorCode.DUPLICATE_RESOURCE,
+        f"{what} {name!r} appears more than once in the request; send it once",
+    )
+
+
+# -- requests ----------------------------------------------------------------------------
+
+
+def create_topics(
+    manager: ReplicationControlManager, topics: Sequence[CreatableTopic], *, validate_only: bool
+) -> ControllerResult[tuple[CreateTopicResult, ...]]:
+    counts = _counts([t.name for t in topics])
+    used_ids: set[str] = set()
+    # Collision key -> name, for topics created earlier in this request.
+    created: dict[str, str] = {}
+    records: list[MetadataRecord] = []
+    results: list[CreateTopicResult] = []
+    for topic in topics:
+        if counts[topic.name] > 1:
+            results.append(CreateTopicResult(topic.name, _duplicate(topic.name, "topic")))
+            continue
+        other = created.get(collision_key(topic.name))
+        if other is not None:
+            error = ApiError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"topic {topic.name!r} collides with {other!r}, created earlier in this request "
+                "('.' and '_' are interchangeable in topic metric names)",
+            )
+            results.append(CreateTopicResult(topic.name, error))
+            continue
+        result, topic_records = _create_one(manager, topic, used_ids)
+        results.append(result)
+        if result.error.ok:
+            created[collision_key(topic.name)] = topic.name
+        records += topic_records
+    return ControllerResult(() if validate_only else tuple(records), tuple(results))
+
+
+def _create_one(
+    manager: ReplicationControlManager, topic: CreatableTopic, used_ids: set[str]
+) -> tuple[CreateTopicResult, list[MetadataRecord]]:
+    cluster = manager.cluster
+
+    def failed(error: ApiError) -> tuple[CreateTopicResult, list[MetadataRecord]]:
+        return CreateTopicResult(topic.name, error), []
+
+    error = topic_name_error(topic.name)
+    if not error.ok:
+        return failed(error)
+    if manager.topic_exists(topic.name):
+        return failed(
+            ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
+        )
+    other = manager.colliding_topic(topic.name)
+    if other is not None:
+        return failed(
+            ApiError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"topic {topic.name!r} collides with existing topic {other!r} ('.' and '_' "
+                "are interchangeable in topic metric names); choose another name",
+            )
+        )
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            return failed(
+                ApiError(
+                    ErrorCode.INVALID_REQUEST,
+                    "give either replica assignments or partition count and replication "
+                    "factor, not both (leave the counts at -1)",
+                )
+            )
+        error = _check_assignments(cluster, topic.assignments, 0)
+        if not error.ok:
+            return failed(error)
+        assignments = list(topic.assignments)
+    else:
+        partitions = topic.num_partitions
+        if partitions == -1:
+            partitions = manager.configs.cluster_int("num.partitions")
+        factor = topic.replication_factor
+        if factor == -1:
+            factor = manager.configs.cluster_int("default.replication.factor")
+        if partitions <= 0 or partitions > MAX_PARTITIONS_PER_TOPIC:
+            return failed(
+                ApiError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"number of partitions must be in [1, {MAX_PARTITIONS_PER_TOPIC}], got "
+                    f"{partitions}",
+                )
+            )
+        error = _check_replication_factor(cluster, factor)
+        if not error.ok:
+            return failed(error)
+        assignments = []  # placed below, after the configs are known to be valid
+    error, config_records = manager.configs.new_topic_config_records(topic.name, topic.configs)
+    if not error.ok:
+        return failed(error)
+    if not assignments:
+        racks = cluster.racks(cluster.usable_broker_ids())
+        assignments = place_replicas(
+            racks, partitions=partitions, replication_factor=factor, rng=manager.rng
+        )
+    topic_id = new_uuid(manager.rng)
+    while manager.topic(topic_id) is not None or topic_id in used_ids:
+        topic_id = new_uuid(manager.rng)
+    used_ids.add(topic_id)
+    records = [make_record(TopicRecord(name=topic.name, topic_id=topic_id)), *config_records]
+    records += [_partition_record(topic_id, i, r, cluster) for i, r in enumerate(assignments)]
+    result = CreateTopicResult(topic.name, OK, topic_id, len(assignments), len(assignments[0]))
+    return result, records
+
+
+def delete_topics(
+    manager: ReplicationControlManager, names: Sequence[str]
+) -> ControllerResult[tuple[DeleteTopicResult, ...]]:
+    counts = _counts(names)
+    records: list[MetadataRecord] = []
+    results: list[DeleteTopicResult] = []
+    for name in names:
+        topic_id = manager.topic_id(name)
+        if counts[name] > 1:
+            results.append(DeleteTopicResult(name, _duplicate(name, "topic")))
+        elif topic_id is None:
+            error = ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            results.append(DeleteTopicResult(name, error))
+        else:
+            records.append(make_record(RemoveTopicRecord(topic_id=topic_id)))
+            results.append(DeleteTopicResult(name, OK, topic_id))
+    return ControllerResult(tuple(records), tuple(results))
+
+
+def create_partitions(
+    manager: ReplicationControlManager,
+    items: Sequence[CreatePartitionsTopic],
+    *,
+    validate_only: bool,
+) -> ControllerResult[tuple[CreatePartitionsResult, ...]]:
+    counts = _counts([item.name for item in items])
+    records: list[MetadataRecord] = []
+    results: list[CreatePartitionsResult] = []
+    for item in items:
+        item_records: list[MetadataRecord] = []
+        if counts[item.name] > 1:
+            error = _duplicate(item.name, "topic")
+        else:
+            error, item_records = _create_partitions_one(manager, item)
+        results.append(CreatePartitionsResult(item.name, error))
+        records += item_records
+    return ControllerResult(() if validate_only else tuple(records), tuple(results))
+
+
+def _create_partitions_one(
+    manager: ReplicationControlManager, item: CreatePartitionsTopic
+) -> tuple[ApiError, list[MetadataRecord]]:
+    cluster = manager.cluster
+    topic_id = manager.topic_id(item.name)
+    if topic_id is None:
+        return ApiError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {item.name!r} does not exist"
+        ), []
+    current = manager.partition_count(topic_id)
+    if item.count <= current:
+        return ApiError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {item.name!r} has {current} partitions; the new count {item.count} must be "
+            "larger (partitions can only be added)",
+        ), []
+    if item.count > MAX_PARTITIONS_PER_TOPIC:
+        return ApiError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"a topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions, asked for {item.count}",
+        ), []
+    added = item.count - current
+    if item.assignments:
+        if len(item.assignments) != added:
+            return ApiError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"{len(item.assignments)} replica lists given for {added} new partitions",
+            ), []
+        error = _check_assignments(cluster, item.assignments, current)
+        if not error.ok:
+            return error, []
+        assignments = list(item.assignments)
+    else:
+        first = manager.partition(topic_id, 0)
+        assert first is not None, "a topic has at least one partition"
+        factor = len(first.replicas) - len(first.removing_replicas)
+        error = _check_replication_factor(cluster, factor)
+        if not error.ok:
+            return error, []
+        racks = cluster.racks(cluster.usable_broker_ids())
+        assignments = place_replicas(
+            racks,
+            partitions=added,
+            replication_factor=factor,
+            rng=manager.rng,
+            first_partition=current,
+        )
+    records = [
+        _partition_record(topic_id, current + i, replicas, cluster)
+        for i, replicas in enumerate(assignments)
+    ]
+    assert len(records) == added and all(r.partition.leader != NO_LEADER for r in records)
+    return OK, records

@@ -1,0 +1,98 @@
+"""Feature manager: bootstrap, upgrade, explicit-only downgrade, describe."""
+
+from __future__ import annotations
+
+from controller.metadata import (
+    LATEST_METADATA_VERSION,
+    METADATA_VERSION,
+    BrokerRegistrationRequest,
+    ErrorCode,
+    FeatureControlManager,
+    FeatureUpdate,
+    UpgradeType,
+)
+from controller.records.domain import FeatureRange
+from tests.unit.metadata.support import CLUSTER_ID, Harness
+
+
+def test_bootstrap_at_latest_level() -> None:
+    h = Harness()
+    assert h.state.features.finalized_level(METADATA_VERSION) == LATEST_METADATA_VERSION
+    (desc,) = h.state.features.describe()
+    assert (desc.name, desc.finalized_level, desc.min_supported, desc.max_supported) == (
+        METADATA_VERSION,
+        LATEST_METADATA_VERSION,
+        1,
+        LATEST_METADATA_VERSION,
+    )
+    h.check()
+
+
+def test_bootstrap_level_out_of_range() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="outside"):
+        FeatureControlManager.bootstrap_records(LATEST_METADATA_VERSION + 1)
+
+
+def test_upgrade_and_refused_downgrades() -> None:
+    h = Harness(bootstrap=False)
+    h.apply(h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 1)]))
+    assert h.state.features.finalized_level(METADATA_VERSION) == 1
+    up = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 2)])
+    assert up.response[0].error.ok and len(up.records) == 1
+    h.apply(up)
+    for kind in (UpgradeType.UPGRADE, UpgradeType.SAFE_DOWNGRADE):
+        down = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 1, kind)])
+        assert (
+            down.records == () and down.response[0].error.code is ErrorCode.INVALID_UPDATE_VERSION
+        )
+        assert "UNSAFE_DOWNGRADE" in down.response[0].error.message
+    unsafe = h.state.features.update_features(
+        [FeatureUpdate(METADATA_VERSION, 1, UpgradeType.UNSAFE_DOWNGRADE)]
+    )
+    assert unsafe.response[0].error.ok
+    h.apply(unsafe)
+    assert h.state.features.finalized_level(METADATA_VERSION) == 1
+    same = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 1)])
+    assert same.records == () and same.response[0].error.ok
+    h.check()
+
+
+def test_bad_feature_updates() -> None:
+    h = Harness()
+    features = h.state.features
+    for update in (
+        FeatureUpdate("nope", 1),
+        FeatureUpdate(METADATA_VERSION, LATEST_METADATA_VERSION + 1),
+        FeatureUpdate(METADATA_VERSION, 0, UpgradeType.UNSAFE_DOWNGRADE),
+    ):
+        result = features.update_features([update])
+        assert (
+            result.records == ()
+            and result.response[0].error.code is ErrorCode.INVALID_UPDATE_VERSION
+        )
+    dup = features.update_features([FeatureUpdate(METADATA_VERSION, 2)] * 2)
+    assert dup.records == () and {r.error.code for r in dup.response} == {
+        ErrorCode.DUPLICATE_RESOURCE
+    }
+    dry = features.update_features(
+        [FeatureUpdate(METADATA_VERSION, 1, UpgradeType.UNSAFE_DOWNGRADE)], validate_only=True
+    )
+    assert dry.records == () and dry.response[0].error.ok
+
+
+def test_upgrade_refused_when_a_broker_does_not_support_it() -> None:
+    h = Harness(bootstrap=False)
+    h.apply(h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 1)]))
+    request = BrokerRegistrationRequest(
+        broker_id=1,
+        incarnation_id="i",
+        cluster_id=CLUSTER_ID,
+        features=(FeatureRange(METADATA_VERSION, 1, 2),),
+    )
+    h.apply(h.state.cluster.register_broker(request, next_offset=h.next_offset, now_ms=0))
+    ok = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 2)])
+    assert ok.response[0].error.ok
+    refused = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 3)])
+    assert refused.records == () and "broker 1" in refused.response[0].error.message

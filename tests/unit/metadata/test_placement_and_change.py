@@ -1,0 +1,114 @@
+"""Replica placement and the partition change builder, on their own."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.metadata.partition_change import Election, build_partition_change
+from controller.metadata.placement import new_uuid, place_replicas, rack_alternated
+from controller.records.domain import NO_LEADER, LeaderRecoveryState, PartitionRegistration
+
+RACK_MAPS = st.dictionaries(
+    st.integers(0, 40), st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=12
+)
+
+
+def test_rack_alternated_interleaves_racks() -> None:
+    assert rack_alternated({1: "a", 2: "a", 3: "b", 4: "b", 5: "c"}) == [1, 3, 5, 2, 4]
+    assert rack_alternated({3: None, 1: "a", 2: "b"}) == [1, 2, 3]
+
+
+def test_placement_is_deterministic_given_the_random_source() -> None:
+    racks = {i: "abc"[i % 3] for i in range(9)}
+    first = place_replicas(racks, partitions=20, replication_factor=3, rng=random.Random(7))
+    again = place_replicas(racks, partitions=20, replication_factor=3, rng=random.Random(7))
+    assert first == again
+    assert new_uuid(random.Random(1)) == new_uuid(random.Random(1))
+    assert len(new_uuid(random.Random(1))) == 36
+
+
+@settings(max_examples=200, deadline=None)
+@given(racks=RACK_MAPS, data=st.data())
+def test_placement_spreads_over_racks_and_leaders(
+    racks: dict[int, str], data: st.DataObject
+) -> None:
+    n = len(racks)
+    rf = data.draw(st.integers(1, n))
+    rounds = data.draw(st.integers(1, 3))
+    seed = data.draw(st.integers(0, 10**6))
+    placed = place_replicas(
+        racks, partitions=n * rounds, replication_factor=rf, rng=random.Random(seed)
+    )
+    rack_count = len(set(racks.values()))
+    for replicas in placed:
+        assert len(replicas) == rf and len(set(replicas)) == rf
+        assert set(replicas) <= set(racks)
+        assert len({racks[b] for b in replicas}) == min(rf, rack_count)
+    leaders = [replicas[0] for replicas in placed]
+    assert all(leaders.count(b) == rounds for b in racks)
+
+
+def _part(**kw: object) -> PartitionRegistration:
+    defaults: dict[str, object] = {"replicas": (1, 2, 3), "isr": (1, 2, 3), "leader": 1}
+    defaults.update(kw)
+    return PartitionRegistration(**defaults)  # type: ignore[arg-type]
+
+
+def _build(part: PartitionRegistration, usable: set[int], **kw: object):
+    return build_partition_change(
+        part,
+        topic_id="t",
+        partition_id=0,
+        is_usable=usable.__contains__,
+        unclean_allowed=bool(kw.pop("unclean", False)),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_no_change_gives_no_record() -> None:
+    assert _build(_part(), {1, 2, 3}) is None
+
+
+def test_isr_shrink_of_a_follower_keeps_the_leader() -> None:
+    change = _build(_part(), {1, 3}, isr=(1, 3))
+    assert change is not None and list(change.isr.ids) == [1, 3]
+    assert not change.HasField("leader") and not change.HasField("replicas")
+
+
+def test_leader_leaving_elects_first_usable_in_sync_replica() -> None:
+    change = _build(_part(), {2, 3}, isr=(2, 3))
+    assert change is not None and change.leader == 2
+    merged = _part().merge(change)
+    assert merged.leader_epoch == 1 and merged.partition_epoch == 1
+
+
+def test_isr_never_empties_and_partition_goes_offline() -> None:
+    change = _build(_part(isr=(1,)), set(), isr=())
+    assert change is not None and change.leader == NO_LEADER and not change.HasField("isr")
+
+
+def test_unclean_election_marks_recovering() -> None:
+    change = _build(_part(isr=(1,), leader=NO_LEADER), {3}, unclean=True)
+    assert change is not None and change.leader == 3 and list(change.isr.ids) == [3]
+    assert change.leader_recovery_state == int(LeaderRecoveryState.RECOVERING)
+
+
+def test_preferred_election() -> None:
+    change = _build(_part(leader=2), {1, 2, 3}, election=Election.PREFERRED)
+    assert change is not None and change.leader == 1
+
+
+def test_reassignment_completes_when_adding_replicas_are_in_sync() -> None:
+    moving = _part(
+        replicas=(3, 4, 1, 2), isr=(1, 2), adding_replicas=(3, 4), removing_replicas=(1, 2)
+    )
+    partial = _build(moving, {1, 2, 3, 4}, isr=(1, 2, 3))
+    assert partial is not None and not partial.HasField("replicas")
+    done = _build(moving, {1, 2, 3, 4}, isr=(1, 2, 3, 4))
+    assert done is not None
+    after = moving.merge(done)
+    assert after.replicas == (3, 4) and after.isr == (3, 4) and after.leader == 3
+    assert after.adding_replicas == () and after.removing_replicas == ()

@@ -1,0 +1,447 @@
+"""Replication manager: topics, partitions, placement, elections, reassignment."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.metadata import (
+    CreatableTopic,
+    CreatePartitionsTopic,
+    ElectionType,
+    ErrorCode,
+    ReassignmentRequest,
+    TopicPartition,
+)
+from controller.metadata.config_schema import ResourceType
+from controller.metadata.configs import AlterConfigOp, AlterConfigsResource, ConfigResource, OpType
+from controller.records import record_type
+from controller.records.domain import LeaderRecoveryState
+from tests.unit.metadata.support import SESSION_MS, Harness
+
+
+@pytest.fixture
+def h() -> Harness:
+    harness = Harness()
+    harness.add_brokers([1, 2, 3])
+    return harness
+
+
+def test_create_topic_records_and_state(h: Harness) -> None:
+    result = h.state.replication.create_topics([CreatableTopic("orders", 3, 2)])
+    kinds = [record_type(r) for r in result.records]
+    assert kinds == ["topic", "partition", "partition", "partition"]
+    (response,) = h.apply(result)
+    assert response.error.ok and response.num_partitions == 3 and response.replication_factor == 2
+    assert h.state.replication.topic_id("orders") == response.topic_id
+    for p in range(3):
+        part = h.part("orders", p)
+        assert len(part.replicas) == 2 and part.isr == part.replicas
+        assert part.leader == part.replicas[0] and part.leader_epoch == 0
+    h.check()
+
+
+def test_leaders_spread_evenly(h: Harness) -> None:
+    h.create("t", partitions=9, rf=3)
+    leaders = [h.part("t", p).leader for p in range(9)]
+    assert sorted(leaders.count(b) for b in (1, 2, 3)) == [3, 3, 3]
+
+
+def test_placement_is_rack_aware() -> None:
+    h = Harness()
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
+    h.add_brokers(list(racks), racks)
+    h.create("t", partitions=12, rf=3)
+    for p in range(12):
+        replicas = h.part("t", p).replicas
+        assert len({racks[b] for b in replicas}) == 3, replicas
+
+
+@pytest.mark.parametrize(
+    ("topic", "code"),
+    [
+        (CreatableTopic("", 1, 1), ErrorCode.INVALID_TOPIC_EXCEPTION),
+        (CreatableTopic(".", 1, 1), ErrorCode.INVALID_TOPIC_EXCEPTION),
+        (CreatableTopic("..", 1, 1), ErrorCode.INVALID_TOPIC_EXCEPTION),
+        (CreatableTopic("a" * 250, 1, 1), ErrorCode.INVALID_TOPIC_EXCEPTION),
+        (CreatableTopic("bad name", 1, 1), ErrorCode.INVALID_TOPIC_EXCEPTION),
+        (CreatableTopic("bad/name", 1, 1), ErrorCode.INVALID_TOPIC_EXCEPTION),
+        (CreatableTopic("ümlaut", 1, 1), ErrorCode.INVALID_TOPIC_EXCEPTION),
+        (CreatableTopic("existing", 1, 1), ErrorCode.TOPIC_ALREADY_EXISTS),
+        (CreatableTopic("t", 0, 1), ErrorCode.INVALID_PARTITIONS),
+        (CreatableTopic("t", -5, 1), ErrorCode.INVALID_PARTITIONS),
+        (CreatableTopic("t", 1, 0), ErrorCode.INVALID_REPLICATION_FACTOR),
+        (CreatableTopic("t", 1, -3), ErrorCode.INVALID_REPLICATION_FACTOR),
+        (CreatableTopic("t", 1, 4), ErrorCode.INVALID_REPLICATION_FACTOR),
+        (CreatableTopic("t", assignments=((1, 2), (1,))), ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        (CreatableTopic("t", assignments=((1, 1),)), ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        (CreatableTopic("t", assignments=((1, 9),)), ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        (CreatableTopic("t", assignments=((),)), ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        (CreatableTopic("t", 2, -1, assignments=((1,),)), ErrorCode.INVALID_REQUEST),
+        (CreatableTopic("t", 1, 1, configs=(("nope", "1"),)), ErrorCode.INVALID_CONFIG),
+        (CreatableTopic("t", 1, 1, configs=(("retention.ms", "-2"),)), ErrorCode.INVALID_CONFIG),
+    ],
+)
+def test_create_topic_errors_produce_no_records(
+    h: Harness, topic: CreatableTopic, code: ErrorCode
+) -> None:
+    h.create("existing")
+    result = h.state.replication.create_topics([topic])
+    assert result.records == ()
+    (response,) = result.response
+    assert response.error.code is code, response.error
+    assert response.error.message
+
+
+def test_one_bad_topic_does_not_fail_the_others(h: Harness) -> None:
+    result = h.state.replication.create_topics(
+        [
+            CreatableTopic("good", 1, 1),
+            CreatableTopic("bad!", 1, 1),
+            CreatableTopic("also-good", 2, 3),
+        ]
+    )
+    codes = [r.error.code for r in result.response]
+    assert codes == [ErrorCode.NONE, ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.NONE]
+    h.apply(result)
+    assert [t.name for t in h.state.replication.list_topics()] == ["also-good", "good"]
+    h.check()
+
+
+def test_duplicates_in_one_request(h: Harness) -> None:
+    result = h.state.replication.create_topics(
+        [CreatableTopic("d", 1, 1), CreatableTopic("d", 1, 1)]
+    )
+    assert result.records == ()
+    assert [r.error.code for r in result.response] == [ErrorCode.DUPLICATE_RESOURCE] * 2
+
+
+def test_validate_only_writes_nothing(h: Harness) -> None:
+    result = h.state.replication.create_topics([CreatableTopic("v", 3, 3)], validate_only=True)
+    assert result.records == () and result.response[0].error.ok
+    assert result.response[0].num_partitions == 3
+
+
+def test_defaults_from_cluster_configs(h: Harness) -> None:
+    cluster = ConfigResource(ResourceType.CLUSTER, "")
+    h.apply(
+        h.state.configs.incremental_alter_configs(
+            [AlterConfigsResource(cluster, (AlterConfigOp("num.partitions", OpType.SET, "4"),))]
+        )
+    )
+    response = h.create("defaults", partitions=-1, rf=-1)
+    assert response.num_partitions == 4 and response.replication_factor == 1
+
+
+def test_explicit_assignment_with_fenced_replica(h: Harness) -> None:
+    h.register(4)  # registered but fenced
+    response = h.create("a", partitions=-1, rf=-1, assignments=((4, 2, 1),))
+    assert response.error.ok
+    part = h.part("a")
+    assert part.replicas == (4, 2, 1) and part.isr == (2, 1) and part.leader == 2
+    only_fenced = h.state.replication.create_topics([CreatableTopic("b", assignments=((4,),))])
+    assert only_fenced.response[0].error.code is ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    h.check()
+
+
+def test_topic_configs_are_written_with_the_topic(h: Harness) -> None:
+    h.create("c", configs=(("cleanup.policy", "compact, delete"), ("retention.ms", "1000")))
+    resource = ConfigResource(ResourceType.TOPIC, "c")
+    assert h.state.configs.dynamic_configs(resource) == {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": "1000",
+    }
+    h.check()
+
+
+def test_delete_topics(h: Harness) -> None:
+    h.create("gone", partitions=3, rf=2, configs=(("retention.ms", "5"),))
+    h.create("kept")
+    result = h.state.replication.delete_topics(["gone", "missing", "kept", "kept"])
+    codes = [r.error.code for r in result.response]
+    assert codes == [
+        ErrorCode.NONE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.DUPLICATE_RESOURCE,
+        ErrorCode.DUPLICATE_RESOURCE,
+    ]
+    assert [record_type(r) for r in result.records] == ["remove_topic"]
+    h.apply(result)
+    assert h.state.replication.topic_id("gone") is None
+    assert h.state.configs.dynamic_configs(ConfigResource(ResourceType.TOPIC, "gone")) == {}
+    assert h.state.replication.total_partition_count() == 1
+    # Re-created under the same name it gets a new id.
+    old_id = result.response[0].topic_id
+    assert h.create("gone").topic_id != old_id
+    h.check()
+
+
+def test_create_partitions(h: Harness) -> None:
+    h.create("p", partitions=2, rf=2)
+    result = h.state.replication.create_partitions(
+        [
+            CreatePartitionsTopic("p", 5),
+            CreatePartitionsTopic("missing", 3),
+        ]
+    )
+    assert [r.error.code for r in result.response] == [
+        ErrorCode.NONE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ]
+    h.apply(result)
+    assert h.state.replication.partition_count(h.state.replication.topic_id("p")) == 5  # type: ignore[arg-type]
+    assert all(len(h.part("p", i).replicas) == 2 for i in range(5))
+    h.check()
+
+
+@pytest.mark.parametrize(
+    ("item", "code"),
+    [
+        (CreatePartitionsTopic("p", 2), ErrorCode.INVALID_PARTITIONS),
+        (CreatePartitionsTopic("p", 1), ErrorCode.INVALID_PARTITIONS),
+        (CreatePartitionsTopic("p", 4, ((1, 2),)), ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        (CreatePartitionsTopic("p", 3, ((1, 7),)), ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        (CreatePartitionsTopic("p", 4, ((1, 2), (3,))), ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+    ],
+)
+def test_create_partitions_errors(h: Harness, item: CreatePartitionsTopic, code: ErrorCode) -> None:
+    h.create("p", partitions=2, rf=2)
+    result = h.state.replication.create_partitions([item])
+    assert result.records == () and result.response[0].error.code is code
+
+
+def test_create_partitions_with_assignment_and_validate_only(h: Harness) -> None:
+    h.create("p", partitions=1, rf=1)
+    dry = h.state.replication.create_partitions(
+        [CreatePartitionsTopic("p", 3, ((2,), (3,)))], validate_only=True
+    )
+    assert dry.records == () and dry.response[0].error.ok
+    h.apply(h.state.replication.create_partitions([CreatePartitionsTopic("p", 3, ((2,), (3,)))]))
+    assert [h.part("p", i).replicas for i in (1, 2)] == [(2,), (3,)]
+
+
+def test_partition_change_carries_only_changed_fields(h: Harness) -> None:
+    h.create("t", partitions=1, rf=3)
+    before = h.part("t")
+    h.now_ms = SESSION_MS + 1
+    others = [b for b in (1, 2, 3) if b != before.leader]
+    for b in others:
+        h.heartbeat(b)
+    result = h.state.cluster.fence_stale_brokers(h.now_ms)
+    change = result.records[0].partition_change
+    assert change.HasField("isr") and change.HasField("leader")
+    assert not change.HasField("replicas") and not change.HasField("adding_replicas")
+    h.apply(result)
+    after = h.part("t")
+    assert after.leader_epoch == before.leader_epoch + 1
+    assert after.partition_epoch == before.partition_epoch + 1
+
+
+def _set_unclean(h: Harness, topic: str) -> None:
+    op = AlterConfigOp("unclean.leader.election.enable", OpType.SET, "true")
+    h.apply(
+        h.state.configs.incremental_alter_configs(
+            [AlterConfigsResource(ConfigResource(ResourceType.TOPIC, topic), (op,))]
+        )
+    )
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+def test_unclean_election_only_when_the_topic_allows(unclean: bool) -> None:
+    h = Harness()
+    h.add_brokers([1, 2])
+    h.create("u", assignments=((1, 2),))
+    if unclean:
+        _set_unclean(h, "u")
+    h.now_ms = SESSION_MS + 1
+    h.heartbeat(1)
+    h.apply(h.state.cluster.fence_stale_brokers(h.now_ms))  # 2 fenced: ISR (1,)
+    h.now_ms = 2 * SESSION_MS + 2
+    h.apply(h.state.cluster.fence_stale_brokers(h.now_ms))  # 1 fenced: offline
+    assert h.part("u").leader == -1 and h.part("u").isr == (1,)
+    h.heartbeat(2)  # 2 is back, usable, but was not in sync
+    part = h.part("u")
+    if unclean:
+        assert part.leader == 2 and part.isr == (2,)
+        assert part.leader_recovery_state is LeaderRecoveryState.RECOVERING
+    else:
+        assert part.leader == -1 and part.isr == (1,)
+    h.check()
+
+
+def test_out_of_isr_broker_does_not_join_an_offline_partition() -> None:
+    h = Harness()
+    h.add_brokers([1, 2])
+    h.create("u", assignments=((1, 2),))
+    h.now_ms = SESSION_MS + 1
+    h.heartbeat(1)
+    h.apply(h.state.cluster.fence_stale_brokers(h.now_ms))  # 2 fenced
+    h.now_ms = 2 * SESSION_MS + 2
+    h.apply(h.state.cluster.fence_stale_brokers(h.now_ms))  # 1 fenced: offline
+    h.heartbeat(2)  # 2 comes back, but it is not in sync
+    assert h.part("u").leader == -1 and h.part("u").isr == (1,)
+    h.heartbeat(1)
+    assert h.part("u").leader == 1 and set(h.part("u").isr) == {1}
+    h.heartbeat(2)  # now there is a leader to catch up from
+    assert set(h.part("u").isr) == {1, 2}
+    h.check()
+
+
+def test_preferred_leader_election(h: Harness) -> None:
+    h.create("e", assignments=((1, 2, 3),))
+    rep = h.state.replication
+    not_needed = rep.elect_leaders([TopicPartition("e", 0)])
+    assert (
+        not_needed.records == ()
+        and not_needed.response[0].error.code is ErrorCode.ELECTION_NOT_NEEDED
+    )
+    h.heartbeat(1, want_shutdown=True)
+    assert h.part("e").leader == 2
+    unavailable = rep.elect_leaders([TopicPartition("e", 0)])
+    assert unavailable.records == ()
+    assert unavailable.response[0].error.code is ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    unknown = rep.elect_leaders([TopicPartition("e", 5), TopicPartition("nope", 0)])
+    assert [r.error.code for r in unknown.response] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2
+    # Broker 1 restarts, rejoins, and the preferred election moves leadership back.
+    h.now_ms = SESSION_MS + 1  # the old incarnation's session is over
+    h.register(1, incarnation="second")
+    h.heartbeat(1)
+    assert h.part("e").leader == 2 and 1 in h.part("e").isr
+    everything = rep.elect_leaders(None)
+    assert [(r.topic, r.partition, r.error.code) for r in everything.response] == [
+        ("e", 0, ErrorCode.NONE)
+    ]
+    h.apply(everything)
+    assert h.part("e").leader == 1
+    h.check()
+
+
+def test_unclean_election_request() -> None:
+    h = Harness()
+    h.add_brokers([1, 2])
+    h.create("x", assignments=((1, 2),))
+    h.now_ms = SESSION_MS + 1
+    h.heartbeat(1)
+    h.apply(h.state.cluster.fence_stale_brokers(h.now_ms))
+    h.now_ms = 2 * SESSION_MS + 2
+    h.apply(h.state.cluster.fence_stale_brokers(h.now_ms))
+    h.heartbeat(2)
+    rep = h.state.replication
+    result = rep.elect_leaders([TopicPartition("x", 0)], ElectionType.UNCLEAN)
+    assert result.response[0].error.ok
+    h.apply(result)
+    assert h.part("x").leader == 2 and h.part("x").isr == (2,)
+    again = rep.elect_leaders([TopicPartition("x", 0)], ElectionType.UNCLEAN)
+    assert again.response[0].error.code is ErrorCode.ELECTION_NOT_NEEDED
+    h.check()
+
+
+def test_reassignment_lifecycle() -> None:
+    h = Harness()
+    h.add_brokers([1, 2, 3, 4])
+    h.create("r", assignments=((1, 2),))
+    rep = h.state.replication
+    started = rep.alter_partition_reassignments([ReassignmentRequest("r", 0, (3, 4))])
+    assert started.response[0].error.ok
+    h.apply(started)
+    part = h.part("r")
+    assert part.replicas == (3, 4, 1, 2)
+    assert part.adding_replicas == (3, 4) and part.removing_replicas == (1, 2)
+    assert part.isr == (1, 2) and part.leader == 1
+    (ongoing,) = rep.list_reassignments()
+    assert (ongoing.topic, ongoing.adding, ongoing.removing) == ("r", (3, 4), (1, 2))
+    h.check()
+    h.heartbeat(3)  # 3 catches up: not done yet
+    assert h.part("r").adding_replicas == (3, 4) and 3 in h.part("r").isr
+    h.heartbeat(4)  # 4 catches up: the reassignment completes
+    part = h.part("r")
+    assert part.replicas == (3, 4) and part.isr == (3, 4)
+    assert part.adding_replicas == () and part.removing_replicas == ()
+    assert part.leader == 3
+    assert rep.list_reassignments() == ()
+    h.check()
+
+
+def test_reassignment_cancel_restores_original() -> None:
+    h = Harness()
+    h.add_brokers([1, 2, 3])
+    h.register(4)  # fenced: the move cannot finish
+    h.create("r", assignments=((1, 2),))
+    rep = h.state.replication
+    h.apply(rep.alter_partition_reassignments([ReassignmentRequest("r", 0, (1, 4))]))
+    assert h.part("r").replicas == (1, 4, 2)
+    h.check()
+    h.apply(rep.alter_partition_reassignments([ReassignmentRequest("r", 0, None)]))
+    part = h.part("r")
+    assert (
+        set(part.replicas) == {1, 2} and part.adding_replicas == () and part.removing_replicas == ()
+    )
+    assert rep.list_reassignments() == ()
+    h.check()
+
+
+def test_pure_removal_completes_at_once(h: Harness) -> None:
+    h.create("r", assignments=((1, 2, 3),))
+    h.apply(
+        h.state.replication.alter_partition_reassignments([ReassignmentRequest("r", 0, (2, 3))])
+    )
+    part = h.part("r")
+    assert part.replicas == (2, 3) and part.isr == (2, 3) and part.leader == 2
+    h.check()
+
+
+@pytest.mark.parametrize(
+    ("item", "code"),
+    [
+        (ReassignmentRequest("r", 0, (1, 9)), ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        (ReassignmentRequest("r", 0, (1, 1)), ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        (ReassignmentRequest("r", 0, ()), ErrorCode.INVALID_REPLICA_ASSIGNMENT),
+        (ReassignmentRequest("r", 3, (1, 2)), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        (ReassignmentRequest("zz", 0, (1, 2)), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        (ReassignmentRequest("r", 0, None), ErrorCode.NO_REASSIGNMENT_IN_PROGRESS),
+    ],
+)
+def test_reassignment_errors(h: Harness, item: ReassignmentRequest, code: ErrorCode) -> None:
+    h.create("r", assignments=((1, 2),))
+    result = h.state.replication.alter_partition_reassignments([item])
+    assert result.records == () and result.response[0].error.code is code
+
+
+def test_reassignment_duplicate_items(h: Harness) -> None:
+    h.create("r", assignments=((1, 2),))
+    result = h.state.replication.alter_partition_reassignments(
+        [ReassignmentRequest("r", 0, (2, 3)), ReassignmentRequest("r", 0, (1, 3))]
+    )
+    assert result.records == ()
+    assert {r.error.code for r in result.response} == {ErrorCode.DUPLICATE_RESOURCE}
+
+
+def test_reads_at_a_committed_epoch(h: Harness) -> None:
+    h.create("one", partitions=2, rf=1)
+    committed = h.committed
+    h.create("two")
+    h.apply(h.state.replication.create_partitions([CreatePartitionsTopic("one", 4)]))
+    rep = h.state.replication
+    assert [t.name for t in rep.list_topics(committed)] == ["one"]
+    (described,) = rep.describe_topics(["one"], committed)
+    assert len(described.partitions) == 2
+    (missing,) = rep.describe_topics(["two"], committed)
+    assert missing.error.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert len(rep.describe_topics(["one"])[0].partitions) == 4
+
+
+def test_names_colliding_on_dot_and_underscore_are_refused(h: Harness) -> None:
+    h.create("a.b")
+    existing = h.state.replication.create_topics([CreatableTopic("a_b", 1, 1)])
+    assert existing.records == ()
+    assert existing.response[0].error.code is ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert "'a.b'" in existing.response[0].error.message
+    same_request = h.state.replication.create_topics(
+        [CreatableTopic("x_y", 1, 1), CreatableTopic("x.y", 1, 1)]
+    )
+    codes = [r.error.code for r in same_request.response]
+    assert codes == [ErrorCode.NONE, ErrorCode.INVALID_TOPIC_EXCEPTION]
+    h.apply(same_request)
+    # Once the colliding topic is gone the name is free again.
+    h.apply(h.state.replication.delete_topics(["a.b"]))
+    h.create("a_b")
+    h.check()
