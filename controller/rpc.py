@@ -81,6 +81,10 @@ def add_health_and_reflection(
 ) -> health_async.HealthServicer:
     """Register grpc.health.v1 and server reflection; every service starts SERVING."""
     health_servicer = health_async.HealthServicer()
+    # The async servicer's `set` is a coroutine and this runs before the loop serves;
+    # with no watcher yet, writing the status table is all `set` would do.
+    for name in service_names:
+        health_servicer._server_status[name] = health_pb2.HealthCheckResponse.SERVING
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
     reflection.enable_server_reflection(names, server)

@@ -11,6 +11,7 @@ from importlib.metadata import version as package_version
 
 import click
 
+from controller.cli.admin_cmds import ADMIN_COMMANDS
 from controller.cli.dev_cmd import dev
 from controller.cli.log_cmd import log
 from controller.cli.storage_cmd import storage
@@ -37,6 +38,8 @@ def version() -> None:
 cli.add_command(dev)
 cli.add_command(storage)
 cli.add_command(log)
+for _command in ADMIN_COMMANDS:
+    cli.add_command(_command)
 
 
 def main() -> None:

@@ -1,0 +1,77 @@
+"""The BrokerLifecycle gRPC service: broker registration and heartbeats.
+
+The cluster id is checked here, before the controller sees the request: a broker
+formatted for another cluster gets INCONSISTENT_CLUSTER_ID in the response (it is
+the broker's configuration that is wrong, not the transport), and nothing is
+queued. Everything else (stale epochs, duplicate live incarnations) is the cluster
+manager's answer.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.descriptor import ServiceDescriptor
+
+from controller.api import broker_convert as bcv
+from controller.api import broker_pb2 as bpb
+from controller.api import broker_pb2_grpc as bpb_grpc
+from controller.api.handlers import Context, guarded
+from controller.api.seam import ControllerFacade, Origin
+from controller.metadata import ApiError, ErrorCode
+
+
+def _wrong_cluster(facade: ControllerFacade, broker_id: int, cluster_id: str) -> ApiError | None:
+    if cluster_id == facade.cluster_id:
+        return None
+    return ApiError(
+        ErrorCode.INCONSISTENT_CLUSTER_ID,
+        f"broker {broker_id} belongs to cluster {cluster_id!r} but this controller serves "
+        f"cluster {facade.cluster_id!r}; check the broker's meta.properties and its "
+        "controller addresses",
+    )
+
+
+def _origin(broker_id: int, context: Context) -> Origin:
+    # Brokers send no RequestHeader: the broker id is the principal until brokers
+    # authenticate (DESIGN.md section 11).
+    return Origin(principal=f"broker-{broker_id}", client_address=context.peer() or "")
+
+
+class BrokerLifecycleService(bpb_grpc.BrokerLifecycleServicer):
+    DESCRIPTOR: ServiceDescriptor = bpb.DESCRIPTOR.services_by_name["BrokerLifecycle"]
+
+    def __init__(self, facade: ControllerFacade) -> None:
+        self._facade = facade
+
+    async def RegisterBroker(
+        self, request: bpb.RegisterBrokerRequest, context: Context
+    ) -> bpb.RegisterBrokerResponse:
+        async def body() -> bpb.RegisterBrokerResponse:
+            wrong = _wrong_cluster(self._facade, request.broker_id, request.cluster_id)
+            if wrong is not None:
+                return bpb.RegisterBrokerResponse(
+                    error=bcv.broker_error_to_pb(wrong), broker_epoch=-1
+                )
+            registration = bcv.registration_request_from_pb(request)
+            reply = await self._facade.register_broker(
+                registration, origin=_origin(request.broker_id, context)
+            )
+            return bcv.registration_reply_to_pb(reply)
+
+        return await guarded(context, "RegisterBroker", body)
+
+    async def BrokerHeartbeat(
+        self, request: bpb.BrokerHeartbeatRequest, context: Context
+    ) -> bpb.BrokerHeartbeatResponse:
+        async def body() -> bpb.BrokerHeartbeatResponse:
+            wrong = _wrong_cluster(self._facade, request.broker_id, request.cluster_id)
+            if wrong is not None:
+                return bpb.BrokerHeartbeatResponse(
+                    error=bcv.broker_error_to_pb(wrong), broker_epoch=-1, is_fenced=True
+                )
+            heartbeat = bcv.heartbeat_request_from_pb(request)
+            reply = await self._facade.broker_heartbeat(
+                heartbeat, origin=_origin(request.broker_id, context)
+            )
+            return bcv.heartbeat_reply_to_pb(reply, request.broker_epoch)
+
+        return await guarded(context, "BrokerHeartbeat", body)

@@ -1,0 +1,416 @@
+"""``AdminClient``: a synchronous client of the Admin service (the CLI's engine).
+
+Finding the controller. Any controller answers: the active one serves, the others
+answer FAILED_PRECONDITION naming the leader in trailing metadata
+(``x-metakraft-leader-address``), and the client goes there. When the leader is
+unknown (an election), it walks the bootstrap addresses with bounded exponential
+backoff. The last controller that answered is tried first next time.
+
+What is retried (until ``timeout_ms`` runs out):
+- reads: every transport fault (unreachable, busy, not controller, a server-side
+  timeout);
+- writes: only what proves the request was not applied: the connection could not
+  be established before sending (a health-check probe on a channel that has not
+  reached the server yet fails, or gRPC reports it could not connect at all, so
+  the call never left the client), or "not controller" (the seam promises the
+  request was not appended). A write that gets
+  no answer (DEADLINE_EXCEEDED, or the connection breaking after it was sent) is
+  never resent: it raises ``OutcomeUnknownError`` with the request id to look for.
+  A busy controller refused the write before queueing it: ``ControllerOverloadedError``,
+  not retried (the caller decides when to try again).
+One request id is generated per call and kept across its retries.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from controller import rpc
+from controller.api import admin_pb2 as apb
+from controller.api import admin_pb2_grpc as apb_grpc
+from controller.api import convert as cv
+from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY
+from controller.api.seam import ClusterDescription, QuorumDescription
+from controller.metadata import (
+    AlterConfigsResource,
+    AlterConfigsResult,
+    ApiError,
+    ConfigResource,
+    CreatableTopic,
+    CreatePartitionsResult,
+    CreatePartitionsTopic,
+    CreateTopicResult,
+    DeleteTopicResult,
+    DescribeConfigsResult,
+    ElectionType,
+    ElectLeadersResult,
+    FeatureDescription,
+    FeatureUpdate,
+    FeatureUpdateResult,
+    OngoingReassignment,
+    ReassignmentRequest,
+    ReassignmentResult,
+    TopicDescription,
+    TopicListing,
+    TopicPartition,
+)
+
+DEFAULT_TIMEOUT_MS = 30_000
+DEFAULT_CONNECT_TIMEOUT_MS = 2_000
+_BACKOFF_FIRST_MS = 25
+_BACKOFF_MAX_MS = 1_000
+# Redirects followed back to back before backing off (a leader change in progress
+# can bounce a request between two nodes for a moment).
+_FREE_REDIRECTS = 3
+
+
+class AdminClientError(Exception):
+    """Base of the client's errors."""
+
+
+class ControllerUnreachableError(AdminClientError):
+    """No controller answered in time. A write was never delivered: not applied."""
+
+
+class ControllerOverloadedError(AdminClientError):
+    """The controller refused the request as busy before queueing it: not applied."""
+
+
+class OutcomeUnknownError(AdminClientError):
+    """A write was sent but no answer came: it may or may not be applied."""
+
+    def __init__(self, message: str, request_id: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+class RequestFailedError(AdminClientError):
+    """The controller refused the whole request (malformed, too large, internal)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+def parse_bootstrap(addresses: Sequence[str]) -> list[str]:
+    """Validate HOST:PORT addresses (also comma-separated within one string)."""
+    found: list[str] = []
+    for chunk in addresses:
+        for address in (a.strip() for a in chunk.split(",")):
+            if not address:
+                continue
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"bootstrap address {address!r} is not HOST:PORT")
+            if address not in found:
+                found.append(address)
+    if not found:
+        raise ValueError("no bootstrap address given (HOST:PORT[,HOST:PORT...])")
+    return found
+
+
+def _trailing(exc: grpc.RpcError) -> dict[str, str]:
+    call: Any = exc  # a grpc.Call as well, for unary calls
+    try:
+        pairs = call.trailing_metadata() or ()
+    except AttributeError:
+        return {}
+    return {str(k): str(v) for k, v in pairs}
+
+
+def _connected(channel: grpc.Channel, timeout_s: float) -> bool:
+    """Whether a connection to the server can be made: one health check (every API
+    server serves grpc.health.v1). A failure here proves nothing was sent.
+
+    (Not channel.subscribe: its polling thread outlives unsubscribe and raises when
+    the channel is closed under it.)"""
+    try:
+        health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
+        )
+    except grpc.RpcError as exc:
+        # Any answer from the server, even an error status, means we are connected.
+        return exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    return True
+
+
+def _never_sent(exc: grpc.RpcError) -> bool:
+    """gRPC could not pick a connection for the call, so it never left the client."""
+    return "failed to connect to all addresses" in (exc.details() or "")
+
+
+class AdminClient:
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        *,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        principal: str = "",
+        connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
+        limits: rpc.RpcLimits | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if timeout_ms <= 0 or connect_timeout_ms <= 0:
+            raise ValueError("timeouts must be positive")
+        self._bootstrap = parse_bootstrap(bootstrap)
+        self._timeout_ms = timeout_ms
+        self._connect_timeout_ms = connect_timeout_ms
+        self._principal = principal
+        self._limits = limits or rpc.RpcLimits()
+        self._sleep = sleep
+        self._channels: dict[str, grpc.Channel] = {}
+        self._next_bootstrap = 0
+        # Addresses whose channel has reached the server (a write needs no probe).
+        self._connected: set[str] = set()
+        # The address that last answered as the active controller.
+        self.leader_address: str | None = None
+        self.leader_id: int | None = None
+        # The request id of the last call (to look for in the log after an unknown outcome).
+        self.last_request_id = ""
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- the retry loop ----------------------------------------------------------------
+
+    def _channel(self, address: str) -> grpc.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = rpc.create_sync_channel(address, self._limits)
+        return channel
+
+    def _skip(self, address: str) -> None:
+        """Try another controller next: the known leader is forgotten if it was this
+        one, and the bootstrap walk moves past it."""
+        if address == self.leader_address:
+            self.leader_address = None
+        if address in self._bootstrap:
+            self._next_bootstrap = self._bootstrap.index(address) + 1
+
+    def _drop(self, address: str) -> None:
+        # A failed channel may sit in reconnect backoff; a fresh one tries at once.
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            channel.close()
+        self._connected.discard(address)
+        self._skip(address)
+
+    def _target(self) -> str:
+        if self.leader_address is not None:
+            return self.leader_address
+        return self._bootstrap[self._next_bootstrap % len(self._bootstrap)]
+
+    def _call(self, method: str, request: Any, *, write: bool) -> Any:
+        request_id = uuid.uuid4().hex
+        self.last_request_id = request_id
+        request.header.request_id = request_id
+        request.header.principal = self._principal
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        backoff_ms = _BACKOFF_FIRST_MS
+        redirects = 0
+        problem = "no attempt made"
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ControllerUnreachableError(
+                    f"no controller answered {method} within {self._timeout_ms} ms "
+                    f"(tried {', '.join(self._bootstrap)}); last problem: {problem}"
+                )
+            target = self._target()
+            channel = self._channel(target)
+            retry_now = False
+            if (
+                write
+                and target not in self._connected
+                and not _connected(channel, min(remaining, self._connect_timeout_ms / 1000))
+            ):
+                # Never sent, so never applied: safe to try elsewhere.
+                problem = f"{target}: cannot connect"
+                self._drop(target)
+            else:
+                try:
+                    stub = apb_grpc.AdminStub(channel)
+                    response = getattr(stub, method)(request, timeout=remaining)
+                    self.leader_address = target
+                    self._connected.add(target)
+                    return response
+                except grpc.RpcError as exc:
+                    problem = f"{target}: {exc.code().name}: {exc.details()}"
+                    retry_now = self._on_error(exc, target, method, write, request_id)
+            if retry_now and redirects < _FREE_REDIRECTS:
+                redirects += 1
+                continue
+            redirects = 0
+            self._sleep(min(backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
+            backoff_ms = min(backoff_ms * 2, _BACKOFF_MAX_MS)
+
+    def _on_error(
+        self, exc: grpc.RpcError, target: str, method: str, write: bool, request_id: str
+    ) -> bool:
+        """Raise if the error must not be retried; else prepare the next attempt and
+        return whether it may go at once (a redirect to a named leader)."""
+        code = exc.code()
+        trailing = _trailing(exc)
+        if code is grpc.StatusCode.FAILED_PRECONDITION:
+            # Not the active controller; the request was not appended (seam contract).
+            leader = trailing.get(LEADER_ADDRESS_KEY)
+            leader_id = trailing.get(LEADER_ID_KEY)
+            self.leader_id = int(leader_id) if leader_id and leader_id.isdigit() else None
+            if leader and leader != target:
+                self.leader_address = leader
+                return True
+            self._skip(target)
+            return False
+        if code is grpc.StatusCode.UNAVAILABLE:
+            busy = trailing.get(BUSY_KEY) == "true"
+            if write and busy:
+                raise ControllerOverloadedError(
+                    f"{method} was refused by a busy controller ({target}) and not applied; "
+                    "retry later"
+                ) from exc
+            if write and not _never_sent(exc):
+                raise OutcomeUnknownError(
+                    f"the connection to {target} failed after {method} was sent, so it may or "
+                    f"may not be applied; check before retrying (request id {request_id})",
+                    request_id,
+                ) from exc
+            if not busy:
+                self._drop(target)
+            return False
+        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            if write:
+                raise OutcomeUnknownError(
+                    f"{method} got no answer from {target} in time; it may or may not be "
+                    f"applied: check before retrying (request id {request_id})",
+                    request_id,
+                ) from exc
+            return False
+        raise RequestFailedError(code, exc.details() or "") from exc
+
+    # -- the RPCs ----------------------------------------------------------------------
+
+    def create_topics(
+        self, topics: Sequence[CreatableTopic], *, validate_only: bool = False
+    ) -> tuple[CreateTopicResult, ...]:
+        request = apb.CreateTopicsRequest(
+            topics=[cv.creatable_topic_to_pb(t) for t in topics], validate_only=validate_only
+        )
+        response = self._call("CreateTopics", request, write=True)
+        return tuple(cv.create_topic_result_from_pb(r) for r in response.results)
+
+    def delete_topics(self, names: Sequence[str]) -> tuple[DeleteTopicResult, ...]:
+        request = apb.DeleteTopicsRequest(names=names)
+        response = self._call("DeleteTopics", request, write=True)
+        return tuple(cv.delete_topic_result_from_pb(r) for r in response.results)
+
+    def create_partitions(
+        self, topics: Sequence[CreatePartitionsTopic], *, validate_only: bool = False
+    ) -> tuple[CreatePartitionsResult, ...]:
+        request = apb.CreatePartitionsRequest(
+            topics=[cv.create_partitions_topic_to_pb(t) for t in topics],
+            validate_only=validate_only,
+        )
+        response = self._call("CreatePartitions", request, write=True)
+        return tuple(cv.create_partitions_result_from_pb(r) for r in response.results)
+
+    def list_topics(self) -> tuple[TopicListing, ...]:
+        response = self._call("ListTopics", apb.ListTopicsRequest(), write=False)
+        return tuple(cv.topic_listing_from_pb(t) for t in response.topics)
+
+    def describe_topics(self, names: Sequence[str] | None = None) -> tuple[TopicDescription, ...]:
+        """``None`` (or empty): every topic."""
+        request = apb.DescribeTopicsRequest(names=names or ())
+        response = self._call("DescribeTopics", request, write=False)
+        return tuple(cv.topic_description_from_pb(t) for t in response.topics)
+
+    def describe_cluster(self) -> ClusterDescription:
+        response = self._call("DescribeCluster", apb.DescribeClusterRequest(), write=False)
+        return cv.cluster_from_pb(response)
+
+    def incremental_alter_configs(
+        self, resources: Sequence[AlterConfigsResource], *, validate_only: bool = False
+    ) -> tuple[AlterConfigsResult, ...]:
+        request = apb.IncrementalAlterConfigsRequest(
+            resources=[cv.alter_configs_resource_to_pb(r) for r in resources],
+            validate_only=validate_only,
+        )
+        response = self._call("IncrementalAlterConfigs", request, write=True)
+        return tuple(cv.alter_configs_result_from_pb(r) for r in response.results)
+
+    def describe_configs(
+        self, resources: Sequence[ConfigResource]
+    ) -> tuple[DescribeConfigsResult, ...]:
+        request = apb.DescribeConfigsRequest(
+            resources=[cv.config_resource_to_pb(r) for r in resources]
+        )
+        response = self._call("DescribeConfigs", request, write=False)
+        return tuple(cv.describe_configs_result_from_pb(r) for r in response.results)
+
+    def alter_partition_reassignments(
+        self, items: Sequence[ReassignmentRequest]
+    ) -> tuple[ReassignmentResult, ...]:
+        request = apb.AlterPartitionReassignmentsRequest(
+            partitions=[cv.reassignment_request_to_pb(i) for i in items]
+        )
+        response = self._call("AlterPartitionReassignments", request, write=True)
+        return tuple(cv.reassignment_result_from_pb(r) for r in response.results)
+
+    def list_partition_reassignments(
+        self, partitions: Sequence[TopicPartition] | None = None
+    ) -> tuple[OngoingReassignment, ...]:
+        request = apb.ListPartitionReassignmentsRequest(
+            partitions=[cv.topic_partition_to_pb(p) for p in partitions or ()]
+        )
+        response = self._call("ListPartitionReassignments", request, write=False)
+        return tuple(cv.ongoing_reassignment_from_pb(r) for r in response.reassignments)
+
+    def elect_leaders(
+        self,
+        partitions: Sequence[TopicPartition] | None,
+        election_type: ElectionType = ElectionType.PREFERRED,
+    ) -> tuple[ElectLeadersResult, ...]:
+        """``None``: every partition that needs an election."""
+        request = apb.ElectLeadersRequest(
+            election_type=cv.election_type_to_pb(election_type),
+            partitions=[cv.topic_partition_to_pb(p) for p in partitions or ()],
+            all_partitions=partitions is None,
+        )
+        response = self._call("ElectLeaders", request, write=True)
+        return tuple(cv.elect_leaders_result_from_pb(r) for r in response.results)
+
+    def unregister_broker(self, broker_id: int) -> ApiError:
+        request = apb.UnregisterBrokerRequest(broker_id=broker_id)
+        response = self._call("UnregisterBroker", request, write=True)
+        return cv.error_from_pb(response.error)
+
+    def describe_quorum(self) -> QuorumDescription:
+        response = self._call("DescribeQuorum", apb.DescribeQuorumRequest(), write=False)
+        return cv.quorum_from_pb(response)
+
+    def describe_features(self) -> tuple[FeatureDescription, ...]:
+        response = self._call("DescribeFeatures", apb.DescribeFeaturesRequest(), write=False)
+        return tuple(cv.feature_description_from_pb(f) for f in response.features)
+
+    def update_features(
+        self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False
+    ) -> tuple[FeatureUpdateResult, ...]:
+        request = apb.UpdateFeaturesRequest(
+            updates=[cv.feature_update_to_pb(u) for u in updates], validate_only=validate_only
+        )
+        response = self._call("UpdateFeatures", request, write=True)
+        return tuple(cv.feature_update_result_from_pb(r) for r in response.results)

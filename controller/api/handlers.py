@@ -1,0 +1,113 @@
+"""What every API handler shares: request decoding, the origin, and the mapping of
+the seam's errors to gRPC status codes (the contract in admin.proto's header).
+
+Services are registered from their descriptors with raw-bytes deserializers, so a
+request that does not decode is answered INVALID_ARGUMENT by us, with the parse
+error, instead of by gRPC's generic deserialization failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+from google.protobuf import message as pb_message
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from grpc import aio
+
+from controller.api.convert import MalformedRequestError
+from controller.api.seam import (
+    ControllerBusyError,
+    ControllerTimeoutError,
+    NotControllerError,
+    Origin,
+)
+
+logger = logging.getLogger(__name__)
+
+# Trailing metadata of a FAILED_PRECONDITION "not controller" answer.
+LEADER_ID_KEY = "x-metakraft-leader-id"
+LEADER_ADDRESS_KEY = "x-metakraft-leader-address"
+# Trailing metadata of an UNAVAILABLE "busy" answer: the request was not accepted.
+BUSY_KEY = "x-metakraft-busy"
+
+Context = aio.ServicerContext[Any, Any]
+_Resp = TypeVar("_Resp", bound=pb_message.Message)
+
+
+def origin_of(header: Any, context: Context) -> Origin:
+    """The batch origin: declared principal (else the peer address), peer, request id."""
+    peer = context.peer() or ""
+    principal = header.principal if header is not None and header.principal else peer
+    request_id = header.request_id if header is not None else ""
+    return Origin(principal=principal, client_address=peer, request_id=request_id)
+
+
+async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_Resp]]) -> _Resp:
+    """Run one handler body; map every failure to a status. Never lets an exception
+    escape as a crash: an unexpected one is logged with an id and answered INTERNAL."""
+    trailing: tuple[tuple[str, str], ...] = ()
+    try:
+        return await body()
+    except MalformedRequestError as exc:
+        code, details = grpc.StatusCode.INVALID_ARGUMENT, f"malformed {method} request: {exc}"
+    except NotControllerError as exc:
+        code, details = grpc.StatusCode.FAILED_PRECONDITION, f"NOT_CONTROLLER: {exc}"
+        if exc.leader_id is not None:
+            trailing += ((LEADER_ID_KEY, str(exc.leader_id)),)
+        if exc.leader_address:
+            trailing += ((LEADER_ADDRESS_KEY, exc.leader_address),)
+    except ControllerBusyError as exc:
+        code = grpc.StatusCode.UNAVAILABLE
+        details = f"CONTROLLER_BUSY: the controller is overloaded, retry later ({exc})"
+        trailing = ((BUSY_KEY, "true"),)
+    except ControllerTimeoutError as exc:
+        code = grpc.StatusCode.DEADLINE_EXCEEDED
+        details = (
+            f"the controller did not answer {method} in time ({exc}); a write may still be "
+            "applied: check its effect before retrying"
+        )
+    except Exception:
+        error_id = uuid.uuid4().hex[:12]
+        logger.exception("internal error %s in %s", error_id, method)
+        code = grpc.StatusCode.INTERNAL
+        details = f"internal error in {method} (error id {error_id}, see the controller log)"
+    await context.abort(code, details, trailing_metadata=trailing)
+
+
+async def abort_malformed(context: Context, method: str, why: str) -> NoReturn:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed {method} request: {why}")
+
+
+def _raw_handler(
+    method: str, request_class: type[pb_message.Message], impl: Callable[..., Awaitable[Any]]
+) -> grpc.RpcMethodHandler[Any, Any]:
+    async def handle(raw: bytes, context: Context) -> Any:
+        try:
+            request = request_class.FromString(raw)
+        except pb_message.DecodeError as exc:
+            await abort_malformed(context, method, f"the message does not decode ({exc})")
+        return await impl(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        handle,
+        request_deserializer=None,  # raw bytes: decoded above
+        response_serializer=lambda msg: msg.SerializeToString(),
+    )
+
+
+def register_service(server: aio.Server, service: ServiceDescriptor, servicer: object) -> str:
+    """Register ``servicer``'s methods (named as in the .proto) for every method of
+    ``service``; returns the service's full name."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in service.methods:
+        impl = getattr(servicer, method.name)
+        request_class = message_factory.GetMessageClass(method.input_type)
+        handlers[method.name] = _raw_handler(method.name, request_class, impl)
+    generic = grpc.method_handlers_generic_handler(service.full_name, handlers)
+    server.add_generic_rpc_handlers((generic,))
+    return service.full_name

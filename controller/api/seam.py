@@ -1,0 +1,204 @@
+"""The seam between the gRPC services and the controller: ``ControllerFacade``.
+
+The services convert and validate wire messages, then call one facade method per
+RPC with the control managers' own request values (``controller.metadata``) and
+the request's ``Origin``; the facade answers with the managers' result values. The
+single-threaded controller (issue 5, part 1) implements it; tests use
+``tests/support/local_controller.py``.
+
+Errors the facade raises, and what they promise (the client's retry policy rests on
+these promises, so an implementation must keep them):
+
+- ``NotControllerError``: this node is not the active controller and the request
+  was NOT appended to the log; it is safe to send it to the leader. A request whose
+  records were appended before leadership was lost must NOT get this error (a new
+  leader may still commit them): raise ``ControllerTimeoutError`` instead.
+- ``ControllerBusyError``: the request was refused before it was queued (queue full,
+  too much work); nothing was applied.
+- ``ControllerTimeoutError``: no answer in time; for a write the outcome is unknown.
+
+Anything else is a bug: the service answers INTERNAL and logs it with an error id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+
+from controller.metadata import (
+    AlterConfigsResource,
+    AlterConfigsResult,
+    ApiError,
+    BrokerHeartbeatReply,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationReply,
+    BrokerRegistrationRequest,
+    ConfigResource,
+    CreatableTopic,
+    CreatePartitionsResult,
+    CreatePartitionsTopic,
+    CreateTopicResult,
+    DeleteTopicResult,
+    DescribeConfigsResult,
+    ElectionType,
+    ElectLeadersResult,
+    FeatureDescription,
+    FeatureUpdate,
+    FeatureUpdateResult,
+    OngoingReassignment,
+    ReassignmentRequest,
+    ReassignmentResult,
+    TopicDescription,
+    TopicListing,
+    TopicPartition,
+)
+from controller.records.domain import BrokerRegistration
+
+# -- values the managers do not have -------------------------------------------------
+
+
+@attrs.frozen
+class Origin:
+    """Who sent a request: recorded as the origin of the batch it produces."""
+
+    # The caller's declared identity, or its address when it declared none.
+    principal: str
+    # The peer address as gRPC reports it (e.g. "ipv4:127.0.0.1:53122").
+    client_address: str
+    # The caller's request id, "" when it gave none.
+    request_id: str = ""
+
+
+@attrs.frozen
+class ClusterDescription:
+    cluster_id: str
+    # The active controller's node id, -1 when unknown.
+    controller_id: int
+    brokers: tuple[BrokerRegistration, ...]
+
+
+@attrs.frozen
+class ReplicaState:
+    """One quorum member as the leader sees it (-1 where unknown)."""
+
+    replica_id: int
+    log_end_offset: int = -1
+    last_fetch_timestamp_ms: int = -1
+    last_caught_up_timestamp_ms: int = -1
+
+
+@attrs.frozen
+class QuorumDescription:
+    # -1 when there is no leader.
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[ReplicaState, ...]
+    observers: tuple[ReplicaState, ...] = ()
+
+
+# -- errors --------------------------------------------------------------------------
+
+
+class NotControllerError(Exception):
+    """Not the active controller; the request was not appended (see module doc)."""
+
+    def __init__(self, leader_id: int | None, leader_address: str | None) -> None:
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+        if leader_id is None:
+            where = "the active controller is not known yet (an election may be running)"
+        else:
+            where = f"the active controller is node {leader_id}"
+            if leader_address:
+                where += f" at {leader_address}"
+        super().__init__(f"this node is not the active controller; {where}")
+
+
+class ControllerBusyError(Exception):
+    """Refused before it was queued: the controller is overloaded. Nothing applied."""
+
+
+class ControllerTimeoutError(Exception):
+    """No answer in time. For a write the outcome is unknown: it may still be applied."""
+
+
+# -- the seam ------------------------------------------------------------------------
+
+
+class ControllerFacade(Protocol):
+    """One async method per RPC. Reads answer at the committed offset; writes answer
+    once their records are committed. Batch methods answer per item, in order."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    async def create_topics(
+        self, topics: Sequence[CreatableTopic], *, validate_only: bool, origin: Origin
+    ) -> tuple[CreateTopicResult, ...]: ...
+
+    async def delete_topics(
+        self, names: Sequence[str], *, origin: Origin
+    ) -> tuple[DeleteTopicResult, ...]: ...
+
+    async def create_partitions(
+        self, topics: Sequence[CreatePartitionsTopic], *, validate_only: bool, origin: Origin
+    ) -> tuple[CreatePartitionsResult, ...]: ...
+
+    async def list_topics(self, *, origin: Origin) -> tuple[TopicListing, ...]: ...
+
+    async def describe_topics(
+        self, names: Sequence[str] | None, *, origin: Origin
+    ) -> tuple[TopicDescription, ...]:
+        """``None``: every topic."""
+        ...
+
+    async def describe_cluster(self, *, origin: Origin) -> ClusterDescription: ...
+
+    async def incremental_alter_configs(
+        self, resources: Sequence[AlterConfigsResource], *, validate_only: bool, origin: Origin
+    ) -> tuple[AlterConfigsResult, ...]: ...
+
+    async def describe_configs(
+        self, resources: Sequence[ConfigResource], *, origin: Origin
+    ) -> tuple[DescribeConfigsResult, ...]: ...
+
+    async def alter_partition_reassignments(
+        self, items: Sequence[ReassignmentRequest], *, origin: Origin
+    ) -> tuple[ReassignmentResult, ...]: ...
+
+    async def list_partition_reassignments(
+        self, partitions: Sequence[TopicPartition] | None, *, origin: Origin
+    ) -> tuple[OngoingReassignment, ...]:
+        """``None``: every ongoing reassignment."""
+        ...
+
+    async def elect_leaders(
+        self,
+        partitions: Sequence[TopicPartition] | None,
+        election_type: ElectionType,
+        *,
+        origin: Origin,
+    ) -> tuple[ElectLeadersResult, ...]:
+        """``None``: every partition that needs an election."""
+        ...
+
+    async def unregister_broker(self, broker_id: int, *, origin: Origin) -> ApiError: ...
+
+    async def describe_quorum(self, *, origin: Origin) -> QuorumDescription: ...
+
+    async def describe_features(self, *, origin: Origin) -> tuple[FeatureDescription, ...]: ...
+
+    async def update_features(
+        self, updates: Sequence[FeatureUpdate], *, validate_only: bool, origin: Origin
+    ) -> tuple[FeatureUpdateResult, ...]: ...
+
+    async def register_broker(
+        self, request: BrokerRegistrationRequest, *, origin: Origin
+    ) -> BrokerRegistrationReply: ...
+
+    async def broker_heartbeat(
+        self, request: BrokerHeartbeatRequest, *, origin: Origin
+    ) -> BrokerHeartbeatReply: ...

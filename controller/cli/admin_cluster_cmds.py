@@ -1,0 +1,201 @@
+"""`metakraft cluster|quorum|features|brokers`: cluster-level admin commands (the
+topic-level ones are in ``admin_cmds``, which registers both)."""
+
+from __future__ import annotations
+
+import click
+
+from controller.api.client import AdminClient
+from controller.cli.admin_output import (
+    EXIT_ITEM_FAILED,
+    EXIT_OK,
+    AdminOptions,
+    admin_options,
+    console,
+    emit_json,
+    ids,
+    key_value,
+    report,
+    run_admin,
+    status,
+    table,
+)
+from controller.metadata import FeatureUpdate
+from controller.metadata.features import METADATA_VERSION
+
+
+@click.group()
+def cluster() -> None:
+    """The cluster and its brokers."""
+
+
+@cluster.command("describe")
+@admin_options
+def cluster_describe(opts: AdminOptions) -> None:
+    """Cluster id, active controller, registered brokers."""
+
+    def action(client: AdminClient) -> int:
+        desc = client.describe_cluster()
+        if opts.json:
+            emit_json(desc)
+            return EXIT_OK
+        click.echo(f"cluster id: {desc.cluster_id}\nactive controller: {desc.controller_id}")
+        rows = [
+            (
+                b.broker_id,
+                b.broker_epoch,
+                b.rack or "",
+                "fenced" if b.fenced else "shutting down" if b.in_controlled_shutdown else "active",
+                " ".join(f"{li.name}://{li.host}:{li.port}" for li in b.listeners),
+            )
+            for b in desc.brokers
+        ]
+        console().print(table("Brokers", ("id", "epoch", "rack", "state", "listeners"), rows))
+        return EXIT_OK
+
+    run_admin(opts, action)
+
+
+@click.group()
+def quorum() -> None:
+    """The controller quorum (Raft)."""
+
+
+@quorum.command("describe")
+@click.option(
+    "--replication", is_flag=True, help="One row per voter and observer: log end offset and lag."
+)
+@admin_options
+def quorum_describe(opts: AdminOptions, replication: bool) -> None:
+    """Leader, epoch and high watermark (with --replication: each replica's progress)."""
+
+    def action(client: AdminClient) -> int:
+        desc = client.describe_quorum()
+        if opts.json:
+            emit_json(desc)
+            return EXIT_OK
+        if not replication:
+            rows = [
+                ("leader id", desc.leader_id if desc.leader_id >= 0 else "none"),
+                ("leader epoch", desc.leader_epoch),
+                ("high watermark", desc.high_watermark),
+                ("voters", ids([v.replica_id for v in desc.voters])),
+                ("observers", ids([o.replica_id for o in desc.observers])),
+            ]
+            console().print(table("Quorum", ("", ""), rows))
+            return EXIT_OK
+        rows2 = []
+        for role, states in (("voter", desc.voters), ("observer", desc.observers)):
+            for s in states:
+                kind = "leader" if s.replica_id == desc.leader_id else role
+                lag = desc.high_watermark - s.log_end_offset if s.log_end_offset >= 0 else "?"
+                rows2.append(
+                    (
+                        s.replica_id,
+                        kind,
+                        s.log_end_offset,
+                        lag,
+                        s.last_fetch_timestamp_ms,
+                        s.last_caught_up_timestamp_ms,
+                    )
+                )
+        columns = (
+            "replica",
+            "role",
+            "log end offset",
+            "lag",
+            "last fetch (ms)",
+            "last caught up (ms)",
+        )
+        console().print(table("Quorum replication", columns, rows2))
+        return EXIT_OK
+
+    run_admin(opts, action)
+
+
+@click.group()
+def features() -> None:
+    """Finalized feature levels (metadata.version)."""
+
+
+@features.command("describe")
+@admin_options
+def features_describe(opts: AdminOptions) -> None:
+    """Each feature's finalized level and the range this controller supports."""
+
+    def action(client: AdminClient) -> int:
+        found = client.describe_features()
+        if opts.json:
+            emit_json(list(found))
+        else:
+            rows = [
+                (f.name, f.finalized_level, f"{f.min_supported}..{f.max_supported}") for f in found
+            ]
+            console().print(table("Features", ("feature", "finalized level", "supported"), rows))
+        return EXIT_OK
+
+    run_admin(opts, action)
+
+
+@features.command("upgrade")
+@click.option("--feature", "updates", multiple=True, help="NAME=LEVEL; repeatable.")
+@click.option("--metadata-version", type=int, help=f"Shorthand for --feature {METADATA_VERSION}=N.")
+@click.option("--validate-only", is_flag=True, help="Check, change nothing.")
+@admin_options
+def features_upgrade(
+    opts: AdminOptions, updates: tuple[str, ...], metadata_version: int | None, validate_only: bool
+) -> None:
+    """Raise feature levels (never a downgrade)."""
+    wanted: list[FeatureUpdate] = []
+    for text in updates:
+        name, value = key_value(text, "--feature")
+        if not value.isdigit():
+            raise click.BadParameter(
+                f"level {value!r} of {name} is not a number", param_hint="--feature"
+            )
+        wanted.append(FeatureUpdate(name, int(value)))
+    if metadata_version is not None:
+        wanted.append(FeatureUpdate(METADATA_VERSION, metadata_version))
+    if not wanted:
+        raise click.UsageError(
+            "nothing to upgrade: give --feature NAME=LEVEL or --metadata-version N"
+        )
+
+    def action(client: AdminClient) -> int:
+        results = client.update_features(wanted, validate_only=validate_only)
+        return report(
+            opts,
+            results,
+            title="Feature updates" + (" (validate only)" if validate_only else ""),
+            columns=("feature", "status"),
+            row=lambda r: (r.name, status(r.error)),
+            name=lambda r: r.name,
+        )
+
+    run_admin(opts, action)
+
+
+@click.group()
+def brokers() -> None:
+    """Registered brokers."""
+
+
+@brokers.command("unregister")
+@click.option("--id", "broker_id", type=int, required=True, help="The broker id.")
+@admin_options
+def brokers_unregister(opts: AdminOptions, broker_id: int) -> None:
+    """Remove a broker's registration (for a broker that is gone for good)."""
+
+    def action(client: AdminClient) -> int:
+        error = client.unregister_broker(broker_id)
+        if opts.json:
+            emit_json({"broker_id": broker_id, "error": error})
+        elif error.ok:
+            click.echo(f"broker {broker_id} unregistered")
+        if not error.ok:
+            if not opts.json:
+                click.echo(f"error: broker {broker_id}: {error}", err=True)
+            return EXIT_ITEM_FAILED
+        return EXIT_OK
+
+    run_admin(opts, action)

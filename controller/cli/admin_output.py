@@ -1,0 +1,195 @@
+"""What every admin command shares: connection options, output (rich tables for
+people, ``--output json`` for scripts), and exit codes.
+
+Exit codes (docs/operations.md, "Admin API and CLI"):
+  0  success;
+  1  the controller answered, but some item failed (each failure is printed) or it
+     refused the whole request (malformed, too large, internal error);
+  2  usage error (bad options; click's own code);
+  3  no controller could serve the request (unreachable, no leader in time, or busy);
+     nothing was applied;
+  4  a write was sent but no answer came: its outcome is unknown (check with a
+     describe command; the request id is printed).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import click
+from rich.console import Console
+from rich.table import Table
+
+from controller.api.client import (
+    DEFAULT_TIMEOUT_MS,
+    AdminClient,
+    ControllerOverloadedError,
+    ControllerUnreachableError,
+    OutcomeUnknownError,
+    RequestFailedError,
+    parse_bootstrap,
+)
+from controller.metadata import ApiError
+
+EXIT_OK = 0
+EXIT_ITEM_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_OUTCOME_UNKNOWN = 4
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@attrs.frozen
+class AdminOptions:
+    bootstrap: tuple[str, ...]
+    output: str
+    timeout_ms: int
+    principal: str
+
+    @property
+    def json(self) -> bool:
+        return self.output == "json"
+
+
+def admin_options(command: F) -> F:
+    """Add the connection and output options; the command gets them as ``opts``."""
+
+    @click.option(
+        "--bootstrap",
+        envvar="METAKRAFT_BOOTSTRAP",
+        required=True,
+        help="Controller addresses HOST:PORT[,HOST:PORT...] (env METAKRAFT_BOOTSTRAP); "
+        "any controller will do, the active one is found from it.",
+    )
+    @click.option(
+        "--output",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="table for people, json for scripts.",
+    )
+    @click.option(
+        "--timeout-ms",
+        type=click.IntRange(min=1),
+        default=DEFAULT_TIMEOUT_MS,
+        show_default=True,
+        help="Give up after this long, retries included.",
+    )
+    @click.option(
+        "--principal",
+        envvar="METAKRAFT_PRINCIPAL",
+        default="",
+        help="Your identity, recorded with the change in the metadata log "
+        "(env METAKRAFT_PRINCIPAL).",
+    )
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any, bootstrap: str, output: str, timeout_ms: int, principal: str, **kwargs: Any
+    ) -> Any:
+        try:
+            addresses = tuple(parse_bootstrap([bootstrap]))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--bootstrap") from exc
+        opts = AdminOptions(addresses, output, timeout_ms, principal)
+        return command(*args, opts=opts, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def run_admin(opts: AdminOptions, action: Callable[[AdminClient], int]) -> None:
+    """Run ``action`` with a client; turn client errors into messages and exit codes."""
+    code = EXIT_OK
+    try:
+        with AdminClient(
+            opts.bootstrap, timeout_ms=opts.timeout_ms, principal=opts.principal
+        ) as client:
+            code = action(client)
+    except (ControllerUnreachableError, ControllerOverloadedError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        code = EXIT_UNREACHABLE
+    except OutcomeUnknownError as exc:
+        click.echo(f"error: outcome unknown: {exc}", err=True)
+        code = EXIT_OUTCOME_UNKNOWN
+    except RequestFailedError as exc:
+        click.echo(f"error: the controller refused the request: {exc}", err=True)
+        code = EXIT_ITEM_FAILED
+    sys.exit(code)
+
+
+# -- rendering --------------------------------------------------------------------------
+
+
+def to_jsonable(value: Any) -> Any:
+    """attrs values, enums, tuples → JSON-ready data (enums by value, or name for ints)."""
+    if attrs.has(type(value)):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in attrs.fields(type(value))}
+    if isinstance(value, enum.Enum):
+        return value.value if isinstance(value.value, str) else value.name
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    return value
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(to_jsonable(value), indent=2, sort_keys=False))
+
+
+def console() -> Console:
+    # Not a terminal (a pipe, a test): a wide fixed width so cells are not wrapped.
+    out = Console()
+    return out if out.is_terminal else Console(width=200, no_color=True)
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
+    result = Table(title=title, title_justify="left")
+    for column in columns:
+        result.add_column(column)
+    for row in rows:
+        result.add_row(*("" if cell is None else str(cell) for cell in row))
+    return result
+
+
+def status(error: ApiError) -> str:
+    return "OK" if error.ok else str(error)
+
+
+def ids(values: Sequence[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def report(
+    opts: AdminOptions,
+    results: Sequence[Any],
+    *,
+    title: str,
+    columns: Sequence[str],
+    row: Callable[[Any], Sequence[object]],
+    name: Callable[[Any], str],
+) -> int:
+    """Print per-item results (each has ``.error``); 1 if any failed, else 0."""
+    failed = [r for r in results if not r.error.ok]
+    if opts.json:
+        emit_json(list(results))
+    else:
+        console().print(table(title, columns, [row(r) for r in results]))
+        for result in failed:
+            click.echo(f"error: {name(result)}: {result.error}", err=True)
+        if failed:
+            click.echo(f"{len(failed)} of {len(results)} items failed", err=True)
+    return EXIT_ITEM_FAILED if failed else EXIT_OK
+
+
+def key_value(text: str, option: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise click.BadParameter(f"{text!r} is not KEY=VALUE", param_hint=option)
+    return key, value

@@ -1,0 +1,542 @@
+"""`RaftDriver`: one `RaftNode` on asyncio + grpc.aio, over a real data directory.
+
+Concurrency model: a single task (`_run`) owns the node and the log. Everything
+else -- gRPC handlers, answers from peers, the ticker, `propose` -- only puts
+events into one bounded inbox and awaits a future. After each batch of events
+(up to `max_events_per_ready`) the task drains `node.ready()` and does the work
+in the order `Ready` prescribes:
+
+1. quorum state written durably (atomic file + fsync) before anything else;
+2. the log flushed -- one fsync for every batch appended since the last flush,
+   however many proposals or fetched batches that is (group commit) -- and the
+   flushed offset reported back to the node;
+3. messages: responses complete the waiting handler's future, requests become
+   unary calls whose answers come back through the inbox;
+4. committed batches handed in order to the listener, and proposals answered;
+5. leadership changes reported; fetched snapshots made durable and loaded.
+
+The fsync runs on the event loop thread: it costs ~0.1-0.6 ms on the disks we
+run on, and running it elsewhere would need the log to be thread-safe. While it
+runs, events pile up in the inbox, which is exactly what makes the next fsync
+cover many of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from controller.quorum.driver_config import DriverConfig
+from controller.quorum.log_adapter import DurableRaftLog, FileSnapshotStore
+from controller.quorum.peers import PeerClients
+from controller.quorum.proposals import PendingProposals, ProposalLostError
+from controller.quorum.service import (
+    DriverStoppedError,
+    QueueFullError,
+    ReplyWaiters,
+    request_key,
+)
+from controller.quorum.wire import StoredBatchCache
+from controller.raft.messages import (
+    REQUEST_TYPES,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    Message,
+    Request,
+    Response,
+)
+from controller.raft.node import RaftNode
+from controller.raft.ready import ProposeError, Ready
+from controller.raft.roles import Role
+from controller.raft.values import EMPTY_ORIGIN, BatchOrigin, QuorumState, RecordBatch, SnapshotId
+from controller.storage import quorum_state as qs_file
+from controller.storage.meta_properties import DataDir, check_meta_properties
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CommitListener",
+    "DriverConfig",
+    "DriverStatus",
+    "NodeTaskAccess",
+    "NotLeaderError",
+    "ProposalLostError",
+    "ProposalRejectedError",
+    "RaftDriver",
+]
+
+
+class CommitListener:
+    """Receives what the quorum decided. Subclass and override what you need; the
+    methods run on the driver's task, so they must be quick and must not block."""
+
+    def on_commit(self, batches: Sequence[RecordBatch]) -> None:
+        """Committed batches, in log order, each exactly once per process life
+        (control batches included: check `is_control`)."""
+
+    def on_leader_change(self, leader_id: int | None, epoch: int) -> None:
+        """The leader this node knows changed (None: unknown, an election runs)."""
+
+    def on_snapshot_loaded(self, snapshot_id: SnapshotId, path: Path) -> None:
+        """A snapshot fetched from the leader replaces the state up to its end."""
+
+
+class NodeTaskAccess:
+    """What work queued with `RaftDriver.run_on_node_task` may do while it runs on the
+    node task. Nothing else touches the node or the log meanwhile, so the offset
+    `append` returns is the one `next_offset` said, and the caller may act on it (the
+    controller replays its records at those offsets) before any other event."""
+
+    def __init__(self, driver: RaftDriver) -> None:
+        self._driver = driver
+
+    def _node(self) -> RaftNode:
+        node = self._driver._node
+        assert node is not None, "driver not started"
+        return node
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the first record of the next `append` will get."""
+        return self._node().log.end_offset
+
+    @property
+    def leader_epoch(self) -> int | None:
+        """Our epoch while this node leads (may append), else None."""
+        node = self._node()
+        return node.epoch if node.role is Role.LEADER else None
+
+    @property
+    def known_leader_id(self) -> int | None:
+        """The leader to name to clients: never this node unless it leads."""
+        return self._node().advertised_leader_id()
+
+    def append(self, records: Sequence[bytes], origin: BatchOrigin) -> int:
+        """Append one batch now; its base offset. Raises `NotLeaderError` or
+        `ProposalRejectedError` (nothing appended)."""
+        node = self._node()
+        result = node.propose(tuple(records), self._driver._clock_ms(), origin)
+        if result.error is ProposeError.NOT_LEADER:
+            leader = result.leader
+            raise NotLeaderError(leader.leader_id if leader else None, result.epoch)
+        if result.error is not None:
+            raise ProposalRejectedError(f"proposal refused: {result.error.value}")
+        assert result.base_offset is not None
+        return result.base_offset
+
+
+class NotLeaderError(Exception):
+    def __init__(self, leader_id: int | None, epoch: int) -> None:
+        super().__init__(f"not the leader (leader: {leader_id}, epoch {epoch})")
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+class ProposalRejectedError(ValueError):
+    """The core refused the proposal (empty, or too large)."""
+
+
+@attrs.frozen(slots=True)
+class DriverStatus:
+    node_id: int
+    role: str
+    epoch: int
+    leader_id: int | None
+    high_watermark: int
+    end_offset: int
+    flushed_offset: int
+    log_start_offset: int
+    applied_offset: int
+
+
+# Inbox events. Tuples keep the hot path cheap.
+_TICK = ("tick",)
+_STOP = ("stop",)
+
+
+class SteadyWallClock:
+    """Milliseconds since the epoch that never go back or jump.
+
+    The core uses one clock for its timers and for the batches' `append_time_ms`
+    (which the log and audits read as wall-clock time). Wall time read once at
+    start plus monotonic time elapsed since gives both: real timestamps, and
+    timers that a wall-clock step (NTP, an operator) cannot fire early.
+    """
+
+    def __init__(self) -> None:
+        self._wall_start_ms = time.time_ns() // 1_000_000
+        self._mono_start_ns = time.monotonic_ns()
+
+    def __call__(self) -> int:
+        return self._wall_start_ms + (time.monotonic_ns() - self._mono_start_ns) // 1_000_000
+
+
+class RaftDriver:
+    def __init__(self, config: DriverConfig, listener: CommitListener | None = None, *,
+                 clock_ms: Callable[[], int] | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.config = config
+        self.listener = listener if listener is not None else CommitListener()
+        self._clock_ms = clock_ms if clock_ms is not None else SteadyWallClock()
+        self._rng = rng if rng is not None else random.Random()
+        self.batch_cache = StoredBatchCache()
+        # Unbounded as a queue; what outsiders may add is bounded in `_offer`.
+        # Internal events are bounded by construction (one tick at a time, one
+        # reply per call in flight, a few control events) and must never be
+        # refused: a lost tick or reply could stall the node.
+        self._inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+        self._waiters = ReplyWaiters()
+        self._peers = PeerClients(config.voter_addresses, config.cluster_id, self.batch_cache,
+                                  config.rpc_limits, config.max_inflight_per_peer)
+        self._proposals = PendingProposals()
+        self._proposal_slots = asyncio.Semaphore(config.max_pending_proposals)
+        self._node: RaftNode | None = None
+        self._log: DurableRaftLog | None = None
+        self._snapshots: FileSnapshotStore | None = None
+        self._qs_file: qs_file.QuorumStateFile | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sends: set[asyncio.Task[None]] = set()
+        # EndQuorumEpoch calls of a resigning leader, awaited (briefly) on stop.
+        self._handover_sends: set[asyncio.Task[None]] = set()
+        self._tick_queued = False
+        # Requests and proposals queued and not yet handed to the node.
+        self._outside_events = 0
+        self._running = False
+        self._failure: BaseException | None = None
+        self._applied_offset = 0
+        self._role = Role.FOLLOWER
+        self._node_access = NodeTaskAccess(self)
+        self.stopped = asyncio.Event()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    @property
+    def cluster_id(self) -> str:
+        return self.config.cluster_id
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    async def start(self) -> None:
+        """Open the data directory and start the node task and the ticker."""
+        assert not self._running and self._node is None, "start() twice"
+        cfg = self.config
+        data_dir = DataDir(Path(cfg.data_dir))
+        check_meta_properties(data_dir.root, cfg.cluster_id, cfg.node_id)
+        self._qs_file = qs_file.QuorumStateFile(data_dir.quorum_state)
+        stored = self._qs_file.read()
+        self._log = DurableRaftLog.open(data_dir, cfg.log_config)
+        self._log.cache = self.batch_cache
+        self._snapshots = FileSnapshotStore(data_dir.snapshot_dir)
+        quorum = None if stored is None else QuorumState(stored.epoch, stored.voted_for,
+                                                         stored.leader_id)
+        self._node = RaftNode(cfg.raft_config(), self._log, self._snapshots, self._rng,
+                              quorum_state=quorum, now_ms=self._clock_ms())
+        self._applied_offset = self._log.start_offset
+        self._running = True
+        self._tasks = [asyncio.create_task(self._run(), name=f"raft-node-{cfg.node_id}"),
+                       asyncio.create_task(self._ticker(), name=f"raft-ticker-{cfg.node_id}")]
+        logger.info("raft node %d started: epoch %d, log [%d, %d)", cfg.node_id,
+                    self._node.epoch, self._log.start_offset, self._log.end_offset)
+
+    async def stop(self, *, resign: bool = True) -> None:
+        """Clean shutdown: a leader hands over (EndQuorumEpoch) first, then stop."""
+        if not self._running:
+            return
+        if resign and self._failure is None:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._inbox.put_nowait(("resign", done))
+            with contextlib.suppress(TimeoutError, DriverStoppedError):
+                await asyncio.wait_for(asyncio.shield(done), self.config.request_timeout_ms / 1e3)
+                # Give the EndQuorumEpoch calls a moment to leave and be answered.
+                pending = [t for t in self._handover_sends if not t.done()]
+                if pending:
+                    await asyncio.wait(pending, timeout=self.config.resign_wait_ms / 1e3)
+        self._running = False
+        self._inbox.put_nowait(_STOP)
+        await self._shutdown_tasks()
+
+    async def _shutdown_tasks(self) -> None:
+        node_task = self._tasks[0] if self._tasks else None
+        if node_task is not None and node_task is not asyncio.current_task():
+            # Let the node task reach _STOP rather than cancel it mid-flush: a
+            # cancelled await does not stop the fsync thread, which would then
+            # race with the final flush and close below.
+            await asyncio.wait([node_task], timeout=self.config.request_timeout_ms / 1e3)
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        for task in list(self._sends):
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._sends, return_exceptions=True)
+        self._tasks = []
+        stopped = DriverStoppedError("raft driver stopped")
+        self._waiters.fail_all(stopped)
+        self._proposals.fail_all(stopped)
+        await self._peers.close()
+        if self._log is not None:
+            with contextlib.suppress(Exception):
+                self._log.flush()
+            self._log.close()
+        self.stopped.set()
+
+    # ---------------------------------------------------------------- public API
+
+    async def propose(self, records: Sequence[bytes], origin: BatchOrigin = EMPTY_ORIGIN,
+                      timeout_s: float | None = None) -> int:
+        """Append `records` as one batch; returns the offset of its last record once
+        committed. Raises `NotLeaderError`, `ProposalRejectedError`,
+        `ProposalLostError`, `QueueFullError`, `DriverStoppedError`, or
+        `TimeoutError` (outcome unknown: it may still commit)."""
+        self._check_running()
+        timeout = timeout_s if timeout_s is not None else self.config.propose_timeout_ms / 1e3
+        async with self._proposal_slots:
+            fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            self._offer(("propose", tuple(records), origin, fut))
+            # On timeout wait_for cancels `fut`; the node then skips it.
+            return await asyncio.wait_for(fut, timeout)
+
+    def run_on_node_task(self, work: Callable[[NodeTaskAccess], None]) -> None:
+        """Queue `work` to run on the node task, in order with every other event; it
+        gets a `NodeTaskAccess` (append with the offset known at once). Not bounded
+        here: the caller bounds what it queues. `work` must not raise: an exception
+        stops the node, like any broken invariant."""
+        self._check_running()
+        self._inbox.put_nowait(("work", work))
+
+    async def compact(self, snapshot_id: SnapshotId) -> None:
+        """The state machine durably wrote `snapshot_id` (a committed offset) into
+        `snapshot_dir`: drop the log below it. Fetchers behind it get the snapshot."""
+        self._check_running()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inbox.put_nowait(("compact", snapshot_id, fut))
+        await fut
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return DataDir(Path(self.config.data_dir)).snapshot_dir
+
+    def status(self) -> DriverStatus:
+        node, log = self._node, self._log
+        assert node is not None and log is not None, "driver not started"
+        role = node.role.value if node.is_voter else "observer"
+        return DriverStatus(self.node_id, role, node.epoch, node.leader_id, node.high_watermark,
+                            log.end_offset, node.flushed_offset, log.start_offset,
+                            self._applied_offset)
+
+    def read_log(self, from_offset: int, max_bytes: int) -> list[bytes]:
+        """Stored batches of this node's log (committed or not) from `from_offset`."""
+        assert self._log is not None, "driver not started"
+        return self._log.read_stored(from_offset, max_bytes)
+
+    @property
+    def dropped_messages(self) -> dict[str, int]:
+        return dict(self._peers.dropped)
+
+    # ------------------------------------------------------- service side (RequestSink)
+
+    def reply_timeout_s(self, req: Request) -> float:
+        cfg = self.config
+        if isinstance(req, FetchRequest):
+            # A parked fetch is answered within its wait; leave slack for a busy loop.
+            return (min(req.max_wait_ms, cfg.fetch_max_wait_ms) + cfg.reply_slack_ms) / 1e3
+        return cfg.reply_slack_ms / 1e3
+
+    async def submit_request(self, req: Request, timeout_s: float) -> Response:
+        self._check_running()
+        key = request_key(req)
+        fut = self._waiters.register(key)
+        try:
+            self._offer(("request", req))
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self._waiters.discard(key, fut)
+
+    def _offer(self, event: tuple[Any, ...]) -> None:
+        """Queue an event from outside (a request, a proposal), within the bound."""
+        if self._outside_events >= self.config.max_inbox_events:
+            raise QueueFullError("raft inbox full, retry later")
+        self._outside_events += 1
+        self._inbox.put_nowait(event)
+
+    def _check_running(self) -> None:
+        if not self._running or self._failure is not None:
+            raise DriverStoppedError(f"raft node {self.node_id} is not running")
+
+    # ---------------------------------------------------------------- node task
+
+    async def _ticker(self) -> None:
+        interval_s = self.config.tick_interval_ms / 1e3
+        while True:
+            await asyncio.sleep(interval_s)
+            if not self._tick_queued:
+                self._inbox.put_nowait(_TICK)
+                self._tick_queued = True
+
+    async def _run(self) -> None:
+        inbox = self._inbox
+        limit = self.config.max_events_per_ready
+        try:
+            while True:
+                event = await inbox.get()
+                count = 0
+                while True:
+                    if event is _STOP:
+                        return
+                    self._apply(event)
+                    count += 1
+                    if count >= limit or inbox.empty():
+                        break
+                    event = inbox.get_nowait()
+                await self._drain_ready()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            # A broken invariant or a storage failure: stop rather than risk the log.
+            logger.critical("raft node %d failed; stopping", self.node_id, exc_info=True)
+            self._failure = exc
+            self._running = False
+            asyncio.get_running_loop().call_soon(
+                lambda: asyncio.ensure_future(self._shutdown_tasks()))
+
+    def _apply(self, event: tuple[Any, ...]) -> None:
+        node = self._node
+        assert node is not None
+        now = self._clock_ms()
+        kind = event[0]
+        if kind == "request":
+            self._outside_events -= 1
+            node.receive(event[1], now)
+        elif kind == "receive":
+            node.receive(event[1], now)
+        elif kind == "tick":
+            self._tick_queued = False
+            node.tick(now)
+        elif kind == "propose":
+            self._outside_events -= 1
+            self._start_proposal(node, event[1], event[2], event[3], now)
+        elif kind == "resign":
+            node.resign(now)
+            if not event[1].done():
+                event[1].set_result(None)
+        elif kind == "compact":
+            self._compact(node, event[1], event[2], now)
+        elif kind == "work":
+            event[1](self._node_access)
+        else:
+            raise AssertionError(f"unknown event {event!r}")
+
+    def _compact(self, node: RaftNode, sid: SnapshotId, fut: asyncio.Future[None],
+                 now: int) -> None:
+        # The core asserts these (a violation would be a bug in it); from the
+        # outside they are bad input, refused without harming the node.
+        assert self._snapshots is not None
+        if sid.end_offset > min(node.high_watermark, node.flushed_offset):
+            fut.set_exception(ValueError(f"{sid} is beyond the committed, flushed log"))
+        elif self._snapshots.size_bytes(sid) is None:
+            fut.set_exception(ValueError(f"no snapshot file for {sid} in {self.snapshot_dir}"))
+        else:
+            node.compact(sid, now)
+            fut.set_result(None)
+
+    def _start_proposal(self, node: RaftNode, records: tuple[bytes, ...], origin: BatchOrigin,
+                        fut: asyncio.Future[int], now: int) -> None:
+        if fut.done():
+            return  # the proposer gave up while queued
+        result = node.propose(records, now, origin)
+        if result.error is ProposeError.NOT_LEADER:
+            leader = result.leader
+            fut.set_exception(NotLeaderError(leader.leader_id if leader else None, result.epoch))
+        elif result.error is not None:
+            fut.set_exception(ProposalRejectedError(f"proposal refused: {result.error.value}"))
+        else:
+            assert result.base_offset is not None
+            self._proposals.add(result.base_offset, len(records), result.epoch, fut)
+
+    async def _drain_ready(self) -> None:
+        node = self._node
+        assert node is not None
+        rounds = 0
+        while not (ready := node.ready()).empty:
+            await self._process(node, ready)
+            rounds += 1
+            if rounds % 64 == 0:
+                # The core keeps producing work (a flood of fetches and flushes):
+                # let the rest of the process breathe between rounds.
+                await asyncio.sleep(0)
+
+    async def _process(self, node: RaftNode, ready: Ready) -> None:
+        log, store, qsf = self._log, self._snapshots, self._qs_file
+        assert log is not None and store is not None and qsf is not None
+        if ready.quorum_state is not None:
+            q = ready.quorum_state
+            qsf.write(qs_file.QuorumState(q.epoch, q.voted_for, q.leader_id))
+        # Messages go out before the log flush (the quorum state, which votes and
+        # epochs depend on, is already durable). Records sent before they are
+        # flushed here are safe: the leader counts itself toward the high watermark
+        # only up to its flushed offset, and a follower fetches (acknowledges)
+        # only what it flushed. The gain: followers store a batch while the
+        # leader's own fsync runs, instead of after it.
+        for message in ready.messages:
+            self._send(message)
+        if ready.flush_to_offset is not None:
+            # The fsync runs in a worker thread while this task (the log's only
+            # writer) waits: the event loop keeps sending and accepting requests
+            # meanwhile, and the next flush covers all of them (group commit).
+            flushed = await asyncio.to_thread(log.flush)
+            assert flushed >= ready.flush_to_offset, (flushed, ready.flush_to_offset)
+            node.flushed(ready.flush_to_offset, self._clock_ms())
+        if ready.committed:
+            self._commit(ready.committed)
+        if ready.role is not None:
+            self._role = ready.role
+        if self._proposals and self._role is not Role.LEADER:
+            self._proposals.truncated(log.end_offset)
+        if ready.leader is not None:
+            self.listener.on_leader_change(ready.leader.leader_id, ready.leader.epoch)
+        if ready.snapshot_to_load is not None:
+            sid = ready.snapshot_to_load
+            path = store.finish_write(sid)
+            self.listener.on_snapshot_loaded(sid, path)
+            node.snapshot_loaded(sid, self._clock_ms())
+            self._applied_offset = max(self._applied_offset, sid.end_offset)
+
+    def _send(self, message: Message) -> None:
+        if not isinstance(message, REQUEST_TYPES):
+            self._waiters.resolve(message)  # type: ignore[arg-type]
+            return
+        req: Request = message  # type: ignore[assignment]
+        if not self._peers.can_send(req):
+            return
+        timeout_s = self.config.request_timeout_ms / 1e3
+        if isinstance(req, FetchRequest):
+            timeout_s = min(timeout_s, (req.max_wait_ms + self.config.reply_slack_ms) / 1e3)
+        task = asyncio.create_task(self._peers.call(req, timeout_s, self._deliver))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+        if isinstance(req, EndQuorumEpochRequest):
+            self._handover_sends.add(task)
+            task.add_done_callback(self._handover_sends.discard)
+
+    async def _deliver(self, reply: Message) -> None:
+        if self._running:
+            self._inbox.put_nowait(("receive", reply))
+
+    def _commit(self, batches: tuple[RecordBatch, ...]) -> None:
+        assert batches[0].base_offset >= self._applied_offset, "commit went backwards"
+        self._applied_offset = batches[-1].next_offset
+        self.listener.on_commit(batches)
+        self._proposals.committed(batches, self._applied_offset)

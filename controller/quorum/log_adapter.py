@@ -1,0 +1,258 @@
+"""The durable storage as the Raft core sees it.
+
+`DurableRaftLog` makes `controller.storage.SegmentedLog` satisfy the core's
+`RaftLog` protocol (controller/raft/log.py); `FileSnapshotStore` makes the
+snapshot directory satisfy `SnapshotStore` (controller/raft/snapshot.py).
+
+Differences bridged here:
+
+- The core's log starts exactly at its snapshot (`start_offset ==
+  snapshot_id.end_offset`), while `SegmentedLog` deletes whole segments only, so
+  it may still hold batches below the snapshot. The adapter hides them.
+- `SegmentedLog.last_epoch` is -1 for a log without batches; the core wants the
+  snapshot's epoch. `end_offset_for_epoch` follows the core's contract (largest
+  epoch <= the one asked, None below the snapshot), not Kafka's.
+- Appends are buffered in the page cache; `flush()` is the group commit (one
+  fsync for everything appended since the last flush) and also persists the
+  leader-epoch checkpoint when the epoch history changed.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from pathlib import Path
+
+from controller.quorum.wire import StoredBatchCache
+from controller.raft.values import EMPTY_SNAPSHOT, EpochEndOffset, RecordBatch, SnapshotId
+from controller.storage import snapshot_file as sf
+from controller.storage.batch import decode_batch
+from controller.storage.errors import LogCorruptionError, StorageError
+from controller.storage.leader_epoch import LeaderEpochCheckpoint
+from controller.storage.log import LogConfig, SegmentedLog
+from controller.storage.meta_properties import DataDir
+
+
+def _to_storage_id(s: SnapshotId) -> sf.SnapshotId:
+    return sf.SnapshotId(s.end_offset, s.epoch)
+
+
+def _from_storage_id(s: sf.SnapshotId) -> SnapshotId:
+    return SnapshotId(s.end_offset, s.epoch)
+
+
+class DurableRaftLog:
+    """A `RaftLog` over a `SegmentedLog`, its leader-epoch checkpoint and the newest
+    snapshot. One owner (the driver's node task); not thread-safe."""
+
+    def __init__(self, log: SegmentedLog, checkpoint: LeaderEpochCheckpoint,
+                 snapshot_id: SnapshotId, cache: StoredBatchCache | None = None) -> None:
+        self._log = log
+        self._checkpoint = checkpoint
+        self._snapshot = snapshot_id
+        self.cache = cache if cache is not None else StoredBatchCache()
+        if log.start_offset > snapshot_id.end_offset:
+            raise LogCorruptionError(str(log.directory), f"log starts at {log.start_offset} "
+                                     f"but the newest snapshot ends at {snapshot_id.end_offset}: "
+                                     "records in between are missing", log.start_offset)
+        if log.end_offset < snapshot_id.end_offset:
+            # A crash between installing a fetched snapshot and emptying the log:
+            # finish the reset (the snapshot is durable, the old log is obsolete).
+            log.truncate_fully_and_start_at(snapshot_id.end_offset)
+        self._sync_checkpoint()
+
+    @classmethod
+    def open(cls, data_dir: DataDir, config: LogConfig | None = None) -> DurableRaftLog:
+        """Open the log, the checkpoint and the newest snapshot of a formatted data dir."""
+        sf.remove_partial_snapshots(data_dir.snapshot_dir)
+        latest = sf.latest_snapshot(data_dir.snapshot_dir)
+        snapshot_id = EMPTY_SNAPSHOT if latest is None else _from_storage_id(latest)
+        log = SegmentedLog.open(data_dir.log_dir, config, initial_offset=snapshot_id.end_offset)
+        try:
+            return cls(log, LeaderEpochCheckpoint(data_dir.leader_epoch_checkpoint), snapshot_id)
+        except BaseException:
+            log.close()
+            raise
+
+    # -- RaftLog ---------------------------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        return self._snapshot.end_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self._log.end_offset
+
+    @property
+    def last_epoch(self) -> int:
+        if self._log.end_offset == self._snapshot.end_offset:
+            return self._snapshot.epoch
+        return self._log.last_epoch
+
+    @property
+    def snapshot_id(self) -> SnapshotId:
+        return self._snapshot
+
+    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
+        if epoch < self._snapshot.epoch:
+            return None
+        # History below the snapshot may still be on disk (whole segments only are
+        # deleted); it can only hold epochs <= the snapshot's, hence the max below.
+        entries = self._log.epoch_history()
+        i = bisect_right([e for e, _ in entries], epoch)
+        found = entries[i - 1][0] if i > 0 else self._snapshot.epoch
+        end = entries[i][1] if i < len(entries) else self.end_offset
+        return EpochEndOffset(max(found, self._snapshot.epoch), end)
+
+    def append(self, batch: RecordBatch) -> None:
+        if batch.base_offset != self.end_offset:
+            raise ValueError(f"append at {batch.base_offset}, log ends at {self.end_offset}")
+        if batch.epoch < self.last_epoch:
+            raise ValueError(f"batch epoch {batch.epoch} < last epoch {self.last_epoch}")
+        if not batch.records:
+            raise ValueError("empty batch")
+        # Followers append the bytes they fetched (remembered by the wire layer);
+        # the leader encodes its own batch once and serves those bytes to fetchers.
+        self._log.append(self.cache.encode(batch))
+
+    def read(self, from_offset: int, max_batches: int, max_bytes: int) -> list[RecordBatch]:
+        if not self.start_offset <= from_offset <= self.end_offset:
+            raise ValueError(f"read at {from_offset} outside [{self.start_offset}, "
+                             f"{self.end_offset}]")
+        if from_offset == self.end_offset or max_batches <= 0:
+            return []
+        out: list[RecordBatch] = []
+        # SegmentedLog.read starts with the batch containing `from_offset`, as the
+        # contract asks.
+        for data in self._log.read(from_offset, max_bytes)[:max_batches]:
+            batch, _ = decode_batch(data)
+            self.cache.remember(batch, data)
+            out.append(batch)
+        return out
+
+    def truncate_to(self, offset: int) -> None:
+        if offset >= self.end_offset:
+            return
+        if offset < self.start_offset:
+            raise ValueError(f"truncate to {offset} below the log start {self.start_offset}")
+        try:
+            self._log.truncate_to(offset)
+        except StorageError as exc:
+            raise ValueError(str(exc)) from None
+
+    def reset_to_snapshot(self, snapshot_id: SnapshotId) -> None:
+        self._log.truncate_fully_and_start_at(snapshot_id.end_offset)
+        self._snapshot = snapshot_id
+        self._sync_checkpoint()
+
+    def delete_below(self, snapshot_id: SnapshotId) -> None:
+        offset = snapshot_id.end_offset
+        if offset <= self.start_offset:
+            return
+        if offset > self.end_offset:
+            raise ValueError(f"delete below {offset} beyond log end {self.end_offset}")
+        # The record at offset - 1 must carry the snapshot's epoch: the latest
+        # epoch starting at or before it.
+        history = self._log.epoch_history()
+        i = bisect_right([s for _, s in history], offset - 1)
+        epoch_at = history[i - 1][0] if i > 0 else None
+        if epoch_at != snapshot_id.epoch:
+            raise ValueError(f"snapshot {snapshot_id} does not match the log")
+        if offset < self.end_offset:
+            self._check_boundary(offset)
+        self._snapshot = snapshot_id
+        self._log.delete_below(offset)
+        self._sync_checkpoint()
+
+    # -- driver side -----------------------------------------------------------
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._log.flushed_offset
+
+    def flush(self) -> int:
+        """Group commit: make every buffered append and truncation durable; returns the
+        flushed end offset."""
+        flushed = self._log.flush()
+        self._sync_checkpoint()
+        return flushed
+
+    def read_stored(self, from_offset: int, max_bytes: int) -> list[bytes]:
+        """Stored batches from `from_offset` (a batch boundary), for tools and tests."""
+        if from_offset >= self.end_offset:
+            return []
+        return self._log.read(max(from_offset, self.start_offset), max_bytes)
+
+    def close(self) -> None:
+        self._log.close()
+
+    def _check_boundary(self, offset: int) -> None:
+        data = self._log.read(offset, 1)
+        if not data or decode_batch(data[0])[0].base_offset != offset:
+            raise ValueError(f"offset {offset} is not a batch boundary")
+
+    def _sync_checkpoint(self) -> None:
+        # The log rebuilds its epoch history from the batches on open, so it is
+        # the source of truth; the checkpoint file mirrors it for operators and
+        # tools. `flush` rewrites the file only when the history changed.
+        self._checkpoint.replace(self._log.epoch_history())
+        self._checkpoint.flush()
+
+
+class FileSnapshotStore:
+    """`SnapshotStore` over the snapshot directory (controller.storage.snapshot_file).
+
+    A fetched snapshot is written to a temp file chunk by chunk; `finish_write`
+    verifies every CRC and the footer before it atomically becomes visible.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self._writers: dict[SnapshotId, sf.SnapshotWriter] = {}
+        self._written: dict[SnapshotId, int] = {}
+
+    def _path(self, snapshot_id: SnapshotId) -> Path:
+        return self.directory / _to_storage_id(snapshot_id).file_name
+
+    def size_bytes(self, snapshot_id: SnapshotId) -> int | None:
+        try:
+            return self._path(snapshot_id).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def read_chunk(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> bytes:
+        with open(self._path(snapshot_id), "rb") as f:
+            f.seek(position)
+            return f.read(max_bytes)
+
+    def begin_write(self, snapshot_id: SnapshotId) -> None:
+        old = self._writers.pop(snapshot_id, None)
+        if old is not None:
+            old.abort()
+        self._writers[snapshot_id] = sf.SnapshotWriter(self.directory,
+                                                       _to_storage_id(snapshot_id), raw=True)
+        self._written[snapshot_id] = 0
+
+    def write_chunk(self, snapshot_id: SnapshotId, position: int, data: bytes) -> None:
+        if position != self._written[snapshot_id]:
+            raise ValueError(f"chunk at {position}, have {self._written[snapshot_id]} bytes "
+                             f"of {snapshot_id}")
+        self._writers[snapshot_id].append_raw(data)
+        self._written[snapshot_id] += len(data)
+
+    def finish_write(self, snapshot_id: SnapshotId) -> Path:
+        """Verify and publish a fetched snapshot (durable when this returns)."""
+        writer = self._writers.pop(snapshot_id)
+        del self._written[snapshot_id]
+        return writer.freeze()
+
+    def latest(self) -> SnapshotId | None:
+        latest = sf.latest_snapshot(self.directory)
+        return None if latest is None else _from_storage_id(latest)
+
+    def abort_all(self) -> None:
+        for writer in self._writers.values():
+            writer.abort()
+        self._writers.clear()
+        self._written.clear()

@@ -1,0 +1,229 @@
+"""The server side of the Raft gRPC service, and the matching of replies.
+
+A handler never touches the Raft node: it converts the request, checks the
+cluster id and the addressee, hands the message to the driver (a bounded
+queue) and awaits the future that the driver completes when the core emits the
+response to it. Which response answers which request is decided by
+`request_key` / `response_key`:
+
+- Fetch and FetchSnapshot carry a `seq` the response echoes: (kind, peer, seq);
+- a VoteResponse echoes the request's epoch and pre-vote flag;
+- Begin/EndQuorumEpoch carry nothing to correlate on, so waiters of one peer
+  are answered first in, first out (the core answers those requests at once
+  and in order, so this is exact; see the report on adding `seq` to them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict, deque
+from collections.abc import Hashable
+from typing import Protocol, TypeVar
+
+import grpc
+from grpc import aio
+
+from controller.quorum import raft_service_pb2 as pb
+from controller.quorum import raft_service_pb2_grpc as pb_grpc
+from controller.quorum.wire import PbMessage, StoredBatchCache, WireError, from_pb, to_pb
+from controller.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    Message,
+    Request,
+    Response,
+    VoteRequest,
+    VoteResponse,
+)
+
+logger = logging.getLogger(__name__)
+
+ReplyKey = Hashable
+_P = TypeVar("_P", bound=PbMessage)
+
+
+def request_key(req: Request) -> ReplyKey:
+    """The key of the response that will answer `req` (sent by `req.src`)."""
+    match req:
+        case FetchRequest():
+            return ("fetch", req.src, req.seq)
+        case FetchSnapshotRequest():
+            return ("snapshot", req.src, req.seq)
+        case VoteRequest():
+            return ("vote", req.src, req.epoch, req.pre_vote)
+        case BeginQuorumEpochRequest():
+            return ("begin", req.src)
+        case EndQuorumEpochRequest():
+            return ("end", req.src)
+    raise TypeError(type(req).__name__)
+
+
+def response_key(resp: Response) -> ReplyKey:
+    """The key of the request `resp` answers (its addressee sent that request)."""
+    match resp:
+        case FetchResponse():
+            return ("fetch", resp.dst, resp.seq)
+        case FetchSnapshotResponse():
+            return ("snapshot", resp.dst, resp.seq)
+        case VoteResponse():
+            return ("vote", resp.dst, resp.vote_epoch, resp.pre_vote)
+        case BeginQuorumEpochResponse():
+            return ("begin", resp.dst)
+        case EndQuorumEpochResponse():
+            return ("end", resp.dst)
+    raise TypeError(type(resp).__name__)
+
+
+class ReplyWaiters:
+    """Futures of handlers waiting for the core's response, by `ReplyKey`."""
+
+    def __init__(self) -> None:
+        self._waiting: defaultdict[ReplyKey, deque[asyncio.Future[Response]]] = defaultdict(deque)
+
+    def register(self, key: ReplyKey) -> asyncio.Future[Response]:
+        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._waiting[key].append(fut)
+        return fut
+
+    def discard(self, key: ReplyKey, fut: asyncio.Future[Response]) -> None:
+        queue = self._waiting.get(key)
+        if queue is not None:
+            if fut in queue:
+                queue.remove(fut)
+            if not queue:
+                del self._waiting[key]
+
+    def resolve(self, resp: Response) -> bool:
+        """Complete the oldest live waiter for `resp`; False if nobody waits (the
+        handler gave up: the response is dropped, as the network could have)."""
+        key = response_key(resp)
+        queue = self._waiting.get(key)
+        while queue:
+            fut = queue.popleft()
+            if not fut.done():
+                fut.set_result(resp)
+                if not queue:
+                    del self._waiting[key]
+                return True
+        self._waiting.pop(key, None)
+        return False
+
+    def fail_all(self, exc: BaseException) -> None:
+        for queue in self._waiting.values():
+            for fut in queue:
+                if not fut.done():
+                    fut.set_exception(exc)
+        self._waiting.clear()
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._waiting.values())
+
+
+class RequestSink(Protocol):
+    """What the service needs from the driver."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def batch_cache(self) -> StoredBatchCache: ...
+
+    def reply_timeout_s(self, req: Request) -> float: ...
+
+    async def submit_request(self, req: Request, timeout_s: float) -> Response:
+        """Hand `req` to the core; the response it emits. Raises `QueueFullError`
+        when the driver's inbox is full, `TimeoutError` when the core stays silent,
+        `DriverStoppedError` when the driver is not running."""
+        ...
+
+
+class QueueFullError(Exception):
+    """The driver's inbox is full: back-pressure, the caller retries later."""
+
+
+class DriverStoppedError(Exception):
+    """The driver is not running (not started yet, stopping, or failed)."""
+
+
+class RaftService(pb_grpc.RaftServicer):
+    def __init__(self, sink: RequestSink) -> None:
+        self._sink = sink
+
+    async def _handle(self, request: _P, context: aio.ServicerContext[_P, PbMessage]) -> PbMessage:
+        sink = self._sink
+        header = request.header
+        if header.cluster_id != sink.cluster_id:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"inconsistent cluster id: this node (id {sink.node_id}) belongs to cluster "
+                f"{sink.cluster_id!r}, the request is for {header.cluster_id!r}")
+        try:
+            message: Message = from_pb(request)
+        except WireError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {exc}")
+        if message.dst != sink.node_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"request addressed to node {message.dst}, this is node "
+                                f"{sink.node_id}")
+        assert isinstance(message, (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest,
+                                    FetchRequest, FetchSnapshotRequest)), message
+        try:
+            reply = await sink.submit_request(message, sink.reply_timeout_s(message))
+        except QueueFullError:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "raft inbox full, retry")
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer from the raft core")
+        except DriverStoppedError:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "raft node is not running")
+        return to_pb(reply, sink.batch_cache)
+
+    # The generated servicer types each method separately; they all share _handle.
+    async def Vote(self, request: pb.VoteRequest, context: pb_grpc._ServicerContext
+                   ) -> pb.VoteResponse:
+        out = await self._handle(request, context)
+        assert isinstance(out, pb.VoteResponse)
+        return out
+
+    async def BeginQuorumEpoch(self, request: pb.BeginQuorumEpochRequest,
+                               context: pb_grpc._ServicerContext
+                               ) -> pb.BeginQuorumEpochResponse:
+        out = await self._handle(request, context)
+        assert isinstance(out, pb.BeginQuorumEpochResponse)
+        return out
+
+    async def EndQuorumEpoch(self, request: pb.EndQuorumEpochRequest,
+                             context: pb_grpc._ServicerContext) -> pb.EndQuorumEpochResponse:
+        out = await self._handle(request, context)
+        assert isinstance(out, pb.EndQuorumEpochResponse)
+        return out
+
+    async def Fetch(self, request: pb.FetchRequest, context: pb_grpc._ServicerContext
+                    ) -> pb.FetchResponse:
+        out = await self._handle(request, context)
+        assert isinstance(out, pb.FetchResponse)
+        return out
+
+    async def FetchSnapshot(self, request: pb.FetchSnapshotRequest,
+                            context: pb_grpc._ServicerContext) -> pb.FetchSnapshotResponse:
+        out = await self._handle(request, context)
+        assert isinstance(out, pb.FetchSnapshotResponse)
+        return out
+
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Raft"].full_name
+
+
+def add_raft_service(server: aio.Server, sink: RequestSink) -> str:
+    """Register the Raft service for `sink` on `server`; returns its full name."""
+    pb_grpc.add_RaftServicer_to_server(RaftService(sink), server)
+    return SERVICE_NAME

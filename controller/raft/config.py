@@ -1,0 +1,64 @@
+"""Static configuration of one Raft node. Times are milliseconds of the clock the
+driver passes in (`now_ms`); the core never reads a clock itself."""
+
+from __future__ import annotations
+
+import attrs
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class RaftConfig:
+    node_id: int
+    cluster_id: str
+    # The voters of the quorum (static membership). A node outside this set is an
+    # observer: it fetches like a follower but never votes and never counts.
+    voters: frozenset[int]
+    # Base election timeout; each wait is drawn uniformly from [base, 2 * base) so
+    # that two nodes rarely time out together (Raft §5.2).
+    election_timeout_ms: int = attrs.field(default=1000, validator=_positive)
+    # How long the leader may park a fetch that has nothing new (long poll).
+    fetch_max_wait_ms: int = attrs.field(default=200, validator=_positive)
+    # A request not answered within this is sent again (messages can be lost).
+    request_timeout_ms: int = attrs.field(default=400, validator=_positive)
+    # A leader that has not heard from a majority of voters (itself included)
+    # within this resigns (thesis §6.2).
+    check_quorum_timeout_ms: int = attrs.field(default=1500, validator=_positive)
+    # A new leader re-sends BeginQuorumEpoch at this interval to voters that have
+    # not fetched from it yet.
+    begin_quorum_retry_ms: int = attrs.field(default=250, validator=_positive)
+    # After EndQuorumEpoch, the successor ranked k waits k * this before running.
+    end_quorum_backoff_ms: int = attrs.field(default=50, validator=_positive)
+    max_batch_records: int = attrs.field(default=10_000, validator=_positive)
+    max_batch_bytes: int = attrs.field(default=1024 * 1024, validator=_positive)
+    fetch_max_batches: int = attrs.field(default=256, validator=_positive)
+    fetch_max_bytes: int = attrs.field(default=1024 * 1024, validator=_positive)
+    snapshot_chunk_bytes: int = attrs.field(default=64 * 1024, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.voters:
+            raise ValueError("voters must not be empty")
+        # A caught-up follower hears from the leader (and the leader from it) at
+        # least every fetch_max_wait_ms plus a round trip; the timeouts must be
+        # longer or an idle but healthy cluster would hold elections.
+        if self.election_timeout_ms <= self.fetch_max_wait_ms:
+            raise ValueError("election_timeout_ms must exceed fetch_max_wait_ms")
+        if self.check_quorum_timeout_ms <= self.fetch_max_wait_ms:
+            raise ValueError("check_quorum_timeout_ms must exceed fetch_max_wait_ms")
+        if self.request_timeout_ms <= self.fetch_max_wait_ms:
+            raise ValueError("request_timeout_ms must exceed fetch_max_wait_ms")
+        # One lost fetch must be retried before the follower gives up on the leader.
+        if self.request_timeout_ms >= self.election_timeout_ms:
+            raise ValueError("request_timeout_ms must be below election_timeout_ms")
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1

@@ -1,0 +1,227 @@
+"""The leader's side: answering Fetch and FetchSnapshot, long polling, moving the
+high watermark, proposals, and the leader's timers (check quorum, BeginQuorumEpoch
+retries)."""
+
+from __future__ import annotations
+
+from controller.raft.messages import (
+    Errors,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+)
+from controller.raft.ready import ProposeError, ProposeResult
+from controller.raft.replication import FetchCheck, LeaderState, ParkedFetch, check_fetch_position
+from controller.raft.roles import Role
+from controller.raft.state import NodeState
+from controller.raft.values import (
+    EMPTY_ORIGIN,
+    BatchOrigin,
+    EpochEndOffset,
+    RecordBatch,
+    SnapshotId,
+)
+
+
+class LeaderMixin(NodeState):
+    def _leading(self) -> LeaderState:
+        assert self.role is Role.LEADER and self.leader_state is not None
+        return self.leader_state
+
+    # ------------------------------------------------------------- proposals
+
+    def propose(
+        self,
+        records: tuple[bytes, ...] | list[bytes],
+        now_ms: int,
+        origin: BatchOrigin = EMPTY_ORIGIN,
+    ) -> ProposeResult:
+        """Append `records` as one batch if we lead; see `ProposeResult`."""
+        self.now_ms = max(self.now_ms, now_ms)
+        if self.role is not Role.LEADER:
+            return ProposeResult(
+                epoch=self.epoch, error=ProposeError.NOT_LEADER, leader=self.leader
+            )
+        records = tuple(records)
+        if not records:
+            return ProposeResult(epoch=self.epoch, error=ProposeError.EMPTY)
+        size = sum(len(r) for r in records)
+        if len(records) > self.config.max_batch_records or size > self.config.max_batch_bytes:
+            return ProposeResult(epoch=self.epoch, error=ProposeError.TOO_LARGE)
+        base = self.append_batch(records, False, origin)
+        self.answer_parked_fetches()
+        return ProposeResult(base_offset=base, epoch=self.epoch)
+
+    # ------------------------------------------------------------------ Fetch
+
+    def fetch_error(self, req: FetchRequest, error: Errors) -> None:
+        self.send(
+            FetchResponse(
+                cluster_id=req.cluster_id
+                if error is Errors.INCONSISTENT_CLUSTER_ID
+                else self.config.cluster_id,
+                src=self.node_id,
+                dst=req.src,
+                epoch=self.epoch,
+                seq=req.seq,
+                error=error,
+                leader_id=self.advertised_leader_id(),
+                fetch_offset=req.fetch_offset,
+                last_fetched_epoch=req.last_fetched_epoch,
+                high_watermark=self.high_watermark,
+                log_start_offset=self.log.start_offset,
+            )
+        )
+
+    def on_fetch_request(self, req: FetchRequest) -> None:
+        """A fetch in our epoch (the caller settled epochs and roles)."""
+        state = self._leading()
+        check, diverging = check_fetch_position(self.log, req.fetch_offset, req.last_fetched_epoch)
+        if check is FetchCheck.VALID:
+            state.record_fetch(req.src, req.fetch_offset, self.now_ms)
+            self.update_high_watermark()
+            has_news = (
+                req.fetch_offset < self.log.end_offset or req.high_watermark != self.high_watermark
+            )
+            if has_news or req.max_wait_ms <= 0:
+                self._answer_fetch(req)
+            else:
+                deadline = self.now_ms + min(req.max_wait_ms, self.config.fetch_max_wait_ms)
+                state.parked[req.src] = ParkedFetch(req, deadline)
+            return
+        state.record_fetch(req.src, None, self.now_ms)
+        state.parked.pop(req.src, None)
+        if check is FetchCheck.DIVERGING:
+            self._answer_fetch(req, diverging=diverging)
+        else:
+            self._answer_fetch(req, snapshot_id=self.log.snapshot_id)
+
+    def _answer_fetch(
+        self,
+        req: FetchRequest,
+        *,
+        diverging: EpochEndOffset | None = None,
+        snapshot_id: SnapshotId | None = None,
+    ) -> None:
+        batches: tuple[RecordBatch, ...] = ()
+        if diverging is None and snapshot_id is None:
+            batches = tuple(
+                self.log.read(
+                    req.fetch_offset, self.config.fetch_max_batches, self.config.fetch_max_bytes
+                )
+            )
+        self.send(
+            FetchResponse(
+                cluster_id=self.config.cluster_id,
+                src=self.node_id,
+                dst=req.src,
+                epoch=self.epoch,
+                seq=req.seq,
+                error=Errors.NONE,
+                leader_id=self.node_id,
+                fetch_offset=req.fetch_offset,
+                last_fetched_epoch=req.last_fetched_epoch,
+                high_watermark=self.high_watermark,
+                log_start_offset=self.log.start_offset,
+                batches=batches,
+                diverging=diverging,
+                snapshot_id=snapshot_id,
+            )
+        )
+
+    def answer_parked_fetches(self, *, due_only: bool = False) -> None:
+        """Answer parked fetches that now have news (new records or a new high
+        watermark), and those whose wait is over."""
+        if self.role is not Role.LEADER:
+            return
+        state = self._leading()
+        end = self.log.end_offset
+        for replica, parked in list(state.parked.items()):
+            req = parked.request
+            news = req.fetch_offset < end or req.high_watermark != self.high_watermark
+            if (news and not due_only) or self.now_ms >= parked.deadline_ms:
+                del state.parked[replica]
+                self._answer_fetch(req)
+
+    def update_high_watermark(self) -> None:
+        """Move the high watermark to what a majority of voters stored durably."""
+        if self.role is not Role.LEADER:
+            return
+        candidate = self._leading().high_watermark_candidate(self.flushed_offset)
+        if candidate is not None and self.set_high_watermark(candidate):
+            self.answer_parked_fetches()
+
+    # --------------------------------------------------------- FetchSnapshot
+
+    def on_fetch_snapshot_request(self, req: FetchSnapshotRequest) -> None:
+        state = self._leading()
+        state.record_contact(req.src, self.now_ms)
+        size = self.snapshot_store.size_bytes(req.snapshot_id)
+        data = b""
+        error = Errors.NONE
+        if size is None or not 0 <= req.position <= size:
+            error, size = Errors.SNAPSHOT_NOT_FOUND, 0
+        else:
+            max_bytes = max(1, min(req.max_bytes, self.config.snapshot_chunk_bytes))
+            data = self.snapshot_store.read_chunk(req.snapshot_id, req.position, max_bytes)
+        self.send(
+            FetchSnapshotResponse(
+                cluster_id=self.config.cluster_id,
+                src=self.node_id,
+                dst=req.src,
+                epoch=self.epoch,
+                seq=req.seq,
+                error=error,
+                leader_id=self.node_id,
+                snapshot_id=req.snapshot_id,
+                position=req.position,
+                size_bytes=size,
+                data=data,
+            )
+        )
+
+    def fetch_snapshot_error(self, req: FetchSnapshotRequest, error: Errors) -> None:
+        self.send(
+            FetchSnapshotResponse(
+                cluster_id=req.cluster_id
+                if error is Errors.INCONSISTENT_CLUSTER_ID
+                else self.config.cluster_id,
+                src=self.node_id,
+                dst=req.src,
+                epoch=self.epoch,
+                seq=req.seq,
+                error=error,
+                leader_id=self.advertised_leader_id(),
+                snapshot_id=req.snapshot_id,
+                position=req.position,
+                size_bytes=0,
+            )
+        )
+
+    # ------------------------------------------------------------------ timers
+
+    def leader_tick(self) -> None:
+        state = self._leading()
+        if not state.has_quorum_contact(self.now_ms, self.config.check_quorum_timeout_ms):
+            # Check quorum (thesis §6.2): we may be on the small side of a
+            # partition; stop taking writes so clients go to the real leader.
+            self.become_resigned(graceful=False)
+            return
+        self.answer_parked_fetches(due_only=True)
+        if self.now_ms - state.last_begin_sent_ms < self.config.begin_quorum_retry_ms:
+            return
+        # BeginQuorumEpoch again to voters that never fetched in this epoch, and to
+        # those silent for longer than a fetch can take: a voter stuck as a
+        # prospective, or in a newer epoch whose election failed, learns of us (or
+        # we of its newer epoch, and step down so an election includes it).
+        silent_since = self.now_ms - self.config.request_timeout_ms
+        targets = set(state.awaiting_begin) | {
+            v
+            for v in self.other_voters()
+            if state.last_contact_ms.get(v, state.started_ms) <= silent_since
+        }
+        if targets:
+            state.last_begin_sent_ms = self.now_ms
+            for voter in sorted(targets):
+                self.send(self._begin_quorum_epoch(voter))

@@ -1,0 +1,137 @@
+"""Replication rules: what the leader answers a Fetch, where a follower truncates,
+and the leader's per-epoch bookkeeping (replica progress, parked fetches, the
+high watermark, check quorum)."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from controller.raft.log import RaftLog
+from controller.raft.messages import FetchRequest
+from controller.raft.values import EpochEndOffset
+
+
+class FetchCheck(enum.Enum):
+    VALID = "valid"
+    DIVERGING = "diverging"
+    SNAPSHOT = "snapshot"
+
+
+def check_fetch_position(
+    log: RaftLog, fetch_offset: int, last_fetched_epoch: int
+) -> tuple[FetchCheck, EpochEndOffset | None]:
+    """Does the fetcher's log end (fetch_offset, last_fetched_epoch) match ours?
+
+    It matches when our log has `last_fetched_epoch` and that epoch runs at least
+    to `fetch_offset`: all records of one epoch come from its one leader at the
+    same offsets, so by Log Matching (§5.3) the fetcher's whole prefix equals ours.
+    Otherwise we return our largest epoch <= `last_fetched_epoch` and its end, the
+    point the fetcher truncates to. An offset below our log start, or an epoch
+    older than our snapshot, can only be answered with the snapshot.
+    """
+    if fetch_offset < log.start_offset:
+        return FetchCheck.SNAPSHOT, None
+    found = log.end_offset_for_epoch(last_fetched_epoch)
+    if found is None:
+        return FetchCheck.SNAPSHOT, None
+    if found.epoch != last_fetched_epoch or fetch_offset > found.end_offset:
+        return FetchCheck.DIVERGING, found
+    return FetchCheck.VALID, None
+
+
+def follower_truncation_offset(log: RaftLog, diverging: EpochEndOffset) -> int:
+    """Where a follower cuts its log after a divergence answer (KRaft's rule).
+
+    The leader's epoch `diverging.epoch` ends at `diverging.end_offset`; ours at
+    our own end for that epoch. Below the smaller of the two both logs hold the
+    same records when both have that epoch, so this never cuts a record the
+    leader has (and hence never a committed one). The fetcher may have to go round again if an older epoch
+    diverges too.
+    """
+    own = log.end_offset_for_epoch(diverging.epoch)
+    own_end = log.start_offset if own is None else own.end_offset
+    offset = max(log.start_offset, min(diverging.end_offset, own_end, log.end_offset))
+    if offset < log.end_offset:
+        # When we lack the leader's epoch, its end can fall inside one of our
+        # batches (of an older epoch that differs there anyway): cut at the start
+        # of that batch. The true divergence point is a batch start <= offset, so
+        # this still cuts nothing the leader has.
+        offset = log.read(offset, 1, 0)[0].base_offset
+    return offset
+
+
+@attrs.frozen(slots=True)
+class ParkedFetch:
+    """A fetch with nothing new to return yet (long poll), answered when data or a
+    new high watermark arrives, or at `deadline_ms`."""
+
+    request: FetchRequest
+    deadline_ms: int
+
+
+@attrs.define(slots=True)
+class LeaderState:
+    """What a leader tracks for its one epoch; dropped when it stops leading.
+
+    Invariants: `fetch_offsets` holds only offsets validated against our log in
+    `epoch` and only for voters (observers never count); `epoch_start_offset` is
+    the offset of our LeaderChange batch.
+    """
+
+    node_id: int
+    epoch: int
+    voters: frozenset[int]
+    epoch_start_offset: int
+    started_ms: int
+    fetch_offsets: dict[int, int] = attrs.field(factory=dict)
+    # Last time each voter fetched (check quorum).
+    last_contact_ms: dict[int, int] = attrs.field(factory=dict)
+    parked: dict[int, ParkedFetch] = attrs.field(factory=dict)
+    # Voters that have not fetched in this epoch yet: they get BeginQuorumEpoch.
+    awaiting_begin: set[int] = attrs.field(factory=set)
+    last_begin_sent_ms: int = 0
+
+    def record_fetch(self, replica_id: int, fetch_offset: int | None, now_ms: int) -> None:
+        if replica_id not in self.voters:
+            return
+        self.last_contact_ms[replica_id] = now_ms
+        self.awaiting_begin.discard(replica_id)
+        if fetch_offset is not None:
+            self.fetch_offsets[replica_id] = fetch_offset
+
+    def record_contact(self, replica_id: int, now_ms: int) -> None:
+        if replica_id in self.voters:
+            self.last_contact_ms[replica_id] = now_ms
+
+    def high_watermark_candidate(self, own_flushed_offset: int) -> int | None:
+        """The largest offset stored on a majority of voters, or None while it
+        does not yet cover our epoch start.
+
+        Raft §5.4.2 (Figure 8): counting replicas of records from an older epoch
+        must never commit them; only once a record of our own epoch is on a
+        majority does everything before it commit with it.
+        """
+        offsets = [
+            own_flushed_offset if v == self.node_id else self.fetch_offsets.get(v, 0)
+            for v in self.voters
+        ]
+        offsets.sort(reverse=True)
+        candidate = offsets[len(self.voters) // 2]
+        return candidate if candidate > self.epoch_start_offset else None
+
+    def has_quorum_contact(self, now_ms: int, timeout_ms: int) -> bool:
+        """Have a majority of voters (us included) been heard from within timeout?"""
+        times = [
+            now_ms if v == self.node_id else self.last_contact_ms.get(v, self.started_ms)
+            for v in self.voters
+        ]
+        times.sort(reverse=True)
+        return now_ms - times[len(self.voters) // 2] <= timeout_ms
+
+    def successors_by_progress(self) -> tuple[int, ...]:
+        """Other voters, most caught up first (EndQuorumEpoch's preference order)."""
+        others = [v for v in self.voters if v != self.node_id]
+        others.sort(key=lambda v: (-self.fetch_offsets.get(v, -1), v))
+        return tuple(others)

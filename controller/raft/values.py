@@ -1,0 +1,72 @@
+"""Small value types shared by every part of the Raft core.
+
+They are frozen so that a value handed out in a `Ready` or a message can never
+be changed behind the core's back.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from controller.storage.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
+
+# The core replicates the storage layer's batch type unchanged, so the driver can
+# hand fetched batches to `SegmentedLog.append` without a conversion.
+__all__ = [
+    "EMPTY_ORIGIN",
+    "BatchOrigin",
+    "EpochEndOffset",
+    "LeaderAndEpoch",
+    "QuorumState",
+    "RecordBatch",
+    "SnapshotId",
+]
+
+
+@attrs.frozen(slots=True, order=True)
+class SnapshotId:
+    """A snapshot covers every record below `end_offset`; `epoch` is the epoch of
+    the record at `end_offset - 1` (0 for the empty snapshot at offset 0).
+
+    Ordered by (end_offset, epoch) so the newest snapshot is the max.
+    """
+
+    end_offset: int
+    epoch: int
+
+    def __attrs_post_init__(self) -> None:
+        assert self.end_offset >= 0 and self.epoch >= 0, self
+
+
+# The snapshot every log implicitly starts from: nothing, at epoch 0.
+EMPTY_SNAPSHOT = SnapshotId(0, 0)
+
+
+@attrs.frozen(slots=True)
+class EpochEndOffset:
+    """`epoch` is the largest epoch <= the one asked about that the log knows, and
+    `end_offset` is one past its last record (the start of the next epoch)."""
+
+    epoch: int
+    end_offset: int
+
+
+@attrs.frozen(slots=True)
+class QuorumState:
+    """What must be durable before any message depending on it leaves the node.
+
+    Invariant: `voted_for` is the only vote this node cast in `epoch` (None when
+    it cast none); `leader_id` is the leader this node knows for `epoch`.
+    """
+
+    epoch: int
+    voted_for: int | None
+    leader_id: int | None
+
+
+@attrs.frozen(slots=True)
+class LeaderAndEpoch:
+    """Who leads in `epoch` as far as this node knows (None: unknown)."""
+
+    leader_id: int | None
+    epoch: int

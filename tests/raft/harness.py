@@ -1,0 +1,433 @@
+"""Interpreter of the data-driven Raft scripts in testdata/*.txt.
+
+A script is one command a line (`#` starts a comment). The cluster runs the real
+`RaftNode` core with in-memory logs, a FIFO network the script delivers
+explicitly, and a clock the script moves. Flushes complete as soon as a node's
+Ready is drained (`flush manual N` holds them until `flush N`).
+
+Commands:
+  cluster voters=1,2,3 [observers=4] [jitter=1:0.0,2:0.5] [<config field>=<int> ...]
+      jitter: the value each node's random source returns (election timeout =
+      base * (1 + jitter)); default 0.0 for the lowest id, rising by 0.3.
+  start N                   start a node declared with `late=N` in cluster
+  run MS                    advance MS in 10 ms steps: tick all, deliver to quiescence
+  tick MS [N,..]            advance the clock MS and tick (all or the listed nodes) once
+  deliver [ROUNDS]          deliver queued messages (to quiescence, or ROUNDS rounds)
+  drop                      drop every queued message
+  partition A,B[|C,D]       cut A,B off from everyone (or from C,D only), both ways
+  oneway A->B               drop messages from A to B
+  heal                      remove every cut
+  propose N "r1" ["r2"..]   propose one batch on N (must succeed)
+  propose-fail N ERROR ...  propose must fail with ERROR (NOT_LEADER, TOO_LARGE, EMPTY)
+  crash N / restart N       lose unflushed writes and undrained state / start again
+  resign N                  graceful leader shutdown (EndQuorumEpoch)
+  compact N                 snapshot N's state machine at its high watermark, drop the log below
+  flush manual N | flush N  hold N's flushes / complete them
+  inject N TYPE k=v ...     hand N a message (FetchRequest, VoteRequest) built from k=v
+  expect role N ROLE
+  expect leader N epoch E   (N leads epoch E, and every live node in epoch E knows it)
+  expect epoch N E
+  expect hw N OFFSET
+  expect end N OFFSET
+  expect start N OFFSET      (log start: moves after a snapshot)
+  expect voted N CANDIDATE|none
+  expect applied N "r1" ...  the non-control records N applied, in order (all of them)
+  expect logs-match A,B,...  identical batches below the smallest high watermark... and
+                             identical logs altogether when they have the same end offset
+  expect sent TYPE k=v ...  some message sent since the last `deliver`/`drop` matches
+  expect not-sent TYPE k=v ...
+  expect snapshots-loaded N COUNT
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from controller.raft import (
+    MemoryRaftLog,
+    MemorySnapshotStore,
+    ProposeError,
+    QuorumState,
+    RaftConfig,
+    RaftNode,
+    RecordBatch,
+    Role,
+    SnapshotId,
+)
+from controller.raft import messages as msgs
+from controller.raft.values import EpochEndOffset
+
+CLUSTER_ID = "script-cluster"
+STEP_MS = 10
+
+
+class ScriptError(AssertionError):
+    pass
+
+
+class FixedRandom:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+class Node:
+    def __init__(self, config: RaftConfig, jitter: float) -> None:
+        self.config = config
+        self.jitter = jitter
+        self.log = MemoryRaftLog()
+        self.store = MemorySnapshotStore()
+        self.qs: QuorumState | None = None
+        self.raft: RaftNode | None = None
+        self.applied: list[RecordBatch] = []
+        self.manual_flush = False
+        self.pending_flushes: list[int] = []
+        self.snapshots_loaded = 0
+
+
+class Script:
+    def __init__(self) -> None:
+        self.now_ms = 0
+        self.nodes: dict[int, Node] = {}
+        self.queue: list[msgs.Message] = []
+        self.sent: list[msgs.Message] = []
+        self.cuts: set[tuple[int, int]] = set()
+
+    # ------------------------------------------------------------ machinery
+
+    def _start(self, node: Node) -> None:
+        node.raft = RaftNode(
+            node.config,
+            node.log,
+            node.store,
+            FixedRandom(node.jitter),
+            quorum_state=node.qs,
+            now_ms=self.now_ms,
+        )
+        node.applied = []
+        self._drain(node)
+
+    def _drain(self, node: Node) -> None:
+        raft = node.raft
+        assert raft is not None
+        while True:
+            ready = raft.ready()
+            if ready.quorum_state is not None:
+                node.qs = ready.quorum_state
+            for message in ready.messages:
+                self.queue.append(message)
+                self.sent.append(message)
+            node.applied.extend(ready.committed)
+            if ready.flush_to_offset is not None:
+                node.pending_flushes.append(ready.flush_to_offset)
+            if not node.manual_flush and node.pending_flushes:
+                self._flush(node)
+                continue
+            if ready.snapshot_to_load is not None:
+                data = node.store.finish_write(ready.snapshot_to_load)
+                node.applied = _decode_snapshot(data)
+                node.snapshots_loaded += 1
+                raft.snapshot_loaded(ready.snapshot_to_load, self.now_ms)
+                continue
+            if ready.empty:
+                return
+
+    def _flush(self, node: Node) -> None:
+        assert node.raft is not None
+        node.log.sync()
+        flushes, node.pending_flushes = node.pending_flushes, []
+        for offset in flushes:
+            node.raft.flushed(offset, self.now_ms)
+
+    def _live(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.raft is not None]
+
+    def _deliver(self, rounds: int | None) -> None:
+        done = 0
+        while self.queue and (rounds is None or done < rounds):
+            batch, self.queue = self.queue, []
+            for message in batch:
+                node = self.nodes.get(message.dst)
+                if node is None or node.raft is None or (message.src, message.dst) in self.cuts:
+                    continue
+                node.raft.receive(message, self.now_ms)
+                self._drain(node)
+            done += 1
+            if done > 10_000:
+                raise ScriptError("messages never quiesce")
+
+    def _tick(self, ms: int, ids: list[int] | None = None) -> None:
+        self.now_ms += ms
+        for node in self._live():
+            if ids is None or node.config.node_id in ids:
+                assert node.raft is not None
+                node.raft.tick(self.now_ms)
+                self._drain(node)
+
+    def raft(self, node_id: int) -> RaftNode:
+        raft = self.nodes[node_id].raft
+        if raft is None:
+            raise ScriptError(f"node {node_id} is down")
+        return raft
+
+    # ------------------------------------------------------------- commands
+
+    def cmd_cluster(self, *args: str) -> None:
+        opts = dict(a.split("=", 1) for a in args)
+        voters = frozenset(int(v) for v in opts.pop("voters").split(","))
+        observers = [int(v) for v in opts.pop("observers", "").split(",") if v]
+        late = {int(v) for v in opts.pop("late", "").split(",") if v}
+        jitter = {
+            int(k): float(v)
+            for k, v in (p.split(":") for p in opts.pop("jitter", "").split(",") if p)
+        }
+        overrides: dict[str, Any] = {
+            "election_timeout_ms": 100,
+            "fetch_max_wait_ms": 20,
+            "request_timeout_ms": 60,
+            "check_quorum_timeout_ms": 150,
+            "begin_quorum_retry_ms": 30,
+            "end_quorum_backoff_ms": 10,
+        }
+        overrides.update({k: int(v) for k, v in opts.items()})
+        for i, node_id in enumerate(sorted(voters | set(observers))):
+            config = RaftConfig(node_id=node_id, cluster_id=CLUSTER_ID, voters=voters, **overrides)
+            self.nodes[node_id] = Node(config, jitter.get(node_id, (0.3 * i) % 1.0))
+        for node_id, node in self.nodes.items():
+            if node_id not in late:
+                self._start(node)
+
+    def cmd_start(self, node_id: str) -> None:
+        self._start(self.nodes[int(node_id)])
+
+    def cmd_run(self, ms: str) -> None:
+        for _ in range(int(ms) // STEP_MS):
+            self._tick(STEP_MS)
+            self._deliver(None)
+
+    def cmd_tick(self, ms: str, ids: str | None = None) -> None:
+        self._tick(int(ms), None if ids is None else [int(i) for i in ids.split(",")])
+
+    def cmd_deliver(self, rounds: str | None = None) -> None:
+        self.sent = []
+        self._deliver(None if rounds is None else int(rounds))
+
+    def cmd_drop(self) -> None:
+        self.queue = []
+        self.sent = []
+
+    def cmd_partition(self, spec: str) -> None:
+        left, _, right = spec.partition("|")
+        side = {int(v) for v in left.split(",")}
+        other = {int(v) for v in right.split(",")} if right else set(self.nodes) - side
+        for a in side:
+            for b in other:
+                self.cuts |= {(a, b), (b, a)}
+
+    def cmd_oneway(self, spec: str) -> None:
+        a, b = spec.split("->")
+        self.cuts.add((int(a), int(b)))
+
+    def cmd_heal(self) -> None:
+        self.cuts.clear()
+
+    def cmd_propose(self, node_id: str, *records: str) -> None:
+        result = self.raft(int(node_id)).propose([r.encode() for r in records], self.now_ms)
+        if not result.ok:
+            raise ScriptError(f"propose on {node_id} failed: {result}")
+        self._drain(self.nodes[int(node_id)])
+
+    def cmd_propose_fail(self, node_id: str, error: str, *records: str) -> None:
+        result = self.raft(int(node_id)).propose([r.encode() for r in records], self.now_ms)
+        if result.error is not ProposeError[error]:
+            raise ScriptError(f"propose on {node_id}: expected {error}, got {result}")
+
+    def cmd_crash(self, node_id: str) -> None:
+        node = self.nodes[int(node_id)]
+        node.raft = None
+        node.pending_flushes = []
+        node.manual_flush = False
+        node.log.crash(0)
+        node.store.crash()
+
+    def cmd_restart(self, node_id: str) -> None:
+        self._start(self.nodes[int(node_id)])
+
+    def cmd_resign(self, node_id: str) -> None:
+        self.raft(int(node_id)).resign(self.now_ms)
+        self._drain(self.nodes[int(node_id)])
+
+    def cmd_compact(self, node_id: str) -> None:
+        node = self.nodes[int(node_id)]
+        raft = self.raft(int(node_id))
+        covered = [b for b in node.applied if b.next_offset <= raft.high_watermark]
+        last = covered[-1]
+        snapshot_id = SnapshotId(last.next_offset, last.epoch)
+        node.store.put(snapshot_id, _encode_snapshot(covered))
+        raft.compact(snapshot_id, self.now_ms)
+
+    def cmd_flush(self, *args: str) -> None:
+        if args[0] == "manual":
+            self.nodes[int(args[1])].manual_flush = True
+            return
+        node = self.nodes[int(args[0])]
+        node.manual_flush = False
+        self._flush(node)
+        self._drain(node)
+
+    def cmd_inject(self, node_id: str, type_name: str, *fields: str) -> None:
+        cls = getattr(msgs, type_name)
+        values: dict[str, Any] = {"cluster_id": CLUSTER_ID, "dst": int(node_id)}
+        for f in fields:
+            k, v = f.split("=", 1)
+            values[k] = _parse_value(v)
+        self.raft(int(node_id)).receive(cls(**values), self.now_ms)
+        self.sent = []
+        self._drain(self.nodes[int(node_id)])
+
+    def cmd_expect(self, what: str, *args: str) -> None:
+        getattr(self, "expect_" + what.replace("-", "_"))(*args)
+
+    # ---------------------------------------------------------- expectations
+
+    def expect_role(self, node_id: str, role: str) -> None:
+        actual = self.raft(int(node_id)).role
+        if actual is not Role[role.upper()]:
+            raise ScriptError(f"node {node_id} is {actual.name}, expected {role}")
+
+    def expect_leader(self, node_id: str, _epoch_word: str, epoch: str) -> None:
+        self.expect_role(node_id, "leader")
+        self.expect_epoch(node_id, epoch)
+        for node in self._live():
+            raft = node.raft
+            assert raft is not None
+            if raft.epoch == int(epoch) and raft.leader_id != int(node_id):
+                raise ScriptError(
+                    f"node {node.config.node_id} knows {raft.leader}, not {node_id}@{epoch}"
+                )
+
+    def expect_epoch(self, node_id: str, epoch: str) -> None:
+        actual = self.raft(int(node_id)).epoch
+        if actual != int(epoch):
+            raise ScriptError(f"node {node_id} is in epoch {actual}, expected {epoch}")
+
+    def expect_hw(self, node_id: str, offset: str) -> None:
+        actual = self.raft(int(node_id)).high_watermark
+        if actual != int(offset):
+            raise ScriptError(f"node {node_id} high watermark is {actual}, expected {offset}")
+
+    def expect_end(self, node_id: str, offset: str) -> None:
+        actual = self.raft(int(node_id)).log.end_offset
+        if actual != int(offset):
+            raise ScriptError(f"node {node_id} log ends at {actual}, expected {offset}")
+
+    def expect_start(self, node_id: str, offset: str) -> None:
+        actual = self.raft(int(node_id)).log.start_offset
+        if actual != int(offset):
+            raise ScriptError(f"node {node_id} log starts at {actual}, expected {offset}")
+
+    def expect_voted(self, node_id: str, candidate: str) -> None:
+        actual = self.raft(int(node_id)).voted_for
+        expected = None if candidate == "none" else int(candidate)
+        if actual != expected:
+            raise ScriptError(f"node {node_id} voted for {actual}, expected {expected}")
+
+    def expect_applied(self, node_id: str, *records: str) -> None:
+        node = self.nodes[int(node_id)]
+        actual = [r.decode() for b in node.applied if not b.is_control for r in b.records]
+        if actual != list(records):
+            raise ScriptError(f"node {node_id} applied {actual}, expected {list(records)}")
+
+    def expect_logs_match(self, ids: str) -> None:
+        logs = {int(i): self.nodes[int(i)].log for i in ids.split(",")}
+        ends = {i: log.end_offset for i, log in logs.items()}
+        if len(set(ends.values())) != 1:
+            raise ScriptError(f"log ends differ: {ends}")
+        first = None
+        for i, log in logs.items():
+            view = [(b.base_offset, b.epoch, b.records) for b in log.batches]
+            first = view if first is None else first
+            if view != first:
+                raise ScriptError(f"node {i}'s log differs: {view} vs {first}")
+
+    def _matching(self, type_name: str, fields: tuple[str, ...]) -> list[msgs.Message]:
+        wanted = {k: _parse_value(v) for k, v in (f.split("=", 1) for f in fields)}
+        return [
+            m
+            for m in self.sent
+            if type(m).__name__ == type_name and all(getattr(m, k) == v for k, v in wanted.items())
+        ]
+
+    def expect_sent(self, type_name: str, *fields: str) -> None:
+        if not self._matching(type_name, fields):
+            raise ScriptError(f"no {type_name} {fields} among {self.sent}")
+
+    def expect_not_sent(self, type_name: str, *fields: str) -> None:
+        found = self._matching(type_name, fields)
+        if found:
+            raise ScriptError(f"unexpected {found}")
+
+    def expect_snapshots_loaded(self, node_id: str, count: str) -> None:
+        actual = self.nodes[int(node_id)].snapshots_loaded
+        if actual != int(count):
+            raise ScriptError(f"node {node_id} loaded {actual} snapshots, expected {count}")
+
+
+def _parse_value(text: str) -> Any:
+    if text in ("True", "False"):
+        return text == "True"
+    if text == "None":
+        return None
+    if text.lstrip("-").isdigit():
+        return int(text)
+    if text.startswith("diverging:"):
+        epoch, end = text.split(":")[1].split(",")
+        return EpochEndOffset(int(epoch), int(end))
+    if text.startswith("(") and text.endswith(")"):
+        return tuple(int(v) for v in text[1:-1].split(",") if v)
+    if text.startswith("error:"):
+        return msgs.Errors[text.split(":")[1]]
+    return text
+
+
+def _encode_snapshot(batches: list[RecordBatch]) -> bytes:
+    return repr([(b.base_offset, b.epoch, b.is_control, b.records) for b in batches]).encode()
+
+
+def _decode_snapshot(data: bytes) -> list[RecordBatch]:
+    import ast
+
+    from controller.raft.values import EMPTY_ORIGIN
+
+    return [
+        RecordBatch(
+            base_offset=base,
+            epoch=epoch,
+            append_time_ms=0,
+            is_control=control,
+            origin=EMPTY_ORIGIN,
+            records=records,
+        )
+        for base, epoch, control, records in ast.literal_eval(data.decode())
+    ]
+
+
+def run_script(text: str) -> None:
+    script = Script()
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        if not line:
+            continue
+        words = shlex.split(line)
+        handler = getattr(script, "cmd_" + words[0].replace("-", "_"), None)
+        if handler is None:
+            raise ScriptError(f"line {lineno}: unknown command {words[0]!r}")
+        try:
+            handler(*words[1:])
+        except ScriptError as exc:
+            raise ScriptError(f"line {lineno}: {line}\n  {exc}") from None
+        except Exception as exc:
+            raise ScriptError(f"line {lineno}: {line}\n  {exc!r}") from exc

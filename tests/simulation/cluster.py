@@ -1,0 +1,526 @@
+"""A deterministic simulation of a metakraft Raft quorum: the real `RaftNode` core
+on a simulated clock, network and disk, all driven by one seed.
+
+The driver honours the `Ready` contract (quorum state durable before messages;
+flushes reported in order after the disk made them durable) and injects faults:
+partitions (full, partial, one-way), drops, duplicates, reordering and delays,
+crashes that lose unsynced writes and unsynced quorum state (and may keep a torn
+prefix of unsynced writes), restarts, a paused leader that resumes as a zombie,
+graceful resignation, log compaction behind snapshots, and an observer that joins
+late and has to load a snapshot. `invariants.History` checks safety after every
+step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from typing import Any
+
+from controller.raft import RaftNode, RecordBatch, Role, SnapshotId
+from controller.raft.messages import Message, VoteRequest, VoteResponse
+from tests.simulation.invariants import History, InvariantViolation, same_batch
+from tests.simulation.nodes import SimLog, SimNode, StateMachine
+
+TICK_MS = 10
+
+
+class Cluster:
+    def __init__(self, seed: int, duration_ms: int = 3000, settle_ms: int = 1200) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.now_ms = 0
+        self.duration_ms = duration_ms
+        self.settle_ms = settle_ms
+        self.history = History()
+        self._queue: list[tuple[int, int, str, tuple[Any, ...]]] = []
+        self._seq = 0
+        n_voters = self.rng.choice((3, 3, 5))
+        n_observers = self.rng.choice((1, 2))
+        voters = frozenset(range(1, n_voters + 1))
+        self.nodes = {i: SimNode(self, i, voters) for i in range(1, n_voters + n_observers + 1)}
+        self.voters = voters
+        self.majority = n_voters // 2 + 1
+        self.blocked: set[tuple[int, int]] = set()
+        self.drop_p = self.rng.choice((0.0, 0.01, 0.05, 0.15))
+        self.dup_p = self.rng.choice((0.0, 0.02, 0.1))
+        self.max_delay_ms = self.rng.choice((2, 10, 30))
+        self.defer_drain_p = self.rng.choice((0.0, 0.1, 0.3))
+        self.disk_max_ms = self.rng.choice((1, 5, 20))
+        # Half the seeds tick on a fixed period, half only at next_deadline_ms().
+        self.deadline_ticks = self.rng.random() < 0.5
+        self.proposals = 0
+        self.truncations = 0
+        self.zombie_resumes = 0
+        self.committed_cuts = 0
+        self.steps = 0
+        late_observer = max(self.nodes)
+        for node in self.nodes.values():
+            if node.id == late_observer and n_observers > 0:
+                self._at(self.rng.randint(duration_ms // 3, duration_ms // 2), "start", node.id)
+            else:
+                self._start(node)
+        self._at(self.rng.randint(5, 30), "propose")
+        self._schedule_faults()
+
+    # ------------------------------------------------------------ scheduling
+
+    def _at(self, time_ms: int, kind: str, *args: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, (time_ms, self._seq, kind, args))
+
+    def _schedule_faults(self) -> None:
+        end_faults = self.duration_ms - self.settle_ms
+        t = 100
+        while True:
+            t += self.rng.randint(50, 400)
+            if t >= end_faults:
+                break
+            kind = self.rng.choice(
+                (
+                    "crash",
+                    "crash",
+                    "partition",
+                    "partition",
+                    "pause",
+                    "compact",
+                    "compact",
+                    "resign",
+                )
+            )
+            self._at(t, "fault", kind)
+        # Compactions before the late observer shows up make it take the snapshot path.
+        for _ in range(2):
+            self._at(self.rng.randint(300, self.duration_ms // 3), "fault", "compact")
+        self._at(end_faults, "heal")
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> None:
+        while self._queue:
+            time_ms, _, kind, args = heapq.heappop(self._queue)
+            if time_ms > self.duration_ms:
+                break
+            self.now_ms = time_ms
+            self.steps += 1
+            getattr(self, "_ev_" + kind)(*args)
+        self.check_final()
+
+    # --------------------------------------------------------------- events
+
+    def _ev_start(self, node_id: int) -> None:
+        self._start(self.nodes[node_id])
+
+    def _start(self, node: SimNode) -> None:
+        assert node.raft is None
+        node.incarnation += 1
+        node_rng = random.Random(self.seed * 1000 + node.id * 31 + node.incarnation)
+        # The state machine restarts from the snapshot the log starts at.
+        node.sm = StateMachine()
+        start = node.log.snapshot_id
+        if start.end_offset > 0:
+            for batch in StateMachine.decode(node.store.read_all(start)):
+                self._check_apply(node, batch)
+        node.raft = RaftNode(
+            node.config,
+            node.log,
+            node.store,
+            node_rng,
+            quorum_state=node.durable_qs,
+            now_ms=self.now_ms,
+        )
+        if node.raft.epoch < node.max_epoch_sent:
+            raise InvariantViolation(
+                f"node {node.id} restarted in epoch {node.raft.epoch} after sending epoch {node.max_epoch_sent}"
+            )
+        node.epoch_seen = node.raft.epoch
+        node.hw_seen = node.raft.high_watermark
+        node.paused = False
+        node.held = []
+        self._drain(node)
+        self._schedule_tick(node, self.now_ms + self.rng.randint(1, TICK_MS))
+
+    def _schedule_tick(self, node: SimNode, time_ms: int) -> None:
+        node.tick_token += 1
+        node.next_tick_ms = time_ms
+        self._at(time_ms, "tick", node.id, node.incarnation, node.tick_token)
+
+    def _ev_tick(self, node_id: int, incarnation: int, token: int) -> None:
+        node = self.nodes[node_id]
+        if node.raft is None or node.incarnation != incarnation or node.tick_token != token:
+            return  # the node died, or a sooner tick replaced this one
+        if node.paused:
+            self._schedule_tick(node, self.now_ms + TICK_MS)
+            return
+        node.raft.tick(self.now_ms)
+        if not self.deadline_ticks:
+            self._schedule_tick(node, self.now_ms + TICK_MS + self.rng.randint(0, 3))
+        self._after_event(node)
+        if self.deadline_ticks and node.raft is not None and node.tick_token == token:
+            self._schedule_tick(node, max(self.now_ms + 1, node.raft.next_deadline_ms()))
+
+    def _retick(self, node: SimNode) -> None:
+        """Deadline mode: tick exactly when the core says a timer is due, the way a
+        driver sleeping on `next_deadline_ms()` would (tests that API)."""
+        if not self.deadline_ticks or node.raft is None or node.paused:
+            return
+        due = max(self.now_ms + 1, node.raft.next_deadline_ms())
+        if due < node.next_tick_ms or node.next_tick_ms <= self.now_ms:
+            self._schedule_tick(node, due)
+
+    def _ev_msg(self, message: Message) -> None:
+        node = self.nodes[message.dst]
+        if node.raft is None:
+            return
+        if node.paused:
+            node.held.append(("msg", (message,)))
+            return
+        node.raft.receive(message, self.now_ms)
+        self._after_event(node)
+
+    def _ev_flush(self, node_id: int, incarnation: int, through_op: int, offset: int) -> None:
+        node = self.nodes[node_id]
+        if node.raft is None or node.incarnation != incarnation:
+            return
+        if node.paused:
+            node.held.append(("flush", (node_id, incarnation, through_op, offset)))
+            return
+        node.log.sync(through_op)
+        if self.committed_cuts:
+            self.check_durable_majority()
+        node.raft.flushed(offset, self.now_ms)
+        self._after_event(node)
+
+    def _ev_drain(self, node_id: int, incarnation: int) -> None:
+        node = self.nodes[node_id]
+        node.drain_scheduled = False
+        if node.raft is None or node.incarnation != incarnation:
+            return
+        self._drain(node)
+
+    def _ev_propose(self) -> None:
+        self._at(self.now_ms + self.rng.randint(5, 40), "propose")
+        up = [n for n in self.nodes.values() if n.raft is not None]
+        leaders = [n for n in up if n.raft is not None and n.raft.role is Role.LEADER]
+        pool = leaders if leaders and self.rng.random() < 0.9 else up
+        if not pool:
+            return
+        node = self.rng.choice(pool)
+        self.proposals += 1
+        records = tuple(
+            f"p{self.proposals}.{i}".encode() for i in range(self.rng.choice((1, 1, 2, 5)))
+        )
+        if node.paused:
+            node.held.append(("propose", (records,)))
+            return
+        self._propose(node, records)
+
+    def _propose(self, node: SimNode, records: tuple[bytes, ...]) -> None:
+        assert node.raft is not None
+        node.raft.propose(records, self.now_ms)
+        self._after_event(node)
+
+    def _ev_resume(self, node_id: int, incarnation: int) -> None:
+        node = self.nodes[node_id]
+        if node.raft is None or node.incarnation != incarnation:
+            return
+        node.paused = False
+        if node.raft.role is Role.LEADER and max(self.history.leaders) > node.raft.epoch:
+            self.zombie_resumes += 1  # a newer epoch has a leader: this one is a zombie
+        self._schedule_tick(node, self.now_ms + 1)
+        held, node.held = node.held, []
+        # A resumed process first works through what queued up while it slept,
+        # before its timers run: the dangerous order for a zombie leader.
+        for kind, args in held:
+            if node.raft is None or node.incarnation != incarnation:
+                return
+            if kind == "msg":
+                node.raft.receive(args[0], self.now_ms)
+            elif kind == "flush":
+                node.log.sync(args[2])
+                if self.committed_cuts:
+                    self.check_durable_majority()
+                node.raft.flushed(args[3], self.now_ms)
+            else:
+                node.raft.propose(args[0], self.now_ms)
+            self._after_event(node)
+
+    def _ev_restart(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if node.raft is None:
+            self._start(node)
+
+    def _ev_unblock(self, links: tuple[tuple[int, int], ...]) -> None:
+        self.blocked.difference_update(links)
+
+    def _ev_heal(self) -> None:
+        self.blocked.clear()
+        self.drop_p = 0.0
+        for node in self.nodes.values():
+            if node.raft is None and node.incarnation > 0:
+                self._start(node)
+            elif node.paused:
+                self._ev_resume(node.id, node.incarnation)
+        self.heal_commit_end = self.history.committed_end
+
+    def _ev_fault(self, kind: str) -> None:
+        up = [n for n in self.nodes.values() if n.raft is not None and not n.paused]
+        if not up:
+            return
+        leaders = [n for n in up if n.raft is not None and n.raft.role is Role.LEADER]
+        if kind == "crash":
+            victim = self.rng.choice(leaders if leaders and self.rng.random() < 0.5 else up)
+            self._crash(victim)
+            self._at(self.now_ms + self.rng.randint(20, 500), "restart", victim.id)
+        elif kind == "partition":
+            self._partition()
+        elif kind == "pause" and leaders:
+            node = self.rng.choice(leaders)
+            node.paused = True
+            pause_ms = self.rng.randint(250, 900)
+            self._at(self.now_ms + pause_ms, "resume", node.id, node.incarnation)
+        elif kind == "compact":
+            pool = leaders if leaders and self.rng.random() < 0.7 else up
+            self._compact(self.rng.choice(pool))
+        elif kind == "resign" and leaders:
+            node = leaders[0]
+            assert node.raft is not None
+            node.raft.resign(self.now_ms)
+            self._drain(node)
+            # A planned stop: everything is flushed, then the process exits.
+            node.log.sync()
+            self._crash(node)
+            self._at(self.now_ms + self.rng.randint(50, 300), "restart", node.id)
+
+    def _partition(self) -> None:
+        ids = sorted(self.nodes)
+        style = self.rng.choice(("isolate", "split", "oneway", "links"))
+        links: set[tuple[int, int]] = set()
+        leaders = [
+            n.id for n in self.nodes.values() if n.raft is not None and n.raft.role is Role.LEADER
+        ]
+        if style == "isolate":
+            # Cutting off the leader while clients still write to it is what makes
+            # divergent tails (and truncation) happen.
+            victim = self.rng.choice(leaders if leaders and self.rng.random() < 0.6 else ids)
+            links = {(victim, o) for o in ids if o != victim} | {
+                (o, victim) for o in ids if o != victim
+            }
+        elif style == "split":
+            side = set(self.rng.sample(ids, self.rng.randint(1, len(ids) - 1)))
+            links = {(a, b) for a in ids for b in ids if (a in side) != (b in side)}
+        elif style == "oneway":
+            a, b = self.rng.sample(ids, 2)
+            links = {(a, b)}
+            if self.rng.random() < 0.5:
+                links |= {(a, o) for o in ids if o != a}
+        else:
+            pairs = [(a, b) for a in ids for b in ids if a != b]
+            links = set(self.rng.sample(pairs, self.rng.randint(1, len(pairs) // 2)))
+        self.blocked |= links
+        self._at(self.now_ms + self.rng.randint(100, 700), "unblock", tuple(sorted(links)))
+
+    def _crash(self, node: SimNode) -> None:
+        """Power cut: unsynced writes (but a torn prefix) and the undrained Ready go."""
+        node.raft = None
+        node.paused = False
+        node.held = []
+        node.log.crash(self.rng.randint(0, node.log.pending_op_count))
+        node.store.crash()
+        self.check_durable_majority()
+
+    def _compact(self, node: SimNode) -> None:
+        raft = node.raft
+        assert raft is not None
+        limit = min(raft.high_watermark, raft.flushed_offset)
+        candidates = [b for b in node.sm.batches if b.next_offset <= limit]
+        if not candidates or candidates[-1].next_offset <= node.log.start_offset:
+            return
+        last = candidates[-1]
+        snapshot_id = SnapshotId(last.next_offset, last.epoch)
+        node.store.put(snapshot_id, node.sm.snapshot_bytes(snapshot_id.end_offset))
+        raft.compact(snapshot_id, self.now_ms)
+        self._after_event(node)
+
+    # ------------------------------------------------------------ the driver
+
+    def _after_event(self, node: SimNode) -> None:
+        assert node.raft is not None
+        if self.rng.random() < self.defer_drain_p:
+            # Leave the Ready undrained for a while: a crash now loses it.
+            if not node.drain_scheduled:
+                node.drain_scheduled = True
+                self._at(self.now_ms + self.rng.randint(1, 8), "drain", node.id, node.incarnation)
+        else:
+            self._drain(node)
+        self._check_node(node)
+
+    def _drain(self, node: SimNode) -> None:
+        raft = node.raft
+        assert raft is not None
+        while True:
+            ready = raft.ready()
+            # 1. Quorum state is durable before any message leaves.
+            if ready.quorum_state is not None:
+                node.durable_qs = ready.quorum_state
+            # 2. Flush: the disk syncs everything written so far, reports later, in order.
+            if ready.flush_to_offset is not None:
+                done = max(
+                    node.last_flush_done_ms, self.now_ms + self.rng.randint(0, self.disk_max_ms)
+                )
+                node.last_flush_done_ms = done
+                self._at(
+                    done,
+                    "flush",
+                    node.id,
+                    node.incarnation,
+                    node.log.ops_issued,
+                    ready.flush_to_offset,
+                )
+            # 3. Messages.
+            for message in ready.messages:
+                self._send(node, message)
+            # 4. Committed batches.
+            for batch in ready.committed:
+                self._check_apply(node, batch)
+            if ready.role is Role.LEADER:
+                self.history.note_leader(node.id, raft.epoch)
+            # 5. Snapshot to load.
+            if ready.snapshot_to_load is None:
+                break
+            snapshot_id = ready.snapshot_to_load
+            data = node.store.finish_write(snapshot_id)
+            node.sm = StateMachine()
+            for batch in StateMachine.decode(data):
+                self._check_apply(node, batch)
+            if node.sm.applied_offset != snapshot_id.end_offset:
+                raise InvariantViolation(
+                    f"snapshot {snapshot_id} content ends at {node.sm.applied_offset}"
+                )
+            node.snapshots_loaded += 1
+            raft.snapshot_loaded(snapshot_id, self.now_ms)
+        self._check_node(node)
+        self._retick(node)
+
+    def _send(self, node: SimNode, message: Message) -> None:
+        if not (isinstance(message, VoteRequest) and message.pre_vote):
+            node.max_epoch_sent = max(node.max_epoch_sent, message.epoch)
+        if isinstance(message, VoteResponse) and message.granted and not message.pre_vote:
+            self.history.note_vote(node.id, message.epoch, message.dst)
+        if (message.src, message.dst) in self.blocked or self.rng.random() < self.drop_p:
+            return
+        self._at(self.now_ms + self.rng.randint(1, self.max_delay_ms), "msg", message)
+        if self.rng.random() < self.dup_p:
+            self._at(self.now_ms + self.rng.randint(1, 3 * self.max_delay_ms), "msg", message)
+
+    # ---------------------------------------------------------------- checks
+
+    def check_truncation(self, node_id: int, log: SimLog, offset: int) -> None:
+        """A node may cut a committed batch only while it follows a stale leader.
+
+        Raft lets a deposed leader (a zombie, in an older epoch) make a follower
+        that is still in that epoch drop records committed in a newer epoch: that
+        follower was not among the copies that committed them, and the newer
+        leader restores them. What must never happen is that a node in the newest
+        epoch does it, or that the committed copies fall below a majority (checked
+        after every flush while any such cut is pending).
+        """
+        if offset >= log.end_offset:
+            return
+        self.truncations += 1
+        raft = self.nodes[node_id].raft
+        epoch = raft.epoch if raft is not None else 0
+        for batch in log.batches:
+            if batch.base_offset >= offset and self.history.is_committed(batch):
+                if epoch >= max(self.history.leaders, default=0):
+                    raise InvariantViolation(
+                        f"node {node_id} in epoch {epoch} truncates to {offset},"
+                        f" removing committed {batch!r}"
+                    )
+                self.committed_cuts += 1
+                return
+
+    def _check_apply(self, node: SimNode, batch: RecordBatch) -> None:
+        if self.history.check_committed(node.id, batch):
+            self._check_on_majority(batch)
+        node.sm.apply(batch)
+
+    def _check_on_majority(self, batch: RecordBatch) -> None:
+        """Newly committed: it must be durable on a majority of voters."""
+        holders = 0
+        for v in self.voters:
+            log = self.nodes[v].log
+            if log.durable_snapshot_id.end_offset > batch.base_offset:
+                holders += 1
+                continue
+            stored = log.durable_batch_at(batch.base_offset)
+            if stored is not None and same_batch(stored, batch):
+                holders += 1
+        if holders < self.majority:
+            raise InvariantViolation(f"committed {batch!r} is durable on only {holders} voters")
+
+    def check_durable_majority(self) -> None:
+        for batch in self.history.committed.values():
+            self._check_on_majority(batch)
+
+    def _check_node(self, node: SimNode) -> None:
+        raft = node.raft
+        if raft is None:
+            return
+        if raft.epoch < node.epoch_seen:
+            raise InvariantViolation(
+                f"node {node.id} epoch went back {node.epoch_seen} -> {raft.epoch}"
+            )
+        node.epoch_seen = raft.epoch
+        if raft.high_watermark < node.hw_seen:
+            raise InvariantViolation(
+                f"node {node.id} hw went back {node.hw_seen} -> {raft.high_watermark}"
+            )
+        node.hw_seen = raft.high_watermark
+        if raft.role is Role.LEADER:
+            self.history.note_leader(node.id, raft.epoch)
+        if not node.is_voter and raft.role is not Role.FOLLOWER:
+            raise InvariantViolation(f"observer {node.id} became {raft.role}")
+
+    def check_final(self) -> None:
+        for node in self.nodes.values():
+            if node.raft is not None and not node.paused:
+                self._drain(node)
+        self.check_durable_majority()
+        for node in self.nodes.values():
+            raft = node.raft
+            if raft is None:
+                continue
+            for batch in node.log.batches:
+                if batch.next_offset <= raft.high_watermark and not self.history.is_committed(
+                    batch
+                ):
+                    raise InvariantViolation(
+                        f"node {node.id} holds {batch!r} below its hw but not committed"
+                    )
+        # Liveness once everything healed: someone leads and commits, and every
+        # live node (voter or observer) has caught up with what was committed when
+        # the faults stopped.
+        heal_end = getattr(self, "heal_commit_end", 0)
+        if self.history.committed_end <= heal_end:
+            raise InvariantViolation(
+                f"no progress after healing (committed end {self.history.committed_end})"
+            )
+        for node in self.nodes.values():
+            if node.raft is not None and node.raft.high_watermark < heal_end:
+                raise InvariantViolation(
+                    f"node {node.id} stuck after healing: hw {node.raft.high_watermark} < {heal_end},"
+                    f" {node.raft.role.name} in epoch {node.raft.epoch}"
+                )
+
+
+def run_seed(seed: int) -> Cluster:
+    cluster = Cluster(seed)
+    try:
+        cluster.run()
+    except Exception as exc:  # every failure names the seed that replays it
+        raise InvariantViolation(
+            f"seed {seed} failed at t={cluster.now_ms}ms step {cluster.steps}: {exc!r}\n"
+            f"replay: SIM_SEED={seed} .venv/bin/python -m pytest tests/simulation -q"
+        ) from exc
+    return cluster

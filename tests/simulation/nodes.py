@@ -1,0 +1,108 @@
+"""The simulated pieces of one node: its disk (a checked MemoryRaftLog), its state
+machine, and what the simulation driver keeps about it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from controller.raft import (
+    MemoryRaftLog,
+    MemorySnapshotStore,
+    QuorumState,
+    RaftConfig,
+    RaftNode,
+    RecordBatch,
+)
+from controller.raft.values import EMPTY_ORIGIN
+
+if TYPE_CHECKING:
+    from tests.simulation.cluster import Cluster
+
+CLUSTER_ID = "sim-cluster"
+
+
+class SimLog(MemoryRaftLog):
+    """A MemoryRaftLog that reports every truncation to the checker first."""
+
+    def __init__(self, node_id: int, on_truncate: Callable[[int, SimLog, int], None]) -> None:
+        super().__init__()
+        self.node_id = node_id
+        self._on_truncate = on_truncate
+
+    def truncate_to(self, offset: int) -> None:
+        self._on_truncate(self.node_id, self, offset)
+        super().truncate_to(offset)
+
+
+class StateMachine:
+    """The replicated state: the committed batches applied so far, in order."""
+
+    def __init__(self) -> None:
+        self.batches: list[RecordBatch] = []
+        self.applied_offset = 0
+
+    def apply(self, batch: RecordBatch) -> None:
+        assert batch.base_offset == self.applied_offset, (batch.base_offset, self.applied_offset)
+        self.batches.append(batch)
+        self.applied_offset = batch.next_offset
+
+    def snapshot_bytes(self, end_offset: int) -> bytes:
+        lines = [
+            f"{b.base_offset} {b.epoch} {int(b.is_control)} {','.join(r.hex() for r in b.records)}"
+            for b in self.batches
+            if b.next_offset <= end_offset
+        ]
+        return "\n".join(lines).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> list[RecordBatch]:
+        out = []
+        for line in data.decode().splitlines():
+            base, epoch, control, recs = line.split(" ")
+            out.append(
+                RecordBatch(
+                    base_offset=int(base),
+                    epoch=int(epoch),
+                    append_time_ms=0,
+                    is_control=control == "1",
+                    origin=EMPTY_ORIGIN,
+                    records=tuple(bytes.fromhex(r) for r in recs.split(",")) if recs else (),
+                )
+            )
+        return out
+
+
+class SimNode:
+    def __init__(self, cluster: Cluster, node_id: int, voters: frozenset[int]) -> None:
+        self.id = node_id
+        self.config = RaftConfig(
+            node_id=node_id,
+            cluster_id=CLUSTER_ID,
+            voters=voters,
+            election_timeout_ms=200,
+            fetch_max_wait_ms=40,
+            request_timeout_ms=120,
+            check_quorum_timeout_ms=300,
+            begin_quorum_retry_ms=50,
+            end_quorum_backoff_ms=20,
+            fetch_max_batches=16,
+            snapshot_chunk_bytes=397,
+        )
+        self.is_voter = node_id in voters
+        self.log = SimLog(node_id, cluster.check_truncation)
+        self.store = MemorySnapshotStore()
+        self.durable_qs: QuorumState | None = None
+        self.raft: RaftNode | None = None
+        self.sm = StateMachine()
+        self.incarnation = 0
+        self.paused = False
+        self.held: list[tuple[str, tuple[Any, ...]]] = []
+        self.last_flush_done_ms = 0
+        self.tick_token = 0
+        self.next_tick_ms = 0
+        self.drain_scheduled = False
+        self.max_epoch_sent = 0
+        self.epoch_seen = 0
+        self.hw_seen = 0
+        self.snapshots_loaded = 0

@@ -1,0 +1,204 @@
+"""Run bare Raft quorum nodes (controller.quorum.node_main) as child processes and
+talk to them through the test-only QuorumHarness service.
+
+Used by tests/integration/test_raft_quorum.py and bench/raft_bench.py. Every wait
+is a poll of a condition with a deadline (`wait_until`), never a bare sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from controller.quorum import harness_pb2 as hpb
+from controller.quorum import harness_pb2_grpc as hpb_grpc
+from controller.raft.values import RecordBatch
+from controller.rpc import create_sync_channel
+from controller.storage.batch import iter_batches
+from controller.storage.meta_properties import format_data_dir, random_cluster_id
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def free_ports(n: int) -> list[int]:
+    """Ports free right now on loopback (bound together so they are distinct)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def wait_until(cond: Callable[[], T | None], timeout_s: float, what: str,
+               interval_s: float = 0.02) -> T:
+    """Poll `cond` until it returns something truthy; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class NodeProcess:
+    def __init__(self, node_id: int, address: str, data_dir: Path, cluster_id: str,
+                 voters_arg: str, extra_args: Iterable[str] = ()) -> None:
+        self.node_id = node_id
+        self.address = address
+        self.data_dir = data_dir
+        self.cluster_id = cluster_id
+        self.voters_arg = voters_arg
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.output = data_dir.parent / f"node{node_id}.out"
+        self._channel = create_sync_channel(address)
+        self.stub = hpb_grpc.QuorumHarnessStub(self._channel)
+
+    def start(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        cmd = [sys.executable, "-m", "controller.quorum.node_main",
+               "--node-id", str(self.node_id), "--voters", self.voters_arg,
+               "--data-dir", str(self.data_dir), "--cluster-id", self.cluster_id,
+               "--listen", self.address, *self.extra_args]
+        with open(self.output, "ab") as out:
+            self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=out,
+                                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """kill -9, and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def terminate(self, timeout_s: float = 5.0) -> int | None:
+        """SIGTERM (clean stop), SIGKILL if it does not exit in time."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with _suppress_lookup():
+                self.proc.send_signal(signal.SIGCONT)  # a stopped process cannot exit
+            self.proc.terminate()
+            try:
+                return self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                return self.proc.wait(timeout=10)
+        return self.proc.returncode
+
+    def status(self, timeout_s: float = 0.5) -> hpb.StatusResponse | None:
+        try:
+            return self.stub.Status(hpb.StatusRequest(), timeout=timeout_s)
+        except grpc.RpcError:
+            return None
+
+    def read_log(self, from_offset: int = 0, timeout_s: float = 5.0) -> list[RecordBatch]:
+        """Every stored batch of this node's log from `from_offset`."""
+        out: list[RecordBatch] = []
+        offset = from_offset
+        while True:
+            resp = self.stub.ReadLog(hpb.ReadLogRequest(from_offset=offset,
+                                                        max_bytes=1024 * 1024),
+                                     timeout=timeout_s)
+            batches = iter_batches(b"".join(resp.batches))
+            out.extend(batches)
+            if not batches or batches[-1].next_offset >= resp.end_offset:
+                return out
+            offset = batches[-1].next_offset
+
+    def propose(self, records: list[bytes], timeout_s: float = 10.0) -> hpb.ProposeResponse:
+        return self.stub.Propose(hpb.ProposeRequest(records=records), timeout=timeout_s)
+
+    def close(self) -> None:
+        self.terminate()
+        self._channel.close()
+
+
+class _suppress_lookup:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return isinstance(exc[1], ProcessLookupError)
+
+
+class Quorum:
+    """N voter processes on loopback, each with its own formatted data dir."""
+
+    def __init__(self, root: Path, size: int = 3, extra_args: Iterable[str] = ()) -> None:
+        self.cluster_id = random_cluster_id()
+        ports = free_ports(size)
+        self.addresses = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+        voters_arg = ",".join(f"{i}={a}" for i, a in self.addresses.items())
+        self.nodes: dict[int, NodeProcess] = {}
+        for node_id, address in self.addresses.items():
+            data_dir = root / f"node{node_id}"
+            format_data_dir(data_dir, self.cluster_id, node_id)
+            self.nodes[node_id] = NodeProcess(node_id, address, data_dir, self.cluster_id,
+                                              voters_arg, extra_args)
+
+    def start(self) -> None:
+        for node in self.nodes.values():
+            node.start()
+
+    def leader(self, among: Iterable[int] | None = None) -> int | None:
+        """The node that says it leads, if exactly one of the live ones does and the
+        others agree or do not know yet."""
+        ids = list(among) if among is not None else [i for i, n in self.nodes.items()
+                                                     if n.alive]
+        statuses = {i: self.nodes[i].status() for i in ids}
+        leaders = [i for i, s in statuses.items() if s is not None and s.role == "leader"]
+        if len(leaders) != 1:
+            return None
+        epoch = statuses[leaders[0]].epoch  # type: ignore[union-attr]
+        if any(s is not None and s.epoch > epoch for s in statuses.values()):
+            return None
+        return leaders[0]
+
+    def wait_for_leader(self, timeout_s: float, among: Iterable[int] | None = None) -> int:
+        ids = list(among) if among is not None else None
+        return wait_until(lambda: self.leader(ids), timeout_s, "a leader")
+
+    def propose(self, records: list[bytes], timeout_s: float = 10.0,
+                among: Iterable[int] | None = None) -> hpb.ProposeResponse:
+        """Propose through whoever leads, retrying (with a deadline) while leadership
+        moves; returns the successful response."""
+        ids = list(among) if among is not None else None
+
+        def attempt() -> hpb.ProposeResponse | None:
+            leader = self.leader(ids)
+            if leader is None:
+                return None
+            try:
+                resp = self.nodes[leader].propose(records, timeout_s=timeout_s)
+            except grpc.RpcError:
+                return None
+            return resp if not resp.error else None
+
+        return wait_until(attempt, timeout_s, f"a commit of {len(records)} records")
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.close()

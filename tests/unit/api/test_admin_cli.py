@@ -1,0 +1,216 @@
+"""The admin CLI (click's CliRunner) against a real API server with a LocalController:
+tables, --output json, and the exit codes 0 / 1 / 2 / 3 / 4."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from controller.api.seam import ControllerTimeoutError
+from controller.cli.main import cli
+from tests.support.api_server import ApiServer, dead_address, register_brokers, serving
+from tests.support.local_controller import LocalController
+
+
+@pytest.fixture
+def controller() -> LocalController:
+    return LocalController()
+
+
+@pytest.fixture
+def server(controller: LocalController) -> Iterator[ApiServer]:
+    with serving(controller) as srv:
+        register_brokers(srv.address, [1, 2, 3], racks={1: "a", 2: "b", 3: "c"})
+        yield srv
+
+
+def run(server: ApiServer | None, *args: str, env: dict[str, str] | None = None) -> Result:
+    full = list(args)
+    if server is not None:
+        full += ["--bootstrap", server.address]
+    return CliRunner().invoke(cli, full, env=env, catch_exceptions=False)
+
+
+def run_json(server: ApiServer, *args: str) -> tuple[int, Any]:
+    result = run(server, *args, "--output", "json")
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_topics_lifecycle_tables(server: ApiServer, controller: LocalController) -> None:
+    created = run(
+        server,
+        "topics", "create", "--name", "orders", "--topic", "payments",
+        "--partitions", "3", "--replication-factor", "2", "--config", "retention.ms=1000",
+    )  # fmt: skip
+    assert created.exit_code == 0, created.output
+    assert "orders" in created.stdout and "payments" in created.stdout and "OK" in created.stdout
+    listed = run(server, "topics", "list")
+    assert listed.exit_code == 0 and "orders" in listed.stdout
+    described = run(server, "topics", "describe", "--name", "orders")
+    assert described.exit_code == 0
+    assert described.stdout.count("orders") == 3  # one row per partition
+    grown = run(server, "topics", "add-partitions", "--topic", "orders", "--partitions", "5")
+    assert grown.exit_code == 0, grown.output
+    deleted = run(server, "topics", "delete", "--name", "payments")
+    assert deleted.exit_code == 0
+    assert [t.name for t in controller.state.replication.list_topics()] == ["orders"]
+
+
+def test_json_output_is_machine_readable(server: ApiServer) -> None:
+    code, created = run_json(
+        server, "topics", "create", "--name", "t", "--partitions", "2", "--replication-factor", "3"
+    )
+    assert code == 0
+    assert created[0]["name"] == "t" and created[0]["error"] == {"code": "NONE", "message": ""}
+    assert created[0]["num_partitions"] == 2
+    code, described = run_json(server, "topics", "describe")
+    assert code == 0 and described[0]["partitions"][0]["registration"]["replicas"]
+    assert described[0]["partitions"][0]["registration"]["leader_recovery_state"] == "RECOVERED"
+    code, listed = run_json(server, "topics", "list")
+    assert listed == [{"name": "t", "topic_id": created[0]["topic_id"]}]
+    code, cluster = run_json(server, "cluster", "describe")
+    assert [b["broker_id"] for b in cluster["brokers"]] == [1, 2, 3]
+    assert cluster["brokers"][0]["rack"] == "a"
+    code, quorum = run_json(server, "quorum", "describe")
+    assert quorum["leader_id"] == 1 and quorum["voters"][0]["replica_id"] == 1
+    code, feats = run_json(server, "features", "describe")
+    assert feats[0]["name"] == "metadata.version"
+
+
+def test_some_items_failing_exits_1_and_prints_each_error(
+    server: ApiServer, controller: LocalController
+) -> None:
+    result = run(server, "topics", "create", "--name", "good", "--name", "bad/name")
+    assert result.exit_code == 1
+    assert "bad/name: INVALID_TOPIC_EXCEPTION" in result.stderr
+    assert "1 of 2 items failed" in result.stderr
+    assert [t.name for t in controller.state.replication.list_topics()] == ["good"]
+    code, out = run_json(server, "topics", "delete", "--name", "ghost")
+    assert code == 1 and out[0]["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert run(server, "topics", "describe", "--name", "ghost").exit_code == 1
+    assert run(server, "brokers", "unregister", "--id", "99").exit_code == 1
+
+
+def test_validate_only_creates_nothing(server: ApiServer, controller: LocalController) -> None:
+    before = controller.record_count
+    result = run(server, "topics", "create", "--name", "t", "--validate-only")
+    assert result.exit_code == 0 and "validate only" in result.stdout
+    assert controller.record_count == before
+
+
+def test_configs_describe_and_alter(server: ApiServer) -> None:
+    assert run(server, "topics", "create", "--name", "t").exit_code == 0
+    altered = run(
+        server,
+        "configs", "alter", "--entity-type", "topic", "--entity-name", "t",
+        "--set", "retention.ms=5000", "--append", "cleanup.policy=compact",
+    )  # fmt: skip
+    assert altered.exit_code == 0, altered.output
+    code, described = run_json(
+        server, "configs", "describe", "--entity-type", "topic", "--entity-name", "t"
+    )
+    assert code == 0
+    entries = {e["key"]: e for e in described["entries"]}
+    assert entries["retention.ms"]["value"] == "5000"
+    assert entries["retention.ms"]["source"] == "DYNAMIC_TOPIC"
+    assert entries["cleanup.policy"]["value"] == "delete,compact"
+    table = run(server, "configs", "describe", "--entity-type", "cluster")
+    assert table.exit_code == 0 and "num.partitions" in table.stdout
+    reset = run(
+        server, "configs", "alter", "--entity-type", "topic", "--entity-name", "t",
+        "--delete", "retention.ms", "--subtract", "cleanup.policy=compact",
+    )  # fmt: skip
+    assert reset.exit_code == 0, reset.output
+    bad = run(
+        server, "configs", "alter", "--entity-type", "broker", "--entity-name", "1",
+        "--set", "no.such.key=1",
+    )  # fmt: skip
+    assert bad.exit_code == 1 and "INVALID_CONFIG" in bad.stderr
+
+
+def test_reassign_start_list_cancel_and_elect(server: ApiServer, tmp_path: Path) -> None:
+    assert run(server, "topics", "create", "--name", "t", "--partitions", "2",
+               "--replication-factor", "1").exit_code == 0  # fmt: skip
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "t", "partition": 0, "replicas": [1, 2, 3]},
+        {"topic": "t", "partition": 9, "replicas": [1]},
+    ]}))  # fmt: skip
+    started = run(server, "reassign", "start", "--file", str(plan))
+    assert started.exit_code == 1  # partition 9 does not exist; partition 0 was started
+    assert "t-9: UNKNOWN_TOPIC_OR_PARTITION" in started.stderr
+    one = run(server, "reassign", "start", "--topic", "t", "--partition", "1", "--replicas", "2,3")
+    assert one.exit_code == 0, one.output
+    assert run(server, "reassign", "list").exit_code == 0
+    code, ongoing = run_json(server, "reassign", "list")
+    assert code == 0 and isinstance(ongoing, list)
+    cancel = run(server, "reassign", "cancel", "--topic", "t", "--partition", "0")
+    assert cancel.exit_code in (0, 1)  # 1 when the move already completed
+    elected = run(server, "elect-leaders", "--all-topic-partitions")
+    assert elected.exit_code in (0, 1), elected.output
+    one_topic = run(server, "elect-leaders", "--topic", "t", "--election-type", "unclean")
+    assert one_topic.exit_code == 1 and "ELECTION_NOT_NEEDED" in one_topic.stderr
+
+
+def test_cluster_quorum_features_brokers(server: ApiServer) -> None:
+    cluster = run(server, "cluster", "describe")
+    assert cluster.exit_code == 0 and "local-cluster" in cluster.stdout
+    assert "PLAINTEXT://localhost:9001" in cluster.stdout
+    replication = run(server, "quorum", "describe", "--replication")
+    assert replication.exit_code == 0 and "leader" in replication.stdout
+    assert "high watermark" in run(server, "quorum", "describe").stdout
+    assert "metadata.version" in run(server, "features", "describe").stdout
+    upgrade = run(server, "features", "upgrade", "--metadata-version", "3")
+    assert upgrade.exit_code == 0, upgrade.output
+    downgrade = run(server, "features", "upgrade", "--feature", "metadata.version=1")
+    assert downgrade.exit_code == 1 and "INVALID_UPDATE_VERSION" in downgrade.stderr
+    register_brokers(server.address, [7])
+    assert run(server, "brokers", "unregister", "--id", "7").exit_code == 0
+
+
+def test_bootstrap_from_the_environment(server: ApiServer) -> None:
+    result = run(None, "topics", "list", env={"METAKRAFT_BOOTSTRAP": server.address})
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topics", "list"],  # no --bootstrap
+        ["topics", "list", "--bootstrap", "nohostport"],
+        ["topics", "create", "--bootstrap", "h:1"],  # no --name
+        ["topics", "create", "--name", "t", "--config", "novalue", "--bootstrap", "h:1"],
+        ["configs", "alter", "--entity-type", "topic", "--bootstrap", "h:1"],
+        ["reassign", "start", "--topic", "t", "--bootstrap", "h:1"],
+        ["reassign", "start", "--topic", "t", "--partition", "0", "--replicas", "a,b",
+         "--bootstrap", "h:1"],
+        ["elect-leaders", "--bootstrap", "h:1"],
+        ["features", "upgrade", "--bootstrap", "h:1"],
+    ],
+)  # fmt: skip
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, args, env={"METAKRAFT_BOOTSTRAP": None})
+    assert result.exit_code == 2, result.output
+
+
+def test_no_controller_exits_3() -> None:
+    for args in (["topics", "list"], ["topics", "create", "--name", "t"]):
+        result = CliRunner().invoke(
+            cli, [*args, "--bootstrap", dead_address(), "--timeout-ms", "300"]
+        )
+        assert result.exit_code == 3, result.output
+        assert "no controller answered" in result.stderr
+
+
+def test_unknown_outcome_exits_4_with_the_request_id(
+    server: ApiServer, controller: LocalController
+) -> None:
+    controller.fail_next(ControllerTimeoutError("commit is slow"))
+    result = run(server, "topics", "create", "--name", "t", "--principal", "ops")
+    assert result.exit_code == 4
+    assert "outcome unknown" in result.stderr and "request id" in result.stderr

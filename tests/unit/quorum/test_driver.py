@@ -1,0 +1,300 @@
+"""RaftDriver in one process: three (or more) drivers over real gRPC on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import grpc
+import pytest
+from grpc import aio
+
+from controller.quorum import raft_service_pb2 as pb
+from controller.quorum import raft_service_pb2_grpc as pb_grpc
+from controller.quorum.driver import (
+    CommitListener,
+    DriverConfig,
+    NotLeaderError,
+    RaftDriver,
+)
+from controller.quorum.service import add_raft_service
+from controller.raft.values import RecordBatch, SnapshotId
+from controller.rpc import bind_insecure, create_channel, create_server
+from controller.storage import snapshot_file as sf
+from controller.storage.errors import ClusterIdMismatchError
+from controller.storage.meta_properties import format_data_dir, random_cluster_id
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Recorder(CommitListener):
+    def __init__(self) -> None:
+        self.batches: list[RecordBatch] = []
+        self.leaders: list[tuple[int | None, int]] = []
+
+    def on_commit(self, batches: Sequence[RecordBatch]) -> None:
+        self.batches.extend(batches)
+
+    def on_leader_change(self, leader_id: int | None, epoch: int) -> None:
+        self.leaders.append((leader_id, epoch))
+
+    def records(self) -> list[bytes]:
+        return [r for b in self.batches if not b.is_control for r in b.records]
+
+
+@attrs.define
+class Member:
+    driver: RaftDriver
+    server: aio.Server
+    listener: Recorder
+
+
+@attrs.define
+class Cluster:
+    root: Path
+    cluster_id: str
+    addresses: dict[int, str]
+    members: dict[int, Member]
+    fast: dict[str, Any]
+
+    async def start(self, node_id: int) -> Member:
+        server = create_server()
+        address = self.addresses.get(node_id, "127.0.0.1:0")
+        bound = bind_insecure(server, address)
+        data_dir = self.root / f"n{node_id}"
+        format_data_dir(data_dir, self.cluster_id, node_id, ignore_formatted=True)
+        listener = Recorder()
+        config = DriverConfig(node_id=node_id, cluster_id=self.cluster_id,
+                              voter_addresses=self.addresses, data_dir=data_dir, **self.fast)
+        driver = RaftDriver(config, listener)
+        add_raft_service(server, driver)
+        await driver.start()
+        await server.start()
+        assert bound
+        member = Member(driver, server, listener)
+        self.members[node_id] = member
+        return member
+
+    async def kill(self, node_id: int) -> None:
+        """Stop without handing over, as a crash would (the data dir stays)."""
+        member = self.members.pop(node_id)
+        await member.server.stop(grace=None)
+        await member.driver.stop(resign=False)
+
+    async def stop_all(self) -> None:
+        for node_id in list(self.members):
+            with contextlib.suppress(Exception):
+                await self.kill(node_id)
+
+    def leader(self) -> int | None:
+        leaders = [i for i, m in self.members.items() if m.driver.status().role == "leader"]
+        return leaders[0] if len(leaders) == 1 else None
+
+
+async def wait_for(cond: Callable[[], object], timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+FAST: dict[str, Any] = {"election_timeout_ms": 300, "fetch_max_wait_ms": 100, "request_timeout_ms": 200,
+        "check_quorum_timeout_ms": 400}
+
+
+async def _propose_via_leader(c: Cluster, records: list[bytes]) -> int:
+    await wait_for(lambda: c.leader() is not None)
+    leader = c.leader()
+    assert leader is not None
+    return await c.members[leader].driver.propose(records)
+
+
+def run(coro_fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """Run an async test on a fresh loop (no pytest-asyncio here)."""
+    import functools
+    import inspect
+
+    @functools.wraps(coro_fn)
+    def wrapper(tmp_path: Path) -> None:
+        async def main() -> None:
+            ports = _free_ports(3)
+            c = Cluster(tmp_path, random_cluster_id(),
+                        {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}, {}, FAST)
+            try:
+                await coro_fn(c)
+            finally:
+                await c.stop_all()
+        asyncio.run(main())
+
+    wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("tmp_path", inspect.Parameter.POSITIONAL_OR_KEYWORD)])
+    return wrapper
+
+
+@run
+async def test_elect_propose_commit_everywhere(c: Cluster) -> None:
+    for node_id in c.addresses:
+        await c.start(node_id)
+    offsets = [await _propose_via_leader(c, [b"a%d" % i, b"b%d" % i]) for i in range(5)]
+    assert offsets == sorted(offsets)
+    results = await asyncio.gather(*(_propose_via_leader(c, [b"c%d" % i]) for i in range(50)))
+    assert len(set(results)) == 50
+    want = {b"a%d" % i for i in range(5)} | {b"c%d" % i for i in range(50)}
+    await wait_for(lambda: all(want <= set(m.listener.records()) for m in c.members.values()))
+    # Every node applied the same sequence of batches.
+    seqs = [[(b.base_offset, b.epoch, b.records) for b in m.listener.batches]
+            for m in c.members.values()]
+    assert seqs[0] == seqs[1] == seqs[2]
+    leader = c.leader()
+    follower = next(i for i in c.members if i != leader)
+    with pytest.raises(NotLeaderError) as info:
+        await c.members[follower].driver.propose([b"x"])
+    assert info.value.leader_id == leader
+
+
+@run
+async def test_leader_crash_then_restart_catches_up(c: Cluster) -> None:
+    for node_id in c.addresses:
+        await c.start(node_id)
+    last = await _propose_via_leader(c, [b"before"])
+    old = c.leader()
+    assert old is not None
+    await c.kill(old)
+    await wait_for(lambda: c.leader() is not None)
+    assert c.leader() != old
+    last = await _propose_via_leader(c, [b"after"])
+    restarted = await c.start(old)
+    await wait_for(lambda: restarted.driver.status().applied_offset > last)
+    assert {b"before", b"after"} <= set(restarted.listener.records())
+
+
+@run
+async def test_clean_stop_hands_over_quickly(c: Cluster) -> None:
+    for node_id in c.addresses:
+        await c.start(node_id)
+    await _propose_via_leader(c, [b"x"])
+    old = c.leader()
+    assert old is not None
+    epoch = c.members[old].driver.status().epoch
+    member = c.members.pop(old)
+    await member.driver.stop(resign=True)
+    await member.server.stop(grace=None)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await wait_for(lambda: c.leader() is not None, timeout_s=5)
+    # Faster than an election timeout: the successor ran at once.
+    assert loop.time() - t0 < 0.3
+    new = c.leader()
+    assert new is not None and c.members[new].driver.status().epoch > epoch
+
+
+@run
+async def test_observer_follows_but_never_votes(c: Cluster) -> None:
+    for node_id in c.addresses:
+        await c.start(node_id)
+    observer = await c.start(9)
+    await _propose_via_leader(c, [b"seen by the observer"])
+    await wait_for(lambda: b"seen by the observer" in observer.listener.records())
+    assert observer.driver.status().role == "observer"
+    assert c.leader() != 9
+
+
+@run
+async def test_wrong_cluster_id_is_a_clear_grpc_error(c: Cluster) -> None:
+    await c.start(1)
+    channel = create_channel(c.addresses[1])
+    try:
+        stub = pb_grpc.RaftStub(channel)
+        header = pb.Header(cluster_id="someone-else", src=2, dst=1, epoch=1)
+        with pytest.raises(aio.AioRpcError) as info:
+            await stub.Vote(pb.VoteRequest(header=header), timeout=5)
+        assert info.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "inconsistent cluster id" in (info.value.details() or "")
+        header = pb.Header(cluster_id=c.cluster_id, src=2, dst=7, epoch=1)
+        with pytest.raises(aio.AioRpcError) as info:
+            await stub.Vote(pb.VoteRequest(header=header), timeout=5)
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        await channel.close(grace=None)
+
+
+def test_data_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:
+    format_data_dir(tmp_path / "d", random_cluster_id(), 1)
+    config = DriverConfig(node_id=1, cluster_id=random_cluster_id(),
+                          voter_addresses={1: "127.0.0.1:1"}, data_dir=tmp_path / "d")
+
+    async def main() -> None:
+        with pytest.raises(ClusterIdMismatchError):
+            await RaftDriver(config).start()
+
+    asyncio.run(main())
+
+
+class SnapshotRecorder(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.snapshots: list[tuple[SnapshotId, Path]] = []
+
+    def on_snapshot_loaded(self, snapshot_id: SnapshotId, path: Path) -> None:
+        self.snapshots.append((snapshot_id, path))
+
+
+@run
+async def test_new_node_behind_the_log_start_gets_the_snapshot(c: Cluster) -> None:
+    for node_id in c.addresses:
+        await c.start(node_id)
+    last = 0
+    for i in range(5):
+        last = await _propose_via_leader(c, [b"r%d" % i])
+    leader = c.leader()
+    assert leader is not None
+    driver = c.members[leader].driver
+    await wait_for(lambda: driver.status().applied_offset > last)
+    batch = next(b for b in c.members[leader].listener.batches if b.last_offset == last)
+    sid = SnapshotId(last + 1, batch.epoch)
+    with pytest.raises(ValueError, match="no snapshot file"):
+        await driver.compact(sid)
+    with sf.SnapshotWriter(driver.snapshot_dir, sf.SnapshotId(sid.end_offset, sid.epoch)) as w:
+        w.append([b"the image"])
+        w.freeze()
+    await driver.compact(sid)
+    assert driver.status().log_start_offset == sid.end_offset
+
+    listener = SnapshotRecorder()
+    data_dir = c.root / "observer"
+    format_data_dir(data_dir, c.cluster_id, 9)
+    observer = RaftDriver(DriverConfig(node_id=9, cluster_id=c.cluster_id,
+                                       voter_addresses=c.addresses, data_dir=data_dir, **FAST),
+                          listener)
+    await observer.start()
+    try:
+        await wait_for(lambda: bool(listener.snapshots))
+        (loaded, path), = listener.snapshots
+        assert loaded == sid and path.read_bytes() == (
+            driver.snapshot_dir / sf.SnapshotId(sid.end_offset, sid.epoch).file_name
+        ).read_bytes()
+        after = await _propose_via_leader(c, [b"after the snapshot"])
+        await wait_for(lambda: b"after the snapshot" in listener.records())
+        status = observer.status()
+        assert status.log_start_offset == sid.end_offset and status.high_watermark > after
+        # Nothing below the snapshot was replayed: the image stands for it.
+        assert all(b.base_offset >= sid.end_offset for b in listener.batches)
+    finally:
+        await observer.stop()

@@ -1,0 +1,163 @@
+"""Unit tests of the pieces of the Raft core that are easy to get subtly wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.raft import ALLOWED_TRANSITIONS, MemoryRaftLog, RaftConfig, Role, SnapshotId
+from controller.raft.election import VoteTally, grant_pre_vote, grant_vote, log_is_up_to_date
+from controller.raft.replication import (
+    FetchCheck,
+    LeaderState,
+    check_fetch_position,
+    follower_truncation_offset,
+)
+from controller.raft.roles import IllegalTransitionError, check_transition
+from controller.raft.values import EMPTY_ORIGIN, EpochEndOffset, RecordBatch
+
+
+def batch(base: int, epoch: int, n: int = 1) -> RecordBatch:
+    return RecordBatch(
+        base_offset=base,
+        epoch=epoch,
+        append_time_ms=0,
+        is_control=False,
+        origin=EMPTY_ORIGIN,
+        records=tuple(b"r%d" % i for i in range(n)),
+    )
+
+
+def log_of(*spec: tuple[int, int]) -> MemoryRaftLog:
+    """(epoch, records) per batch, appended from offset 0."""
+    log = MemoryRaftLog()
+    for epoch, n in spec:
+        log.append(batch(log.end_offset, epoch, n))
+    return log
+
+
+def test_transition_table_is_enforced() -> None:
+    for current, targets in ALLOWED_TRANSITIONS.items():
+        for target in Role:
+            if target in targets:
+                check_transition(current, target, is_voter=True)
+            else:
+                with pytest.raises(IllegalTransitionError):
+                    check_transition(current, target, is_voter=True)
+    with pytest.raises(IllegalTransitionError):
+        check_transition(Role.FOLLOWER, Role.PROSPECTIVE, is_voter=False)
+    # A follower never jumps straight to candidate: pre-vote comes first.
+    assert Role.CANDIDATE not in ALLOWED_TRANSITIONS[Role.FOLLOWER]
+
+
+def test_up_to_date_rule() -> None:
+    assert log_is_up_to_date(3, 5, 2, 100)  # later last epoch wins
+    assert not log_is_up_to_date(2, 100, 3, 5)
+    assert log_is_up_to_date(3, 5, 3, 5)
+    assert not log_is_up_to_date(3, 4, 3, 5)
+
+
+def test_vote_rules() -> None:
+    assert grant_vote(candidate_id=2, voted_for=None, leader_id=None, log_ok=True)
+    assert grant_vote(candidate_id=2, voted_for=2, leader_id=None, log_ok=True)
+    assert not grant_vote(candidate_id=2, voted_for=3, leader_id=None, log_ok=True)
+    assert not grant_vote(candidate_id=2, voted_for=None, leader_id=1, log_ok=True)
+    common = {
+        "candidate_id": 2,
+        "voted_for": None,
+        "leader_id": None,
+        "is_leader": False,
+        "log_ok": True,
+    }
+    assert grant_pre_vote(request_epoch=5, own_epoch=4, heard_from_leader_recently=False, **common)
+    assert not grant_pre_vote(
+        request_epoch=5, own_epoch=4, heard_from_leader_recently=True, **common
+    )
+    assert not grant_pre_vote(
+        request_epoch=3, own_epoch=4, heard_from_leader_recently=False, **common
+    )
+
+
+def test_tally_counts_each_voter_once() -> None:
+    tally = VoteTally(3, pre_vote=False, voters=frozenset({1, 2, 3, 4, 5}))
+    tally.record(1, True)
+    tally.record(2, True)
+    tally.record(2, True)
+    tally.record(9, True)  # not a voter
+    assert not tally.won
+    tally.record(3, True)
+    assert tally.won
+    tally.record(4, False)
+    assert not tally.lost
+
+
+def test_end_offset_for_epoch_and_fetch_check() -> None:
+    log = log_of((1, 2), (1, 1), (3, 2), (4, 1))  # e1:[0,3) e3:[3,5) e4:[5,6)
+    assert log.end_offset_for_epoch(1) == EpochEndOffset(1, 3)
+    assert log.end_offset_for_epoch(2) == EpochEndOffset(1, 3)
+    assert log.end_offset_for_epoch(3) == EpochEndOffset(3, 5)
+    assert log.end_offset_for_epoch(9) == EpochEndOffset(4, 6)
+    assert check_fetch_position(log, 3, 1) == (FetchCheck.VALID, None)
+    assert check_fetch_position(log, 2, 1) == (FetchCheck.VALID, None)
+    assert check_fetch_position(log, 4, 2) == (FetchCheck.DIVERGING, EpochEndOffset(1, 3))
+    assert check_fetch_position(log, 7, 4) == (FetchCheck.DIVERGING, EpochEndOffset(4, 6))
+    log.delete_below(SnapshotId(3, 1))
+    assert log.start_offset == 3
+    assert check_fetch_position(log, 2, 1) == (FetchCheck.SNAPSHOT, None)
+    assert check_fetch_position(log, 3, 1) == (FetchCheck.VALID, None)
+    assert check_fetch_position(log, 4, 0) == (FetchCheck.SNAPSHOT, None)
+
+
+def test_follower_truncation_lands_on_a_batch_boundary() -> None:
+    # We hold epoch 1 in one 5-record batch; the leader's epoch 2 ended at 3, inside it.
+    follower = log_of((1, 1), (1, 5))  # [0,1) [1,6)
+    assert follower_truncation_offset(follower, EpochEndOffset(2, 3)) == 1
+    assert follower_truncation_offset(follower, EpochEndOffset(1, 1)) == 1
+    assert follower_truncation_offset(follower, EpochEndOffset(1, 9)) == 6
+
+
+def test_high_watermark_needs_a_record_of_the_leaders_epoch() -> None:
+    state = LeaderState(
+        node_id=1, epoch=3, voters=frozenset({1, 2, 3}), epoch_start_offset=10, started_ms=0
+    )
+    state.record_fetch(2, 10, now_ms=1)
+    assert state.high_watermark_candidate(own_flushed_offset=11) is None  # Figure 8
+    state.record_fetch(2, 11, now_ms=2)
+    assert state.high_watermark_candidate(own_flushed_offset=11) == 11
+    state.record_fetch(4, 50, now_ms=3)  # an observer never counts
+    assert state.high_watermark_candidate(own_flushed_offset=11) == 11
+    assert state.high_watermark_candidate(own_flushed_offset=10) is None  # leader not flushed
+
+
+def test_check_quorum_contact() -> None:
+    state = LeaderState(
+        node_id=1, epoch=1, voters=frozenset({1, 2, 3}), epoch_start_offset=0, started_ms=0
+    )
+    assert state.has_quorum_contact(100, 150)
+    assert not state.has_quorum_contact(200, 150)
+    state.record_fetch(3, 0, now_ms=190)
+    assert state.has_quorum_contact(200, 150)
+
+
+def test_memory_log_crash_keeps_a_prefix_of_unsynced_writes() -> None:
+    log = log_of((1, 1), (1, 1))
+    log.sync()
+    log.append(batch(2, 2))
+    log.truncate_to(1)
+    log.append(batch(1, 3))
+    log.crash(keep_ops=1)  # the append at 2 made it, the truncation did not
+    assert [(b.base_offset, b.epoch) for b in log.batches] == [(0, 1), (1, 1), (2, 2)]
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        RaftConfig(node_id=1, cluster_id="c", voters=frozenset(), election_timeout_ms=100)
+    with pytest.raises(ValueError):
+        RaftConfig(
+            node_id=1,
+            cluster_id="c",
+            voters=frozenset({1}),
+            election_timeout_ms=100,
+            fetch_max_wait_ms=100,
+        )
+    config = RaftConfig(node_id=4, cluster_id="c", voters=frozenset({1, 2, 3}))
+    assert not config.is_voter and config.majority == 2
