@@ -19,10 +19,11 @@ ensure_venv() {
         echo "==> creating virtualenv in $VENV"
         "$PYTHON" -m venv "$VENV"
     fi
-    # Reinstall only when the dependency list changed since the last install.
+    # Reinstall only when the dependency list or the set of top-level packages changed
+    # since the last install (an editable install maps the packages it saw).
     local stamp="$VENV/.metakraft-installed"
     local want
-    want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+    want="$( (cat pyproject.toml; ls -d -- */__init__.py) | sha256sum | cut -d' ' -f1)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "==> installing metakraft and its dependencies into $VENV"
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
