@@ -12,6 +12,7 @@ from importlib.metadata import version as package_version
 import click
 
 from controller.cli.admin_cmds import ADMIN_COMMANDS
+from controller.cli.controller_cmd import controller
 from controller.cli.dev_cmd import dev
 from controller.cli.log_cmd import log
 from controller.cli.storage_cmd import storage
@@ -35,6 +36,7 @@ def version() -> None:
     click.echo(f"metakraft {metakraft_version()}")
 
 
+cli.add_command(controller)
 cli.add_command(dev)
 cli.add_command(storage)
 cli.add_command(log)

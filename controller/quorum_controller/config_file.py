@@ -1,0 +1,221 @@
+"""The controller daemon's TOML config: parse, validate, explain what is wrong.
+
+Every key is checked for presence and type, unknown keys are refused (a typo must
+not silently fall back to a default), and the node must be one of the voters: a
+controller is never an observer. `load_config` also checks the data directory's
+meta.properties, so a wrong cluster or node id fails at start with the storage
+layer's message and the command that fixes it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from controller.quorum.driver_config import DriverConfig
+from controller.quorum_controller.ports import ControllerSettings
+from controller.storage.errors import MetaPropertiesError
+from controller.storage.meta_properties import check_meta_properties
+
+EXAMPLE_CONFIG = """\
+# metakraft controller configuration (TOML). Start with:
+#   metakraft controller --config controller.toml
+# The data directory must be formatted first:
+#   metakraft storage format --cluster-id <id> --node-id <node_id> --data-dir <data_dir>
+
+node_id = 1                                # this controller's id; must be a voter
+cluster_id = "1XeTHGqDTB2wmsRK7Ib5Tg"      # from `metakraft storage random-uuid`
+data_dir = "/var/lib/metakraft/controller-1"
+# host:port this process serves gRPC on (Raft, Admin, broker, health, reflection).
+# Default: this node's address in [voters]. Port 0 picks a free port.
+# listen = "0.0.0.0:9001"
+
+# Every voter of the quorum: id = "host:port" of its gRPC server.
+[voters]
+1 = "127.0.0.1:9001"
+2 = "127.0.0.1:9002"
+3 = "127.0.0.1:9003"
+
+[raft]
+election_timeout_ms = 400       # a follower waits 1-2x this without a leader, then runs
+fetch_max_wait_ms = 150         # long-poll wait of a fetch with nothing new
+request_timeout_ms = 300        # a peer call not answered within this is retried
+check_quorum_timeout_ms = 1000  # a leader cut off from a majority this long resigns
+
+[controller]
+session_timeout_ms = 9000       # a broker silent this long is fenced
+max_queued_events = 10000       # more requests waiting than this: "busy"
+max_items_per_request = 10000   # topics/resources/partitions in one request
+request_timeout_ms = 30000      # the longest a request waits for its answer
+orphan_timeout_ms = 5000        # after losing leadership, wait this for a write's fate
+snapshot_interval_bytes = 16777216  # snapshot after this many bytes of new committed log
+
+[logging]
+level = "INFO"                  # DEBUG, INFO, WARNING, ERROR
+format = "kv"                   # "kv" (key=value) or "json", one line per event, stderr
+
+# Prometheus exporter at http://address:port/metrics; leave out [metrics] for none.
+[metrics]
+address = "127.0.0.1"
+port = 9108                     # 0 picks a free port (logged at start)
+"""
+
+
+class ConfigError(ValueError):
+    """The config file is unusable; the message names the key and what to do."""
+
+
+_RAFT_KEYS = ("election_timeout_ms", "fetch_max_wait_ms", "request_timeout_ms",
+              "check_quorum_timeout_ms")
+_CONTROLLER_KEYS = ("session_timeout_ms", "max_queued_events", "max_items_per_request",
+                    "request_timeout_ms", "orphan_timeout_ms", "snapshot_interval_bytes")
+_TOP_KEYS = {"node_id", "cluster_id", "data_dir", "listen", "voters", "raft", "controller",
+             "logging", "metrics"}
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@attrs.frozen(kw_only=True)
+class DaemonConfig:
+    path: Path
+    driver: DriverConfig
+    controller: ControllerSettings
+    listen: str
+    log_level: str = "INFO"
+    log_format: str = "kv"
+    # Prometheus exporter; None: no exporter.
+    metrics_address: str = "127.0.0.1"
+    metrics_port: int | None = None
+
+
+def _int(table: Mapping[str, Any], key: str, where: str, *, minimum: int = 1) -> int:
+    value = table[key]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{where}{key}: expected an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{where}{key}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _str(table: Mapping[str, Any], key: str, where: str = "") -> str:
+    value = table[key]
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _table(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"[{key}] must be a table")
+    return value
+
+
+def _no_unknown(table: Mapping[str, Any], known: set[str] | tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}unknown key(s) {', '.join(unknown)}; known keys: "
+                          f"{', '.join(sorted(known))}")
+
+
+def _host_port(text: str, where: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{where}: expected HOST:PORT, got {text!r}")
+    return text
+
+
+def _voters(doc: Mapping[str, Any]) -> dict[int, str]:
+    if "voters" not in doc:
+        raise ConfigError("missing [voters] table: id = \"host:port\" for every controller")
+    table = _table(doc, "voters")
+    voters: dict[int, str] = {}
+    for key, address in table.items():
+        if not key.isdigit():
+            raise ConfigError(f"voters.{key}: a voter id must be a non-negative integer")
+        if not isinstance(address, str):
+            raise ConfigError(f"voters.{key}: expected \"host:port\", got {address!r}")
+        voters[int(key)] = _host_port(address, f"voters.{key}")
+    if not voters:
+        raise ConfigError("[voters] is empty: list every controller as id = \"host:port\"")
+    return voters
+
+
+def parse_config(text: str, path: Path) -> DaemonConfig:
+    """Validate a config document (no file system checks)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}") from None
+    _no_unknown(doc, _TOP_KEYS, "")
+    for key in ("node_id", "cluster_id", "data_dir"):
+        if key not in doc:
+            raise ConfigError(f"missing required key {key!r} (see --print-example)")
+    node_id = _int(doc, "node_id", "", minimum=0)
+    cluster_id = _str(doc, "cluster_id")
+    data_dir = Path(_str(doc, "data_dir"))
+    if not data_dir.is_absolute():
+        data_dir = (path.parent / data_dir).resolve()
+    voters = _voters(doc)
+    if node_id not in voters:
+        raise ConfigError(
+            f"node_id {node_id} is not among the voters {sorted(voters)}: a controller must "
+            "be a voter (observers are brokers and tools); add it to [voters] or fix node_id")
+    listen = _host_port(_str(doc, "listen"), "listen") if "listen" in doc else voters[node_id]
+
+    raft = _table(doc, "raft")
+    _no_unknown(raft, _RAFT_KEYS, "raft.")
+    raft_values: dict[str, Any] = {k: _int(raft, k, "raft.") for k in _RAFT_KEYS if k in raft}
+    ctl = _table(doc, "controller")
+    _no_unknown(ctl, _CONTROLLER_KEYS, "controller.")
+    ctl_values: dict[str, Any] = {k: _int(ctl, k, "controller.") for k in _CONTROLLER_KEYS if k in ctl}
+    logging_table = _table(doc, "logging")
+    _no_unknown(logging_table, ("level", "format"), "logging.")
+    level = _str(logging_table, "level", "logging.").upper() if "level" in logging_table \
+        else "INFO"
+    if level not in _LOG_LEVELS:
+        raise ConfigError(f"logging.level: expected one of {', '.join(_LOG_LEVELS)}, "
+                          f"got {level!r}")
+    log_format = _str(logging_table, "format", "logging.") if "format" in logging_table \
+        else "kv"
+    if log_format not in ("kv", "json"):
+        raise ConfigError(f"logging.format: expected \"kv\" or \"json\", got {log_format!r}")
+    metrics = _table(doc, "metrics")
+    _no_unknown(metrics, ("address", "port"), "metrics.")
+    metrics_port = _int(metrics, "port", "metrics.", minimum=0) if "port" in metrics else None
+    if metrics_port is not None and metrics_port > 65535:
+        raise ConfigError(f"metrics.port: must be <= 65535, got {metrics_port}")
+    metrics_address = _str(metrics, "address", "metrics.") if "address" in metrics \
+        else "127.0.0.1"
+    try:
+        # evolve() re-runs the validators with the configured values.
+        driver = attrs.evolve(DriverConfig(node_id=node_id, cluster_id=cluster_id,
+                                           voter_addresses=voters, data_dir=data_dir),
+                              **raft_values)
+        settings = attrs.evolve(ControllerSettings(node_id=node_id, cluster_id=cluster_id,
+                                                   voter_addresses=voters), **ctl_values)
+    except ValueError as exc:
+        raise ConfigError(f"inconsistent settings: {exc}") from None
+    return DaemonConfig(path=path, driver=driver, controller=settings, listen=listen,
+                        log_level=level, log_format=log_format, metrics_address=metrics_address,
+                        metrics_port=metrics_port)
+
+
+def load_config(path: Path) -> DaemonConfig:
+    """Read, validate, and check the data directory belongs to this cluster and node."""
+    try:
+        text = path.read_text("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
+    config = parse_config(text, path)
+    try:
+        check_meta_properties(config.driver.data_dir, config.driver.cluster_id,
+                              config.driver.node_id)
+    except MetaPropertiesError as exc:
+        raise ConfigError(str(exc)) from None
+    return config

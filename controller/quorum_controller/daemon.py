@@ -1,0 +1,84 @@
+"""`metakraft controller --config FILE`: one controller process.
+
+One gRPC server carries the Raft service (peers), the Admin and BrokerLifecycle
+services, health and reflection. Start: check the config and data dir, open the
+log (RaftDriver), start the controller's timers, serve, and print one line
+`controller <id> serving on <host:port>` to stdout. Stop on SIGTERM or SIGINT: the
+leader hands over first (EndQuorumEpoch, so a successor runs at once), then the
+node stops, waiting requests are answered, and the server stops. Exit status 1
+if the Raft node failed (a storage error or a broken invariant), else 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import signal
+
+from controller.api.admin_service import add_api_services
+from controller.api.seam import ControllerFacade
+from controller.quorum.driver import RaftDriver, SteadyWallClock
+from controller.quorum.service import add_raft_service
+from controller.quorum_controller.config_file import DaemonConfig
+from controller.quorum_controller.controller import QuorumController
+from controller.quorum_controller.facade import ControllerApi
+from controller.quorum_controller.metrics import ControllerMetrics
+from controller.quorum_controller.ports import QuorumPort
+from controller.rpc import NOT_SERVING, bind_insecure, create_server
+
+logger = logging.getLogger("metakraft.daemon")
+
+
+async def run_controller(config: DaemonConfig) -> int:
+    cfg = config.driver
+    clock = SteadyWallClock()
+    controller = QuorumController(config.controller, clock_ms=clock, rng=random.Random())
+    driver = RaftDriver(cfg, controller, clock_ms=clock)
+    port: QuorumPort = driver
+    controller.attach(port)
+    # The log will start at the newest snapshot file; the state must start there too.
+    controller.load_latest_snapshot(driver.snapshot_dir)
+    controller.enable_snapshots(driver.snapshot_dir)
+    if config.metrics_port is not None:
+        controller.metrics = ControllerMetrics(cfg.node_id)
+        metrics_port = controller.metrics.serve(config.metrics_address, config.metrics_port)
+        logger.info("event=metrics_serving address=%s:%d", config.metrics_address, metrics_port)
+    facade: ControllerFacade = ControllerApi(controller, port)
+    server = create_server(cfg.rpc_limits)
+    bound = bind_insecure(server, config.listen)
+    raft_name = add_raft_service(server, driver)
+    health = add_api_services(server, facade, other_service_names=[raft_name])
+    await driver.start()
+    controller.start()
+    await server.start()
+    host = config.listen.rpartition(":")[0]
+    logger.info("event=serving node=%d address=%s:%d voters=%s data_dir=%s", cfg.node_id,
+                host, bound, ",".join(f"{k}={v}" for k, v in sorted(cfg.voter_addresses.items())),
+                cfg.data_dir)
+    print(f"controller {cfg.node_id} serving on {host}:{bound}", flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waits = [asyncio.create_task(stop.wait()), asyncio.create_task(driver.stopped.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits:
+        task.cancel()
+    logger.info("event=stopping node=%d reason=%s mode=%s", cfg.node_id,
+                "signal" if stop.is_set() else "raft_failed", controller.mode.value)
+    # Hand leadership over while still serving, so clients follow to the successor.
+    await driver.stop(resign=True)
+    await controller.stop()
+    await health.enter_graceful_shutdown()
+    await server.stop(grace=0.5)
+    if driver.failure is not None:
+        logger.error("event=stopped node=%d status=failed error=%r", cfg.node_id,
+                     str(driver.failure))
+        return 1
+    logger.info("event=stopped node=%d status=clean", cfg.node_id)
+    return 0
+
+
+__all__ = ["NOT_SERVING", "run_controller"]

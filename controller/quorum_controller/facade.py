@@ -1,0 +1,259 @@
+"""`ControllerApi`: the `ControllerFacade` the gRPC services call, on a `QuorumController`.
+
+Each method bounds the request's size, then queues one event: writes generate with
+the managers (`controller.metadata`) and answer once committed; reads answer at the
+committed offset. A request too large for one batch (or with too many items) gets
+REQUEST_TOO_LARGE on every item and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from controller.api.seam import (
+    ClusterDescription,
+    Origin,
+    QuorumDescription,
+    ReplicaState,
+)
+from controller.metadata import (
+    AlterConfigsResource,
+    AlterConfigsResult,
+    ApiError,
+    BrokerHeartbeatReply,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationReply,
+    BrokerRegistrationRequest,
+    ConfigResource,
+    ControllerResult,
+    CreatableTopic,
+    CreatePartitionsResult,
+    CreatePartitionsTopic,
+    CreateTopicResult,
+    DeleteTopicResult,
+    DescribeConfigsResult,
+    ElectionType,
+    ElectLeadersResult,
+    ErrorCode,
+    FeatureDescription,
+    FeatureUpdate,
+    FeatureUpdateResult,
+    OngoingReassignment,
+    ReassignmentRequest,
+    ReassignmentResult,
+    TopicDescription,
+    TopicListing,
+    TopicPartition,
+)
+from controller.quorum_controller.controller import QuorumController
+from controller.quorum_controller.events import RequestTooLargeError
+from controller.quorum_controller.ports import QuorumPort
+from controller.storage.batch import BatchOrigin
+
+T = TypeVar("T")
+# Origin fields are stored in every batch header; keep them small.
+MAX_ORIGIN_FIELD_CHARS = 256
+
+
+def batch_origin(origin: Origin) -> BatchOrigin:
+    def clip(text: str) -> str:
+        return text[:MAX_ORIGIN_FIELD_CHARS]
+
+    return BatchOrigin(clip(origin.principal), clip(origin.client_address),
+                       clip(origin.request_id))
+
+
+def _too_large(message: str) -> ApiError:
+    return ApiError(ErrorCode.REQUEST_TOO_LARGE, message)
+
+
+class ControllerApi:
+    def __init__(self, controller: QuorumController, quorum: QuorumPort) -> None:
+        self.controller = controller
+        self._quorum = quorum
+        self._state = controller.state
+
+    @property
+    def cluster_id(self) -> str:
+        return self.controller.settings.cluster_id
+
+    # ---------------------------------------------------------------- helpers
+
+    def _count_error(self, count: int) -> ApiError | None:
+        limit = self.controller.settings.max_items_per_request
+        if count > limit:
+            return _too_large(f"{count} items in one request (limit {limit}); split it")
+        return None
+
+    async def _write(self, name: str, count: int, generate: Callable[[int, int], ControllerResult[Any]],
+                     origin: Origin, fail_all: Callable[[ApiError], T]) -> T:
+        error = self._count_error(count)
+        if error is not None:
+            return fail_all(error)
+        try:
+            result: T = await self.controller.write(name, generate, batch_origin(origin))
+        except RequestTooLargeError as exc:
+            return fail_all(_too_large(str(exc)))
+        return result
+
+    # ---------------------------------------------------------------- topics
+
+    async def create_topics(self, topics: Sequence[CreatableTopic], *, validate_only: bool,
+                            origin: Origin) -> tuple[CreateTopicResult, ...]:
+        items = tuple(topics)
+        return await self._write(
+            "create_topics", len(items),
+            lambda _next, _now: self._state.replication.create_topics(
+                items, validate_only=validate_only),
+            origin, lambda err: tuple(CreateTopicResult(t.name, err) for t in items))
+
+    async def delete_topics(self, names: Sequence[str], *,
+                            origin: Origin) -> tuple[DeleteTopicResult, ...]:
+        items = tuple(names)
+        return await self._write(
+            "delete_topics", len(items),
+            lambda _next, _now: self._state.replication.delete_topics(items),
+            origin, lambda err: tuple(DeleteTopicResult(n, err) for n in items))
+
+    async def create_partitions(self, topics: Sequence[CreatePartitionsTopic], *,
+                                validate_only: bool,
+                                origin: Origin) -> tuple[CreatePartitionsResult, ...]:
+        items = tuple(topics)
+        return await self._write(
+            "create_partitions", len(items),
+            lambda _next, _now: self._state.replication.create_partitions(
+                items, validate_only=validate_only),
+            origin, lambda err: tuple(CreatePartitionsResult(t.name, err) for t in items))
+
+    async def list_topics(self, *, origin: Origin) -> tuple[TopicListing, ...]:
+        result: tuple[TopicListing, ...] = await self.controller.read(
+            "list_topics", lambda epoch: self._state.replication.list_topics(epoch))
+        return result
+
+    async def describe_topics(self, names: Sequence[str] | None, *,
+                              origin: Origin) -> tuple[TopicDescription, ...]:
+        items = None if names is None else tuple(names)
+        error = self._count_error(0 if items is None else len(items))
+        if error is not None:
+            assert items is not None
+            return tuple(TopicDescription(n, error) for n in items)
+        result: tuple[TopicDescription, ...] = await self.controller.read(
+            "describe_topics", lambda epoch: self._state.replication.describe_topics(items, epoch))
+        return result
+
+    # ---------------------------------------------------------------- cluster
+
+    async def describe_cluster(self, *, origin: Origin) -> ClusterDescription:
+        node_id = self.controller.settings.node_id
+        result: ClusterDescription = await self.controller.read(
+            "describe_cluster", lambda epoch: ClusterDescription(
+                self.cluster_id, node_id, self._state.cluster.brokers(epoch)))
+        return result
+
+    async def unregister_broker(self, broker_id: int, *, origin: Origin) -> ApiError:
+        return await self._write(
+            "unregister_broker", 1,
+            lambda _next, _now: self._state.cluster.unregister_broker(broker_id),
+            origin, lambda err: err)
+
+    async def describe_quorum(self, *, origin: Origin) -> QuorumDescription:
+        def describe(_epoch: int) -> QuorumDescription:
+            status = self._quorum.status()
+            voters = tuple(
+                ReplicaState(v, status.end_offset if v == status.node_id else -1)
+                for v in sorted(self.controller.settings.voter_addresses))
+            leader = -1 if status.leader_id is None else status.leader_id
+            return QuorumDescription(leader, status.epoch, status.high_watermark, voters)
+
+        result: QuorumDescription = await self.controller.read("describe_quorum", describe)
+        return result
+
+    # ---------------------------------------------------------------- configs
+
+    async def incremental_alter_configs(self, resources: Sequence[AlterConfigsResource], *,
+                                        validate_only: bool,
+                                        origin: Origin) -> tuple[AlterConfigsResult, ...]:
+        items = tuple(resources)
+        return await self._write(
+            "incremental_alter_configs", len(items),
+            lambda _next, _now: self._state.configs.incremental_alter_configs(
+                items, validate_only=validate_only),
+            origin, lambda err: tuple(AlterConfigsResult(r.resource, err) for r in items))
+
+    async def describe_configs(self, resources: Sequence[ConfigResource], *,
+                               origin: Origin) -> tuple[DescribeConfigsResult, ...]:
+        items = tuple(resources)
+        error = self._count_error(len(items))
+        if error is not None:
+            return tuple(DescribeConfigsResult(r, error) for r in items)
+        result: tuple[DescribeConfigsResult, ...] = await self.controller.read(
+            "describe_configs", lambda epoch: self._state.configs.describe_configs(items, epoch))
+        return result
+
+    # ---------------------------------------------------------------- partitions
+
+    async def alter_partition_reassignments(self, items: Sequence[ReassignmentRequest], *,
+                                            origin: Origin) -> tuple[ReassignmentResult, ...]:
+        reqs = tuple(items)
+        return await self._write(
+            "alter_partition_reassignments", len(reqs),
+            lambda _next, _now: self._state.replication.alter_partition_reassignments(reqs),
+            origin, lambda err: tuple(ReassignmentResult(r.topic, r.partition, err)
+                                      for r in reqs))
+
+    async def list_partition_reassignments(self, partitions: Sequence[TopicPartition] | None, *,
+                                           origin: Origin) -> tuple[OngoingReassignment, ...]:
+        wanted = None if partitions is None else {(p.topic, p.partition) for p in partitions}
+
+        def query(epoch: int) -> tuple[OngoingReassignment, ...]:
+            ongoing = self._state.replication.list_reassignments(epoch)
+            return tuple(r for r in ongoing
+                         if wanted is None or (r.topic, r.partition) in wanted)
+
+        result: tuple[OngoingReassignment, ...] = await self.controller.read(
+            "list_partition_reassignments", query)
+        return result
+
+    async def elect_leaders(self, partitions: Sequence[TopicPartition] | None,
+                            election_type: ElectionType, *,
+                            origin: Origin) -> tuple[ElectLeadersResult, ...]:
+        items = None if partitions is None else tuple(partitions)
+        return await self._write(
+            "elect_leaders", 0 if items is None else len(items),
+            lambda _next, _now: self._state.replication.elect_leaders(items, election_type),
+            origin, lambda err: tuple(ElectLeadersResult(p.topic, p.partition, err)
+                                      for p in items or ()))
+
+    # ---------------------------------------------------------------- features
+
+    async def describe_features(self, *, origin: Origin) -> tuple[FeatureDescription, ...]:
+        result: tuple[FeatureDescription, ...] = await self.controller.read(
+            "describe_features", lambda epoch: self._state.features.describe(epoch))
+        return result
+
+    async def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool,
+                              origin: Origin) -> tuple[FeatureUpdateResult, ...]:
+        items = tuple(updates)
+        return await self._write(
+            "update_features", len(items),
+            lambda _next, _now: self._state.features.update_features(
+                items, validate_only=validate_only),
+            origin, lambda err: tuple(FeatureUpdateResult(u.name, err) for u in items))
+
+    # ---------------------------------------------------------------- brokers
+
+    async def register_broker(self, request: BrokerRegistrationRequest, *,
+                              origin: Origin) -> BrokerRegistrationReply:
+        return await self._write(
+            "register_broker", 1,
+            lambda next_offset, now_ms: self._state.cluster.register_broker(
+                request, next_offset=next_offset, now_ms=now_ms),
+            origin, BrokerRegistrationReply)
+
+    async def broker_heartbeat(self, request: BrokerHeartbeatRequest, *,
+                               origin: Origin) -> BrokerHeartbeatReply:
+        return await self._write(
+            "broker_heartbeat", 1,
+            lambda _next, now_ms: self._state.cluster.process_heartbeat(request, now_ms=now_ms),
+            origin, BrokerHeartbeatReply)

@@ -1,0 +1,94 @@
+"""What the controller needs of the Raft layer (`RaftDriver` satisfies it; unit tests
+use an in-memory double), and its own settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Protocol
+
+import attrs
+
+from controller.quorum.driver import DriverStatus
+from controller.raft.values import SnapshotId
+from controller.storage.batch import BatchOrigin
+
+
+class NodeAccess(Protocol):
+    """Handed to work running on the Raft node task. While that work runs nothing
+    else touches the node or its log, so `append` puts the batch exactly at
+    `next_offset`."""
+
+    @property
+    def next_offset(self) -> int: ...
+
+    @property
+    def leader_epoch(self) -> int | None:
+        """The epoch while this node leads, else None."""
+        ...
+
+    @property
+    def known_leader_id(self) -> int | None: ...
+
+    def append(self, records: Sequence[bytes], origin: BatchOrigin) -> int:
+        """Append one batch now and return its base offset; raises
+        `controller.quorum.driver.NotLeaderError` or `ProposalRejectedError`."""
+        ...
+
+
+class QuorumPort(Protocol):
+    @property
+    def node_id(self) -> int: ...
+
+    def run_on_node_task(self, work: Callable[[NodeAccess], None]) -> None:
+        """Run `work` on the node task, in order with the commit callbacks; raises
+        `DriverStoppedError` when the node no longer runs."""
+        ...
+
+    def status(self) -> DriverStatus: ...
+
+    async def compact(self, snapshot_id: SnapshotId) -> None:
+        """The controller wrote `snapshot_id` (a committed offset): drop the log below."""
+        ...
+
+
+def _frozen_map(value: Mapping[int, str]) -> Mapping[int, str]:
+    return MappingProxyType(dict(value))
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+
+
+@attrs.frozen(kw_only=True)
+class ControllerSettings:
+    node_id: int
+    cluster_id: str
+    # Voter id -> host:port, to tell clients where the active controller is.
+    voter_addresses: Mapping[int, str] = attrs.field(converter=_frozen_map)
+    session_timeout_ms: int = attrs.field(default=9_000, validator=_positive)
+    # Events queued for the controller and not yet run, plus requests parked until a
+    # new leader is active: past this a request is refused as busy.
+    max_queued_events: int = attrs.field(default=10_000, validator=_positive)
+    # Items (topics, resources, partitions, ...) in one request.
+    max_items_per_request: int = attrs.field(default=10_000, validator=_positive)
+    # One request's records go in one batch (atomic); these match the Raft limits.
+    max_records_per_batch: int = attrs.field(default=10_000, validator=_positive)
+    max_batch_bytes: int = attrs.field(default=1024 * 1024, validator=_positive)
+    # How often the controller looks at timers (stale brokers, expired waits).
+    tick_interval_ms: int = attrs.field(default=100, validator=_positive)
+    # After leadership is lost, how long an appended request waits for its fate
+    # (committed by the next leader, or replaced) before it is answered "unknown".
+    orphan_timeout_ms: int = attrs.field(default=5_000, validator=_positive)
+    # How long a request waits for a new leader to become active.
+    activation_wait_ms: int = attrs.field(default=3_000, validator=_positive)
+    # The longest a caller waits for any answer.
+    request_timeout_ms: int = attrs.field(default=30_000, validator=_positive)
+    # A snapshot is written after this many bytes of newly committed records, in
+    # steps of this many records (so the loop keeps serving in between).
+    snapshot_interval_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=_positive)
+    snapshot_chunk_records: int = attrs.field(default=2_000, validator=_positive)
+
+    def leader_address(self, leader_id: int | None) -> str | None:
+        return None if leader_id is None else self.voter_addresses.get(leader_id)

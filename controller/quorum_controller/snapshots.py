@@ -1,0 +1,182 @@
+"""Controller snapshots: the metadata image at a committed offset, as a snapshot file.
+
+Writing is cut into steps so the controller's loop keeps serving: each step reads
+the next few topics (or the small sections) from the timeline *at the snapshot's
+offset* -- a registry snapshot the controller keeps alive until the last step --
+and appends their records to a `SnapshotWriter`. Newer writes go on meanwhile;
+reads at a past offset do not see them. The record order is the one of
+`MetadataState.snapshot_records` (features, brokers, topics and partitions,
+configs, ACLs), so a snapshot replays into an equal image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from controller.metadata import MetadataState
+from controller.quorum.service import DriverStoppedError
+from controller.raft.values import SnapshotId
+from controller.records import (
+    MetadataRecord,
+    TopicRecord,
+    decode_record,
+    encode_record,
+    make_record,
+)
+from controller.records.convert import partition_to_record
+from controller.storage import snapshot_file as sf
+from controller.storage.snapshot_file import SnapshotReader, SnapshotWriter
+
+logger = logging.getLogger("metakraft.controller")
+
+
+def read_snapshot_records(path: Path) -> list[MetadataRecord]:
+    """Every image record of a snapshot file (CRCs and footer checked by the reader)."""
+    reader = SnapshotReader.open(path)
+    return [decode_record(data) for data in reader.records()]
+
+
+def iter_image_chunks(state: MetadataState, epoch: int,
+                      chunk_records: int) -> Iterator[list[MetadataRecord]]:
+    """The image at `epoch` as record lists of about `chunk_records` each (a topic's
+    partitions are never split); between two chunks the caller may do other work,
+    as long as the registry snapshot at `epoch` stays."""
+    assert chunk_records > 0
+    pending = state.features.snapshot_records(epoch) + state.cluster.snapshot_records(epoch)
+    replication = state.replication
+    for listing in replication.list_topics(epoch):
+        tid = listing.topic_id
+        pending.append(make_record(TopicRecord(name=listing.name, topic_id=tid)))
+        for i, part in enumerate(replication.partitions(tid, epoch)):
+            pending.append(make_record(partition_to_record(part, topic_id=tid, partition_id=i)))
+        if len(pending) >= chunk_records:
+            yield pending
+            pending = []
+    pending += state.configs.snapshot_records(epoch)
+    pending += [make_record(acl.to_record()) for acl in state.acls(epoch)]
+    yield pending
+
+
+class SnapshotJob:
+    """One snapshot being written: `step()` until it returns True, then `finish()`."""
+
+    def __init__(self, state: MetadataState, directory: Path, last_offset: int, epoch: int,
+                 chunk_records: int) -> None:
+        self.last_offset = last_offset
+        self.snapshot_id = sf.SnapshotId(last_offset + 1, epoch)
+        self.started_s = time.monotonic()
+        self._chunks = iter_image_chunks(state, last_offset, chunk_records)
+        self._writer = SnapshotWriter(directory, self.snapshot_id)
+        self.record_count = 0
+
+    def step(self) -> bool:
+        """Write the next chunk; True once every record is written (the timeline is
+        no longer needed at `last_offset`)."""
+        chunk = next(self._chunks, None)
+        if chunk is None:
+            return True
+        self._writer.append(encode_record(r) for r in chunk)
+        self.record_count += len(chunk)
+        return False
+
+    def finish(self) -> Path:
+        """Footer, fsync, rename (blocking I/O: run it off the loop)."""
+        return self._writer.freeze()
+
+    def abort(self) -> None:
+        self._writer.abort()
+
+
+# Compacts the Raft log below a snapshot the state machine wrote (RaftDriver.compact).
+Compact = Callable[[SnapshotId], Awaitable[None]]
+# Queues work on the Raft node task (QuorumPort.run_on_node_task).
+RunOnNodeTask = Callable[[Callable[[Any], None]], None]
+
+
+class SnapshotScheduler:
+    """Decides when to snapshot (every `interval_bytes` of committed records) and
+    drives a `SnapshotJob` one step per node-task event, then finishes it off the
+    loop, compacts the log below it and prunes old snapshot files."""
+
+    def __init__(self, state: MetadataState, directory: Path, *, interval_bytes: int,
+                 chunk_records: int, run_on_node_task: RunOnNodeTask, compact: Compact,
+                 release_history: Callable[[], None], keep: int = 2) -> None:
+        assert interval_bytes > 0 and chunk_records > 0 and keep >= 1
+        self._state = state
+        self.directory = directory
+        self._interval_bytes = interval_bytes
+        self._chunk_records = chunk_records
+        self._run = run_on_node_task
+        self._compact = compact
+        # Lets the controller drop the timeline history the job no longer reads.
+        self._release_history = release_history
+        self._keep = keep
+        self._bytes_since = 0
+        self._job: SnapshotJob | None = None
+        self._finishing: asyncio.Task[None] | None = None
+        self.snapshots_written = 0
+        self.last_snapshot: sf.SnapshotId | None = None
+
+    @property
+    def pinned_offset(self) -> int | None:
+        """The offset whose registry snapshot a running job still reads."""
+        return None if self._job is None else self._job.last_offset
+
+    def committed(self, batch_bytes: int, committed_next: int, epoch: int) -> None:
+        self._bytes_since += batch_bytes
+        if (self._job is None and self._finishing is None
+                and self._bytes_since >= self._interval_bytes and committed_next > 0):
+            self._bytes_since = 0
+            self._job = SnapshotJob(self._state, self.directory, committed_next - 1, epoch,
+                                    self._chunk_records)
+            self._run(self._step)
+
+    def reset(self) -> None:
+        """The state was replaced (a snapshot from the leader): drop a running job."""
+        if self._job is not None:
+            self._job.abort()
+            self._job = None
+        self._bytes_since = 0
+
+    def _step(self, _access: Any) -> None:
+        job = self._job
+        if job is None:
+            return  # aborted
+        if not job.step():
+            self._run(self._step)
+            return
+        self._job = None
+        self._release_history()
+        self._finishing = asyncio.ensure_future(self._finish(job))
+
+    async def _finish(self, job: SnapshotJob) -> None:
+        try:
+            path = await asyncio.to_thread(job.finish)
+            sid = job.snapshot_id
+            self.last_snapshot = sid
+            self.snapshots_written += 1
+            logger.info("event=snapshot_written end_offset=%d epoch=%d records=%d bytes=%d "
+                        "ms=%d", sid.end_offset, sid.epoch, job.record_count,
+                        path.stat().st_size, int((time.monotonic() - job.started_s) * 1000))
+            try:
+                await self._compact(SnapshotId(sid.end_offset, sid.epoch))
+            except (ValueError, DriverStoppedError) as exc:
+                # E.g. a follower whose flush lags the commit: the next one compacts.
+                logger.warning("event=compaction_skipped end_offset=%d reason=%r",
+                               sid.end_offset, str(exc))
+            sf.prune_snapshots(self.directory, self._keep)
+        except Exception:
+            logger.exception("event=snapshot_failed end_offset=%d", job.snapshot_id.end_offset)
+            job.abort()
+        finally:
+            self._finishing = None
+
+    async def close(self) -> None:
+        self.reset()
+        if self._finishing is not None:
+            await asyncio.gather(self._finishing, return_exceptions=True)

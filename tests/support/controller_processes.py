@@ -1,0 +1,164 @@
+"""Real `metakraft controller --config FILE` processes on loopback, for integration
+tests (tests/integration/test_controller_cluster.py).
+
+`ControllerCluster(tmp_path, n)` formats n data dirs, writes n TOML configs and
+starts the processes; `close()` stops whatever still runs (SIGTERM, then SIGKILL),
+so a test's teardown always leaves no child behind. Brokers are faked with raw
+BrokerLifecycle calls (`register_brokers`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from controller.api import broker_pb2_grpc as bpb_grpc
+from controller.api.broker_convert import (
+    heartbeat_request_to_pb,
+    registration_request_to_pb,
+)
+from controller.metadata import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from controller.rpc import create_sync_channel
+from controller.storage.batch import RecordBatch
+from controller.storage.log import SegmentedLog
+from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
+from tests.support.raft_node_process import free_ports, wait_until
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = "from controller.cli.main import main; main()"
+
+
+class ControllerProcess:
+    def __init__(self, node_id: int, address: str, config_path: Path, data_dir: Path) -> None:
+        self.node_id = node_id
+        self.address = address
+        self.config_path = config_path
+        self.data_dir = data_dir
+        self.stderr_path = config_path.with_suffix(".log")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        with open(self.stderr_path, "ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", LAUNCH, "controller", "--config", str(self.config_path)],
+                cwd=REPO_ROOT, stdout=err, stderr=err,
+                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.running:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout_s: float = 10.0) -> int:
+        """SIGTERM and wait; the exit status (SIGKILL if it does not stop in time)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def log_text(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def read_log(self) -> list[RecordBatch]:
+        """Every batch in this node's log (only while the process is stopped)."""
+        assert not self.running, "the log is read from a stopped process only"
+        with SegmentedLog.open(DataDir(self.data_dir).log_dir) as log:
+            out: list[RecordBatch] = []
+            offset = log.start_offset
+            while offset < log.end_offset:
+                batches = log.read_batches(offset)
+                out.extend(batches)
+                offset = batches[-1].next_offset
+            return out
+
+
+class ControllerCluster:
+    def __init__(self, root: Path, count: int = 3, *, session_timeout_ms: int = 600_000,
+                 snapshot_interval_bytes: int = 16 << 20) -> None:
+        self.root = root
+        self.cluster_id = random_cluster_id()
+        ports = free_ports(count)
+        self.addresses = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+        voters = "\n".join(f'{i} = "{a}"' for i, a in self.addresses.items())
+        self.nodes: dict[int, ControllerProcess] = {}
+        for node_id, address in self.addresses.items():
+            data_dir = root / f"c{node_id}"
+            format_data_dir(data_dir, self.cluster_id, node_id)
+            config = root / f"c{node_id}.toml"
+            config.write_text(
+                f'node_id = {node_id}\ncluster_id = "{self.cluster_id}"\n'
+                f'data_dir = "{data_dir}"\n[voters]\n{voters}\n'
+                f"[controller]\nsession_timeout_ms = {session_timeout_ms}\n"
+                f"snapshot_interval_bytes = {snapshot_interval_bytes}\n"
+                '[logging]\nlevel = "INFO"\n')
+            self.nodes[node_id] = ControllerProcess(node_id, address, config, data_dir)
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return list(self.addresses.values())
+
+    def start(self) -> None:
+        for node in self.nodes.values():
+            node.start()
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            if node.running:
+                node.terminate(timeout_s=5.0)
+
+    def active_node(self) -> ControllerProcess | None:
+        """The process whose log says it became active most recently (running only)."""
+        best: tuple[int, ControllerProcess] | None = None
+        for node in self.nodes.values():
+            if not node.running:
+                continue
+            for line in node.log_text().splitlines():
+                if "event=controller_active" in line:
+                    epoch = int(line.split("epoch=")[1].split()[0])
+                    if best is None or epoch > best[0]:
+                        best = (epoch, node)
+        return None if best is None else best[1]
+
+    def _broker_call(self, method: str, request: object) -> Any:
+        """Ask every controller until one (the active one) answers; None if none did."""
+        for address in self.bootstrap:
+            channel = create_sync_channel(address)
+            try:
+                return getattr(bpb_grpc.BrokerLifecycleStub(channel), method)(request, timeout=5)
+            except grpc.RpcError:
+                continue
+            finally:
+                channel.close()
+        return None
+
+    def register_brokers(self, broker_ids: list[int], timeout_s: float = 15.0) -> None:
+        """Register and unfence brokers through BrokerLifecycle, as a broker would."""
+        for broker_id in broker_ids:
+            request = registration_request_to_pb(
+                BrokerRegistrationRequest(broker_id, f"incarnation-{broker_id}", self.cluster_id))
+            reply = wait_until(partial(self._broker_call, "RegisterBroker", request),
+                               timeout_s, "registration")
+            assert reply.broker_epoch >= 0, reply
+            beat = heartbeat_request_to_pb(
+                BrokerHeartbeatRequest(broker_id, reply.broker_epoch, 1 << 40), self.cluster_id)
+            answer = wait_until(partial(self._broker_call, "BrokerHeartbeat", beat),
+                                timeout_s, "heartbeat")
+            assert not answer.is_fenced, answer

@@ -1,0 +1,94 @@
+"""The daemon's TOML config: a good one parses; each kind of mistake gets a message
+naming the key and what to do; the CLI exits 2 with that message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli.main import cli
+from controller.quorum_controller.config_file import (
+    EXAMPLE_CONFIG,
+    ConfigError,
+    load_config,
+    parse_config,
+)
+from controller.storage.meta_properties import format_data_dir, random_cluster_id
+
+CID = random_cluster_id()
+GOOD = f"""
+node_id = 2
+cluster_id = "{CID}"
+data_dir = "data"
+[voters]
+1 = "127.0.0.1:9001"
+2 = "127.0.0.1:9002"
+3 = "127.0.0.1:9003"
+[raft]
+election_timeout_ms = 500
+[controller]
+session_timeout_ms = 4000
+[logging]
+format = "json"
+"""
+
+
+def test_good_config_parses_with_defaults_and_relative_data_dir(tmp_path: Path) -> None:
+    config = parse_config(GOOD, tmp_path / "c.toml")
+    assert config.driver.node_id == 2 and config.driver.election_timeout_ms == 500
+    assert config.driver.data_dir == (tmp_path / "data").resolve()
+    assert config.listen == "127.0.0.1:9002"
+    assert config.controller.session_timeout_ms == 4000
+    assert config.controller.voter_addresses[3] == "127.0.0.1:9003"
+    assert config.log_format == "json" and config.log_level == "INFO"
+
+
+def test_example_config_is_valid(tmp_path: Path) -> None:
+    config = parse_config(EXAMPLE_CONFIG, tmp_path / "example.toml")
+    assert config.driver.node_id == 1 and len(config.driver.voter_addresses) == 3
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t.replace("node_id = 2\n", ""), "missing required key 'node_id'"),
+    (lambda t: t.replace("node_id = 2", 'node_id = "two"'), "node_id: expected an integer"),
+    (lambda t: t.replace("node_id = 2", "node_id = 7"), "not among the voters"),
+    (lambda t: t.replace('1 = "127.0.0.1:9001"', '1 = "nowhere"'), "voters.1: expected HOST:PORT"),
+    (lambda t: t.replace("session_timeout_ms", "session_timeout"), "unknown key(s) session_timeout"),
+    (lambda t: t.replace("election_timeout_ms = 500", "election_timeout_ms = 100"),
+     "election_timeout_ms must exceed fetch_max_wait_ms"),
+    (lambda t: t.replace("session_timeout_ms = 4000", "session_timeout_ms = 0"), "must be >= 1"),
+    (lambda t: t.replace('format = "json"', 'format = "xml"'), "logging.format"),
+    (lambda t: t + "\n[[oops", "not valid TOML"),
+    (lambda t: t.split("[voters]")[0], "missing [voters]"),
+])
+def test_bad_configs_say_what_is_wrong(tmp_path: Path, edit: object, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(edit(GOOD), tmp_path / "c.toml")  # type: ignore[operator]
+    assert message in str(info.value)
+
+
+def test_data_dir_must_be_formatted_for_this_cluster_and_node(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD)
+    with pytest.raises(ConfigError, match="not formatted"):
+        load_config(path)
+    format_data_dir(tmp_path / "data", CID, 3)
+    with pytest.raises(ConfigError, match="belongs to node 3, not node 2"):
+        load_config(path)
+
+
+def test_cli_bad_config_exits_2_with_the_message(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD.replace("node_id = 2", "node_id = 9"))
+    result = CliRunner().invoke(cli, ["controller", "--config", str(path)])
+    assert result.exit_code == 2
+    assert "bad config" in result.output and "not among the voters" in result.output
+    missing = CliRunner().invoke(cli, ["controller", "--config", str(tmp_path / "none.toml")])
+    assert missing.exit_code == 2 and "cannot read config file" in missing.output
+
+
+def test_cli_prints_the_example() -> None:
+    result = CliRunner().invoke(cli, ["controller", "--print-example"])
+    assert result.exit_code == 0 and result.output == EXAMPLE_CONFIG

@@ -1,0 +1,446 @@
+"""The single-threaded controller on an in-memory quorum (tests/support/controller_fake_quorum)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from controller.api.seam import (
+    ControllerBusyError,
+    ControllerTimeoutError,
+    NotControllerError,
+    Origin,
+)
+from controller.metadata import (
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    CreatableTopic,
+    ErrorCode,
+    MetadataState,
+)
+from controller.quorum_controller.controller import QuorumController
+from controller.quorum_controller.events import Mode
+from controller.quorum_controller.facade import ControllerApi
+from controller.quorum_controller.ports import ControllerSettings
+from controller.quorum_controller.snapshots import iter_image_chunks
+from controller.records import decode_record
+from controller.storage.batch import EMPTY_ORIGIN, RecordBatch
+from tests.support.controller_fake_quorum import FakeQuorum
+
+T = TypeVar("T")
+CLUSTER_ID = "qc-test-cluster"
+ORIGIN = Origin("alice", "ipv4:127.0.0.1:5000", "req-1")
+VOTERS = {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", 3: "127.0.0.1:9003"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+class Env:
+    def __init__(self, *, nodes: int = 3, auto_commit: bool = True, **settings: Any) -> None:
+        self.quorum = FakeQuorum(list(range(1, nodes + 1)), auto_commit=auto_commit)
+        self.clock = Clock()
+        self.ctrl: dict[int, QuorumController] = {}
+        self.api: dict[int, ControllerApi] = {}
+        for node_id, node in self.quorum.nodes.items():
+            config = ControllerSettings(node_id=node_id, cluster_id=CLUSTER_ID,
+                                        voter_addresses=VOTERS, **settings)
+            ctrl = QuorumController(config, clock_ms=self.clock, rng=random.Random(node_id))
+            ctrl.attach(node)
+            node.listener = ctrl
+            self.ctrl[node_id] = ctrl
+            self.api[node_id] = ControllerApi(ctrl, node)
+
+    async def elect(self, node_id: int, *, keep_uncommitted: bool = False) -> None:
+        self.quorum.elect(node_id, keep_uncommitted=keep_uncommitted)
+        await settle()
+
+    async def register_brokers(self, leader: int, ids: list[int]) -> None:
+        api = self.api[leader]
+        for bid in ids:
+            reply = await api.register_broker(
+                BrokerRegistrationRequest(bid, f"inc-{bid}", CLUSTER_ID), origin=ORIGIN)
+            assert reply.error.ok, reply
+            beat = await api.broker_heartbeat(
+                BrokerHeartbeatRequest(bid, reply.broker_epoch, 1 << 40), origin=ORIGIN)
+            assert beat.error.ok and not beat.is_fenced, beat
+
+
+async def settle(rounds: int = 30) -> None:
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 10))
+
+
+def spawn(coro: Awaitable[T]) -> asyncio.Task[T]:
+    return asyncio.ensure_future(coro)
+
+
+def committed_state(quorum: FakeQuorum) -> MetadataState:
+    """A fresh state replaying exactly the committed log."""
+    state = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
+    for batch in quorum.committed_batches():
+        state.replay_batch([decode_record(r) for r in batch.records], batch.base_offset)
+    return state
+
+
+def mode_of(ctrl: QuorumController) -> Mode:
+    # A call, so that mypy does not narrow the property across awaits.
+    return ctrl.mode
+
+
+def topic(name: str, partitions: int = 1, rf: int = 1) -> CreatableTopic:
+    return CreatableTopic(name, partitions, rf)
+
+
+def record_types(batch: RecordBatch) -> list[str]:
+    return [decode_record(r).WhichOneof("record") or "" for r in batch.records]
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def test_fresh_cluster_bootstraps_features_once() -> None:
+    async def main() -> None:
+        env = Env()
+        await env.elect(1)
+        assert mode_of(env.ctrl[1]) is Mode.ACTIVE
+        features = await env.api[1].describe_features(origin=ORIGIN)
+        assert {f.name: f.finalized_level for f in features}["metadata.version"] >= 1
+        bootstrap = env.quorum.log[1]
+        assert record_types(bootstrap) == ["feature_level"] and bootstrap.origin == EMPTY_ORIGIN
+        # A later leader finds the level set and writes nothing of the kind.
+        await env.elect(2)
+        assert mode_of(env.ctrl[2]) is Mode.ACTIVE and mode_of(env.ctrl[1]) is Mode.STANDBY
+        kinds = [k for b in env.quorum.log for k in record_types(b)]
+        assert kinds.count("feature_level") == 1
+
+    run(main)
+
+
+def test_response_waits_for_commit_and_batch_has_origin() -> None:
+    async def main() -> None:
+        env = Env(auto_commit=False)
+        await env.elect(1)
+        env.quorum.commit()
+        await settle()
+        reg = spawn(env.api[1].register_broker(
+            BrokerRegistrationRequest(0, "inc-0", CLUSTER_ID), origin=ORIGIN))
+        await settle()
+        assert not reg.done(), "answered before commit"
+        env.quorum.commit()
+        await settle()
+        assert reg.result().error.ok
+        batch = env.quorum.log[-1]
+        assert batch.origin.principal == "alice" and batch.origin.request_id == "req-1"
+        assert batch.origin.client_address == "ipv4:127.0.0.1:5000"
+
+    run(main)
+
+
+def test_held_back_commits_keep_responses_waiting_but_later_writes_see_them() -> None:
+    async def main() -> None:
+        env = Env(auto_commit=False)
+        await env.elect(1)
+        env.quorum.commit()
+        await settle()
+        env.quorum.auto_commit = True
+        await env.register_brokers(1, [0, 1, 2])
+        env.quorum.auto_commit = False
+        api = env.api[1]
+        first = spawn(api.create_topics([topic("a")], validate_only=False, origin=ORIGIN))
+        await settle()
+        # Generated against the uncommitted state: "a" already exists there.
+        second = spawn(api.create_topics([topic("a"), topic("b")], validate_only=False,
+                                         origin=ORIGIN))
+        await settle()
+        assert not first.done() and not second.done()
+        assert env.ctrl[1].replayed_offset > env.ctrl[1].committed_offset
+        # Reads see the committed state only.
+        assert await api.list_topics(origin=ORIGIN) == ()
+        env.quorum.commit()
+        await settle()
+        assert first.result()[0].error.ok
+        errors = [r.error.code for r in second.result()]
+        assert errors == [ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.NONE]
+        assert [t.name for t in await api.list_topics(origin=ORIGIN)] == ["a", "b"]
+
+    run(main)
+
+
+def test_request_without_records_waits_for_earlier_uncommitted_batch() -> None:
+    async def main() -> None:
+        env = Env(auto_commit=True)
+        await env.elect(1)
+        await env.register_brokers(1, [0])
+        env.quorum.auto_commit = False
+        api = env.api[1]
+        create = spawn(api.create_topics([topic("x")], validate_only=False, origin=ORIGIN))
+        await settle()
+        dup = spawn(api.create_topics([topic("x")], validate_only=False, origin=ORIGIN))
+        await settle()
+        assert not dup.done(), "an answer read from uncommitted state left early"
+        env.quorum.commit()
+        await settle()
+        assert create.result()[0].error.ok
+        assert dup.result()[0].error.code is ErrorCode.TOPIC_ALREADY_EXISTS
+
+    run(main)
+
+
+@pytest.mark.parametrize("keep_uncommitted", [False, True])
+def test_forced_resignation_reverts_to_committed_state_exactly(keep_uncommitted: bool) -> None:
+    async def main() -> None:
+        env = Env(auto_commit=True)
+        await env.elect(1)
+        await env.register_brokers(1, [0, 1, 2])
+        api = env.api[1]
+        done = await api.create_topics([topic("kept", 3, 2)], validate_only=False,
+                                       origin=ORIGIN)
+        assert done[0].error.ok
+        env.quorum.auto_commit = False
+        waiting = [spawn(api.create_topics([topic(f"t{i}", 2, 3)], validate_only=False,
+                                           origin=ORIGIN)) for i in range(3)]
+        await settle()
+        assert not any(w.done() for w in waiting)
+        ctrl = env.ctrl[1]
+        assert ctrl.replayed_offset > ctrl.committed_offset
+        env.quorum.resign()
+        # The next event tells the controller it no longer leads.
+        with pytest.raises(NotControllerError):
+            await api.list_topics(origin=ORIGIN)
+        assert mode_of(ctrl) is Mode.STANDBY
+        expected = committed_state(env.quorum)
+        image = ctrl.state.to_image()
+        want = expected.to_image()
+        for field in ("features", "brokers", "topics", "configs", "acls"):
+            assert getattr(image, field) == getattr(want, field), field
+        assert ctrl.state.snapshot_records() == expected.snapshot_records()
+        assert ctrl.replayed_offset == ctrl.committed_offset == env.quorum.high_watermark
+        assert not any(w.done() for w in waiting), "fate not known yet"
+        await env.elect(2, keep_uncommitted=keep_uncommitted)
+        env.quorum.commit()
+        await settle()
+        outcomes = [w.exception() for w in waiting]
+        if keep_uncommitted:
+            # The next leader committed them: they were applied, and say so.
+            assert outcomes == [None, None, None]
+            assert all(w.result()[0].error.ok for w in waiting)
+        else:
+            assert all(isinstance(o, NotControllerError) and o.leader_id == 2 for o in outcomes)
+        names = {t.name for t in await env.api[2].list_topics(origin=ORIGIN)}
+        assert names == ({"kept", "t0", "t1", "t2"} if keep_uncommitted else {"kept"})
+        # Every controller holds the same image as a replay of the committed log.
+        want = committed_state(env.quorum).to_image()
+        for node_id in (1, 2, 3):
+            assert env.ctrl[node_id].state.to_image() == want, node_id
+
+    run(main)
+
+
+def test_orphaned_request_times_out_as_unknown() -> None:
+    async def main() -> None:
+        env = Env(auto_commit=True, orphan_timeout_ms=1_000)
+        await env.elect(1)
+        await env.register_brokers(1, [0])
+        env.quorum.auto_commit = False
+        pending = spawn(env.api[1].create_topics([topic("z")], validate_only=False,
+                                                 origin=ORIGIN))
+        await settle()
+        env.quorum.resign()
+        env.ctrl[1].request_tick()
+        await settle()
+        assert not pending.done()
+        env.clock.now_ms += 1_001
+        env.ctrl[1].request_tick()
+        await settle()
+        assert isinstance(pending.exception(), ControllerTimeoutError)
+
+    run(main)
+
+
+def test_standby_replaying_the_log_has_an_equal_image() -> None:
+    async def main() -> None:
+        env = Env()
+        await env.elect(1)
+        await env.register_brokers(1, [0, 1, 2])
+        api = env.api[1]
+        for i in range(5):
+            await api.create_topics([topic(f"s{i}", 4, 3)], validate_only=False, origin=ORIGIN)
+        await api.delete_topics(["s0"], origin=ORIGIN)
+        image = env.ctrl[1].state.to_image()
+        assert len(image.topics) == 4
+        for standby in (2, 3):
+            assert env.ctrl[standby].mode is Mode.STANDBY
+            assert env.ctrl[standby].state.to_image() == image
+            assert env.ctrl[standby].state.snapshot_records() == env.ctrl[1].state.snapshot_records()
+
+    run(main)
+
+
+def test_standby_refuses_with_leader_and_address() -> None:
+    async def main() -> None:
+        env = Env()
+        await env.elect(1)
+        for call in (env.api[2].list_topics(origin=ORIGIN),
+                     env.api[2].create_topics([topic("n")], validate_only=False,
+                                              origin=ORIGIN)):
+            with pytest.raises(NotControllerError) as info:
+                await call
+            assert info.value.leader_id == 1 and info.value.leader_address == VOTERS[1]
+
+    run(main)
+
+
+def test_full_queue_answers_busy_and_applies_nothing() -> None:
+    async def main() -> None:
+        env = Env(max_queued_events=3)
+        await env.elect(1)
+        await env.register_brokers(1, [0])
+        before = env.quorum.end_offset
+        calls = [spawn(env.api[1].create_topics([topic(f"q{i}")], validate_only=False,
+                                                origin=ORIGIN)) for i in range(8)]
+        await asyncio.wait(calls)
+        busy = [c for c in calls if isinstance(c.exception(), ControllerBusyError)]
+        ok = [c for c in calls if c.exception() is None]
+        assert len(busy) == 5 and len(ok) == 3
+        names = {t.name for t in await env.api[1].list_topics(origin=ORIGIN)}
+        assert names == {f"q{i}" for i in range(3)}
+        assert env.quorum.end_offset == before + 3 * 2  # topic + partition records each
+
+    run(main)
+
+
+def test_too_large_request_fails_per_item_and_leaves_no_record() -> None:
+    async def main() -> None:
+        env = Env(max_records_per_batch=10, max_items_per_request=4)
+        await env.elect(1)
+        await env.register_brokers(1, [0])
+        before = env.quorum.end_offset
+        big = await env.api[1].create_topics([topic("big", 20)], validate_only=False,
+                                             origin=ORIGIN)
+        assert big[0].error.code is ErrorCode.REQUEST_TOO_LARGE
+        many = await env.api[1].delete_topics([f"d{i}" for i in range(5)], origin=ORIGIN)
+        assert {r.error.code for r in many} == {ErrorCode.REQUEST_TOO_LARGE}
+        bad = await env.api[1].create_topics([topic("bad name!")], validate_only=False,
+                                             origin=ORIGIN)
+        assert bad[0].error.code is ErrorCode.INVALID_TOPIC_EXCEPTION
+        assert env.quorum.end_offset == before
+        assert env.ctrl[1].state.replication.list_topics() == ()
+
+    run(main)
+
+
+def test_new_leader_parks_requests_until_its_epoch_start_commits() -> None:
+    async def main() -> None:
+        env = Env(auto_commit=False)
+        await env.elect(1)
+        env.quorum.commit()
+        await settle()
+        assert mode_of(env.ctrl[1]) is Mode.ACTIVE
+        await env.elect(2)
+        assert mode_of(env.ctrl[2]) is Mode.PENDING
+        listing = spawn(env.api[2].list_topics(origin=ORIGIN))
+        await settle()
+        assert not listing.done()
+        env.quorum.commit()
+        await settle()
+        assert mode_of(env.ctrl[2]) is Mode.ACTIVE
+        assert listing.result() == ()
+
+    run(main)
+
+
+def test_stale_brokers_are_fenced_by_the_controller_itself() -> None:
+    async def main() -> None:
+        env = Env(session_timeout_ms=1_000)
+        await env.elect(1)
+        await env.register_brokers(1, [0, 1])
+        env.clock.now_ms += 500
+        beat = await env.api[1].broker_heartbeat(
+            BrokerHeartbeatRequest(1, env.ctrl[1].state.cluster.broker(1).broker_epoch,  # type: ignore[union-attr]
+                                   1 << 40), origin=ORIGIN)
+        assert beat.error.ok
+        env.clock.now_ms += 700
+        env.ctrl[1].request_tick()
+        await settle()
+        brokers = {b.broker_id: b for b in env.ctrl[1].state.cluster.brokers()}
+        assert brokers[0].fenced and not brokers[1].fenced
+        last = env.quorum.log[-1]
+        assert record_types(last) == ["broker_registration_change"]
+        assert last.origin == EMPTY_ORIGIN
+
+    run(main)
+
+
+def test_snapshots_written_in_steps_while_serving_and_load_into_equal_image(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        env = Env(snapshot_interval_bytes=2_000, snapshot_chunk_records=7)
+        env.ctrl[1].enable_snapshots(tmp_path / "snapshots")
+        await env.elect(1)
+        await env.register_brokers(1, [0, 1, 2])
+        api = env.api[1]
+        for i in range(30):
+            res = await api.create_topics([topic(f"snap{i}", 3, 3)], validate_only=False,
+                                          origin=ORIGIN)
+            assert res[0].error.ok
+        scheduler = env.ctrl[1].snapshots
+        assert scheduler is not None
+        deadline = asyncio.get_running_loop().time() + 5
+        while not env.quorum.nodes[1].compacted:
+            assert asyncio.get_running_loop().time() < deadline, "no snapshot"
+            await asyncio.sleep(0.01)
+        # History is kept only from a running job's offset (else the committed one) on.
+        epochs = env.ctrl[1].registry.epochs()
+        committed = env.ctrl[1].committed_offset - 1
+        pinned = scheduler.pinned_offset
+        assert epochs[0] == (committed if pinned is None else pinned)
+        assert epochs[-1] == committed
+        await env.ctrl[1].stop()
+        sid = scheduler.last_snapshot
+        assert sid is not None and env.quorum.nodes[1].compacted[-1].end_offset == sid.end_offset
+        # The snapshot holds the committed state at its offset exactly.
+        at_offset = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
+        for batch in env.quorum.committed_batches():
+            if batch.next_offset <= sid.end_offset:
+                at_offset.replay_batch([decode_record(r) for r in batch.records],
+                                       batch.base_offset)
+        fresh = QuorumController(ControllerSettings(node_id=9, cluster_id=CLUSTER_ID,
+                                                    voter_addresses=VOTERS),
+                                 clock_ms=env.clock, rng=random.Random(9))
+        fresh.load_latest_snapshot(tmp_path / "snapshots")
+        assert fresh.committed_offset == sid.end_offset
+        assert fresh.state.to_image() == at_offset.to_image()
+
+    run(main)
+
+
+def test_image_chunks_concatenate_to_snapshot_records() -> None:
+    async def main() -> None:
+        env = Env()
+        await env.elect(1)
+        await env.register_brokers(1, [0, 1])
+        for i in range(5):
+            await env.api[1].create_topics([topic(f"c{i}", 4, 2)], validate_only=False,
+                                           origin=ORIGIN)
+        state = env.ctrl[1].state
+        epoch = env.ctrl[1].committed_offset - 1
+        chunks = list(iter_image_chunks(state, epoch, 3))
+        assert len(chunks) > 3
+        assert [r for c in chunks for r in c] == state.snapshot_records(epoch)
+
+    run(main)
