@@ -3,6 +3,8 @@ topic-level ones are in ``admin_cmds``, which registers both)."""
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from controller.api.client import AdminClient
@@ -85,18 +87,22 @@ def quorum_describe(opts: AdminOptions, replication: bool) -> None:
             console().print(table("Quorum", ("", ""), rows))
             return EXIT_OK
         rows2 = []
+        # The timestamps are the leader's wall clock (unix ms): "ms ago" assumes our
+        # clock agrees with it, which holds on one host and roughly under NTP.
+        now_ms = int(time.time() * 1000)
         for role, states in (("voter", desc.voters), ("observer", desc.observers)):
             for s in states:
                 kind = "leader" if s.replica_id == desc.leader_id else role
-                lag = desc.high_watermark - s.log_end_offset if s.log_end_offset >= 0 else "?"
+                known = s.log_end_offset >= 0
                 rows2.append(
                     (
                         s.replica_id,
                         kind,
-                        s.log_end_offset,
-                        lag,
-                        s.last_fetch_timestamp_ms,
-                        s.last_caught_up_timestamp_ms,
+                        s.log_end_offset if known else "?",
+                        # The leader's log end may run ahead of the high watermark.
+                        max(0, desc.high_watermark - s.log_end_offset) if known else "?",
+                        _ms_ago(now_ms, s.last_fetch_timestamp_ms),
+                        _ms_ago(now_ms, s.last_caught_up_timestamp_ms),
                     )
                 )
         columns = (
@@ -104,13 +110,18 @@ def quorum_describe(opts: AdminOptions, replication: bool) -> None:
             "role",
             "log end offset",
             "lag",
-            "last fetch (ms)",
-            "last caught up (ms)",
+            "last fetch (ms ago)",
+            "last caught up (ms ago)",
         )
         console().print(table("Quorum replication", columns, rows2))
         return EXIT_OK
 
     run_admin(opts, action)
+
+
+def _ms_ago(now_ms: int, timestamp_ms: int) -> int | str:
+    """How long ago a leader timestamp was ("-": never, or unknown)."""
+    return "-" if timestamp_ms < 0 else max(0, now_ms - timestamp_ms)
 
 
 @click.group()

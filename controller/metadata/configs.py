@@ -173,14 +173,14 @@ class ConfigurationControlManager:
         spec = CONFIG_KEYS.get(key)
         if spec is None or resource_type not in spec.applies_to:
             known = sorted(k for k, s in CONFIG_KEYS.items() if resource_type in s.applies_to)
+            kind = resource_type.name.lower()
             what = (
-                "unknown config"
+                f"unknown config {key!r}"
                 if spec is None
-                else f"config not settable on a {resource_type.name.lower()}"
+                else f"config {key!r} cannot be set on a {kind}"
             )
             return ApiError(
-                ErrorCode.INVALID_CONFIG,
-                f"{what} {key!r}; {resource_type.name.lower()} configs are: {', '.join(known)}",
+                ErrorCode.INVALID_CONFIG, f"{what}; {kind} configs are: {', '.join(known)}"
             )
         return spec
 

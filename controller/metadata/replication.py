@@ -281,6 +281,9 @@ class ReplicationControlManager:
     def _reindex(
         self, key: PartKey, old: PartitionRegistration | None, new: PartitionRegistration | None
     ) -> None:
+        if old is None and new is not None:
+            self._index_new(key, new)
+            return
         old_replicas = set(old.replicas) if old else set()
         new_replicas = set(new.replicas) if new else set()
         for broker_id in old_replicas - new_replicas:
@@ -301,6 +304,23 @@ class ReplicationControlManager:
             self._reassigning.add(key)
         else:
             self._reassigning.discard(key)
+
+    def _index_new(self, key: PartKey, new: PartitionRegistration) -> None:
+        """`_reindex` for a partition that did not exist: only additions (the hot path
+        of creating topics and of loading a snapshot, a million times at 1M)."""
+        replica_of = self._replica_of
+        for broker_id in new.replicas:
+            found = replica_of.get(broker_id)
+            if found is None:
+                found = self._index_set(replica_of, broker_id)
+            found.add(key)
+        if new.isr != new.replicas:
+            for broker_id in set(new.replicas) - set(new.isr):
+                self._index_set(self._out_of_isr, broker_id).add(key)
+        if new.leader == NO_LEADER:
+            self._leaderless.add(key)
+        if new.adding_replicas or new.removing_replicas:
+            self._reassigning.add(key)
 
     def _index_set(
         self, index: dict[int, TimelineHashSet[PartKey]], broker_id: int

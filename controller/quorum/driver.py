@@ -48,13 +48,16 @@ from controller.quorum.wire import StoredBatchCache
 from controller.raft.messages import (
     REQUEST_TYPES,
     EndQuorumEpochRequest,
+    Errors,
     FetchRequest,
+    FetchResponse,
     Message,
     Request,
     Response,
 )
 from controller.raft.node import RaftNode
 from controller.raft.ready import ProposeError, Ready
+from controller.raft.replication import ReplicaProgress
 from controller.raft.roles import Role
 from controller.raft.values import EMPTY_ORIGIN, BatchOrigin, QuorumState, RecordBatch, SnapshotId
 from controller.storage import quorum_state as qs_file
@@ -155,6 +158,8 @@ class DriverStatus:
     flushed_offset: int
     log_start_offset: int
     applied_offset: int
+    # The leader's view of each replica (voters, then observers); empty unless leading.
+    replicas: tuple[ReplicaProgress, ...] = ()
 
 
 # Inbox events. Tuples keep the hot path cheap.
@@ -214,6 +219,9 @@ class RaftDriver:
         self._applied_offset = 0
         self._role = Role.FOLLOWER
         self._node_access = NodeTaskAccess(self)
+        # The highest high watermark a fetch response reported (-1: none yet). An
+        # observer compares it with what it applied to know it has caught up.
+        self.fetched_high_watermark = -1
         self.stopped = asyncio.Event()
 
     # ---------------------------------------------------------------- lifecycle
@@ -335,7 +343,7 @@ class RaftDriver:
         role = node.role.value if node.is_voter else "observer"
         return DriverStatus(self.node_id, role, node.epoch, node.leader_id, node.high_watermark,
                             log.end_offset, node.flushed_offset, log.start_offset,
-                            self._applied_offset)
+                            self._applied_offset, node.replica_progress or ())
 
     def read_log(self, from_offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches of this node's log (committed or not) from `from_offset`."""
@@ -421,7 +429,11 @@ class RaftDriver:
             self._outside_events -= 1
             node.receive(event[1], now)
         elif kind == "receive":
-            node.receive(event[1], now)
+            message = event[1]
+            if isinstance(message, FetchResponse) and message.error is Errors.NONE:
+                self.fetched_high_watermark = max(self.fetched_high_watermark,
+                                                  message.high_watermark)
+            node.receive(message, now)
         elif kind == "tick":
             self._tick_queued = False
             node.tick(now)

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ from controller.quorum_controller.events import (
 from controller.quorum_controller.metrics import ControllerMetrics, StateCounts
 from controller.quorum_controller.ports import ControllerSettings, NodeAccess, QuorumPort
 from controller.quorum_controller.purgatory import BatchKey, Purgatory, Waiter
-from controller.quorum_controller.snapshots import SnapshotScheduler, read_snapshot_records
+from controller.quorum_controller.snapshots import SnapshotScheduler, iter_snapshot_records
 from controller.raft.values import SnapshotId
 from controller.records import MetadataRecord, decode_record, encode_record
 from controller.storage import snapshot_file as sf
@@ -120,7 +120,7 @@ class QuorumController(CommitListener):
         snapshot in `directory` (if any), so the state must too."""
         latest = sf.latest_snapshot(directory)
         if latest is not None:
-            records = read_snapshot_records(directory / latest.file_name)
+            records = iter_snapshot_records(directory / latest.file_name)
             self.load_snapshot(latest.end_offset, latest.epoch, records)
 
     def start(self) -> None:
@@ -448,21 +448,24 @@ class QuorumController(CommitListener):
 
     def on_snapshot_loaded(self, snapshot_id: SnapshotId, path: Path) -> None:
         self.load_snapshot(snapshot_id.end_offset, snapshot_id.epoch,
-                           read_snapshot_records(path))
+                           iter_snapshot_records(path))
 
     def load_snapshot(self, end_offset: int, epoch: int,
-                      records: Sequence[MetadataRecord]) -> None:
+                      records: Iterable[MetadataRecord]) -> None:
         """Replace the whole state with a snapshot's records covering [0, end_offset)."""
         assert self._mode is Mode.STANDBY, "a leader never loads a snapshot"
         if self.snapshots is not None:
             self.snapshots.reset()
         self.registry.reset()
+        count = 0
+        replay, offset = self.state.replay, end_offset - 1
         for record in records:
-            self.state.replay(record, end_offset - 1)
+            replay(record, offset)
+            count += 1
         self.registry.create_snapshot(end_offset - 1)
         self._committed_next = self._replayed_next = end_offset
         self._last_committed_epoch = epoch
-        logger.info("event=snapshot_loaded end_offset=%d records=%d", end_offset, len(records))
+        logger.info("event=snapshot_loaded end_offset=%d records=%d", end_offset, count)
 
     # ------------------------------------------------------------------ timers
 

@@ -159,12 +159,21 @@ class ControllerApi:
 
     async def describe_quorum(self, *, origin: Origin) -> QuorumDescription:
         def describe(_epoch: int) -> QuorumDescription:
+            # Reads run only on the active controller, which leads: `replicas` is the
+            # Raft leader's view (fetch offsets and times on the node's wall clock).
             status = self._quorum.status()
-            voters = tuple(
-                ReplicaState(v, status.end_offset if v == status.node_id else -1)
-                for v in sorted(self.controller.settings.voter_addresses))
             leader = -1 if status.leader_id is None else status.leader_id
-            return QuorumDescription(leader, status.epoch, status.high_watermark, voters)
+            if not status.replicas:
+                voters = tuple(
+                    ReplicaState(v, status.end_offset if v == status.node_id else -1)
+                    for v in sorted(self.controller.settings.voter_addresses))
+                return QuorumDescription(leader, status.epoch, status.high_watermark, voters)
+            states = {p.replica_id: ReplicaState(p.replica_id, p.log_end_offset, p.last_fetch_ms)
+                      for p in status.replicas}
+            return QuorumDescription(
+                leader, status.epoch, status.high_watermark,
+                tuple(states[p.replica_id] for p in status.replicas if p.is_voter),
+                tuple(states[p.replica_id] for p in status.replicas if not p.is_voter))
 
         result: QuorumDescription = await self.controller.read("describe_quorum", describe)
         return result

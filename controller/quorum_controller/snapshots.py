@@ -37,8 +37,15 @@ logger = logging.getLogger("metakraft.controller")
 
 def read_snapshot_records(path: Path) -> list[MetadataRecord]:
     """Every image record of a snapshot file (CRCs and footer checked by the reader)."""
+    return list(iter_snapshot_records(path))
+
+
+def iter_snapshot_records(path: Path) -> Iterator[MetadataRecord]:
+    """The image records one at a time: loading 1M partitions must not hold a million
+    decoded messages at once. The whole file (CRCs, footer) is verified here, before
+    this returns, so a damaged file fails before the caller resets its state."""
     reader = SnapshotReader.open(path)
-    return [decode_record(data) for data in reader.records()]
+    return (decode_record(data) for data in reader.records())
 
 
 def iter_image_chunks(state: MetadataState, epoch: int,

@@ -71,6 +71,20 @@ class ParkedFetch:
     deadline_ms: int
 
 
+@attrs.frozen(slots=True)
+class ReplicaProgress:
+    """The leader's view of one replica, for reporting only (DescribeQuorum).
+
+    `log_end_offset` is the offset of its last fetch that matched our log (-1 before
+    one in this epoch); `last_fetch_ms` the node clock at its last fetch (-1: none).
+    """
+
+    replica_id: int
+    is_voter: bool
+    log_end_offset: int
+    last_fetch_ms: int
+
+
 @attrs.define(slots=True)
 class LeaderState:
     """What a leader tracks for its one epoch; dropped when it stops leading.
@@ -92,9 +106,17 @@ class LeaderState:
     # Voters that have not fetched in this epoch yet: they get BeginQuorumEpoch.
     awaiting_begin: set[int] = attrs.field(factory=set)
     last_begin_sent_ms: int = 0
+    # Observer id -> (last valid fetch offset or -1, last fetch ms). Only reported
+    # (replica_progress); nothing the leader decides reads it.
+    observer_fetches: dict[int, tuple[int, int]] = attrs.field(factory=dict)
 
     def record_fetch(self, replica_id: int, fetch_offset: int | None, now_ms: int) -> None:
         if replica_id not in self.voters:
+            # None: its position did not match our log, so its log end is unknown.
+            self.observer_fetches[replica_id] = (
+                -1 if fetch_offset is None else fetch_offset,
+                now_ms,
+            )
             return
         self.last_contact_ms[replica_id] = now_ms
         self.awaiting_begin.discard(replica_id)
@@ -129,6 +151,24 @@ class LeaderState:
         ]
         times.sort(reverse=True)
         return now_ms - times[len(self.voters) // 2] <= timeout_ms
+
+    def replica_progress(
+        self, own_end_offset: int, now_ms: int
+    ) -> tuple[ReplicaProgress, ...]:
+        """Voters (by id, us with our own log end) then observers (by id)."""
+        voters = tuple(
+            ReplicaProgress(v, True, own_end_offset, now_ms)
+            if v == self.node_id
+            else ReplicaProgress(
+                v, True, self.fetch_offsets.get(v, -1), self.last_contact_ms.get(v, -1)
+            )
+            for v in sorted(self.voters)
+        )
+        observers = tuple(
+            ReplicaProgress(o, False, offset, at)
+            for o, (offset, at) in sorted(self.observer_fetches.items())
+        )
+        return voters + observers
 
     def successors_by_progress(self) -> tuple[int, ...]:
         """Other voters, most caught up first (EndQuorumEpoch's preference order)."""

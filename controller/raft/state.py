@@ -22,7 +22,7 @@ from controller.raft.messages import (
     VoteRequest,
 )
 from controller.raft.ready import Ready
-from controller.raft.replication import LeaderState
+from controller.raft.replication import LeaderState, ReplicaProgress
 from controller.raft.roles import Role, check_transition
 from controller.raft.snapshot import SnapshotFetch, SnapshotStore
 from controller.raft.values import (
@@ -124,6 +124,14 @@ class NodeState:
     @property
     def leader(self) -> LeaderAndEpoch:
         return LeaderAndEpoch(self.leader_id, self.epoch)
+
+    @property
+    def replica_progress(self) -> tuple[ReplicaProgress, ...] | None:
+        """The leader's view of every replica (None unless we lead); read-only."""
+        state = self.leader_state
+        if self.role is not Role.LEADER or state is None:
+            return None
+        return state.replica_progress(self.log.end_offset, self.now_ms)
 
     @property
     def quorum_state(self) -> QuorumState:

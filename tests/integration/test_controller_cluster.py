@@ -236,3 +236,30 @@ def test_restart_from_snapshots_keeps_every_topic(tmp_path: Path) -> None:
             assert "event=snapshot_loaded" in node.log_text(), node.node_id
     finally:
         c.close()
+
+
+def test_quorum_describe_reports_every_voter_from_the_leaders_view(
+    cluster: ControllerCluster,
+) -> None:
+    """`quorum describe --replication`: each voter's log end offset and last fetch as
+    the Raft leader saw them (not -1 for the followers, as before)."""
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+
+    with client(cluster) as admin:
+        (created,) = admin.create_topics([CreatableTopic("q", 1, 3)])
+        assert created.error.ok
+
+        def followers_caught_up() -> object:
+            desc = admin.describe_quorum()
+            ends = [v.log_end_offset for v in desc.voters]
+            fetched = all(v.last_fetch_timestamp_ms > 0 for v in desc.voters)
+            return desc if fetched and min(ends) >= desc.high_watermark > 0 else None
+
+        desc = wait_until(followers_caught_up, START_S, "every voter fetched to the HW")
+    assert [v.replica_id for v in desc.voters] == [1, 2, 3] and desc.observers == ()
+    args = ["quorum", "describe", "--replication", "--bootstrap", ",".join(cluster.bootstrap)]
+    shown = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert shown.exit_code == 0 and "last fetch (ms ago)" in shown.stdout
+    assert "leader" in shown.stdout and "?" not in shown.stdout

@@ -8,12 +8,14 @@ from controller.metadata import (
     CONFIG_KEYS,
     AlterConfigOp,
     AlterConfigsResource,
+    ApiError,
     ConfigResource,
     ConfigSource,
     ErrorCode,
     OpType,
     ResourceType,
 )
+from controller.metadata.configs import ConfigurationControlManager
 from controller.records import record_type
 from tests.unit.metadata.support import Harness
 
@@ -257,3 +259,11 @@ def test_describe_at_an_epoch_before_the_topic_existed(h: Harness) -> None:
     assert then.error.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     (now,) = h.state.configs.describe_configs([resource])
     assert now.error.ok
+
+
+def test_a_key_of_another_resource_type_is_named_in_the_error() -> None:
+    error = ConfigurationControlManager.check_key(ResourceType.CLUSTER, "min.insync.replicas")
+    assert isinstance(error, ApiError) and error.code is ErrorCode.INVALID_CONFIG
+    assert error.message.startswith(
+        "config 'min.insync.replicas' cannot be set on a cluster; cluster configs are: "
+    )

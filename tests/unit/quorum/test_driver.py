@@ -214,6 +214,19 @@ async def test_observer_follows_but_never_votes(c: Cluster) -> None:
     await wait_for(lambda: b"seen by the observer" in observer.listener.records())
     assert observer.driver.status().role == "observer"
     assert c.leader() != 9
+    # The leader reports every voter's and the observer's progress (others: nothing).
+    leader = c.leader()
+    assert leader is not None
+    end = c.members[leader].driver.status().end_offset
+
+    def caught_up() -> bool:
+        replicas = c.members[leader].driver.status().replicas
+        return [(p.replica_id, p.is_voter) for p in replicas] == [
+            (1, True), (2, True), (3, True), (9, False)] and all(
+            p.log_end_offset >= end and p.last_fetch_ms > 0 for p in replicas)
+
+    await wait_for(caught_up)
+    assert all(m.driver.status().replicas == () for i, m in c.members.items() if i != leader)
 
 
 @run

@@ -9,6 +9,7 @@ from controller.raft.election import VoteTally, grant_pre_vote, grant_vote, log_
 from controller.raft.replication import (
     FetchCheck,
     LeaderState,
+    ReplicaProgress,
     check_fetch_position,
     follower_truncation_offset,
 )
@@ -161,3 +162,22 @@ def test_config_validation() -> None:
         )
     config = RaftConfig(node_id=4, cluster_id="c", voters=frozenset({1, 2, 3}))
     assert not config.is_voter and config.majority == 2
+
+
+def test_replica_progress_reports_the_leaders_view_without_counting_observers() -> None:
+    state = LeaderState(
+        node_id=1, epoch=2, voters=frozenset({1, 2, 3}), epoch_start_offset=5, started_ms=0
+    )
+    state.record_fetch(2, 7, now_ms=10)
+    state.record_fetch(9, 4, now_ms=11)  # an observer
+    state.record_fetch(8, None, now_ms=12)  # an observer whose position did not match
+    assert state.replica_progress(own_end_offset=8, now_ms=20) == (
+        ReplicaProgress(1, True, 8, 20),
+        ReplicaProgress(2, True, 7, 10),
+        ReplicaProgress(3, True, -1, -1),
+        ReplicaProgress(8, False, -1, 12),
+        ReplicaProgress(9, False, 4, 11),
+    )
+    # Reporting observers changes nothing the leader decides.
+    assert state.high_watermark_candidate(own_flushed_offset=8) == 7
+    assert 9 not in state.fetch_offsets and 9 not in state.last_contact_ms

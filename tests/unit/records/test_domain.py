@@ -67,6 +67,20 @@ def test_partition_record_round_trip(msg: pb.PartitionRecord) -> None:
     assert back == msg
 
 
+def test_equal_replica_lists_share_one_tuple() -> None:
+    # Memory at 1M partitions: equal lists are one tuple, values are unchanged.
+    a = partition_from_record(pb.PartitionRecord(replicas=[3, 1, 2], isr=[3, 1, 2], leader=3))
+    b = partition_from_record(pb.PartitionRecord(replicas=[3, 1, 2], isr=[1, 2], leader=1))
+    c = partition_from_record(pb.PartitionRecord(replicas=[5, 6], isr=[1, 2]))
+    assert a.replicas == (3, 1, 2) and a.isr == (3, 1, 2) and b.isr == (1, 2)
+    assert a.replicas is b.replicas and a.isr is a.replicas and b.isr is c.isr
+
+
+def test_unknown_leader_recovery_state_is_refused() -> None:
+    with pytest.raises(ValueError):
+        partition_from_record(pb.PartitionRecord(replicas=[1], isr=[1], leader_recovery_state=9))
+
+
 def test_domain_classes_are_frozen() -> None:
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         Topic(name="a", topic_id="b").name = "c"  # type: ignore[misc]
