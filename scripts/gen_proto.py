@@ -47,6 +47,8 @@ PROTOS: tuple[ProtoSpec, ...] = (
     # The public APIs: admin (operators, the CLI) and broker lifecycle.
     ProtoSpec("controller/api/admin.proto", grpc=True),
     ProtoSpec("controller/api/broker.proto", grpc=True),
+    # The broker agent's status service (metakraft broker-status, tests).
+    ProtoSpec("broker_agent/status.proto", grpc=True),
 )
 
 

@@ -1,10 +1,14 @@
-"""`metakraft dev`: the README's main job (for now a timeline demo).
+"""`metakraft dev`: the README's main job, a local cluster of real processes.
 
-Later issues turn `metakraft dev` into a local cluster; until then it runs
-`timeline_demo`, which a later change can drop or move behind a flag.
+The cluster itself lives in `controller.devcluster`; this module is the command
+line. `--timeline-demo` keeps the first demo of the timeline library (a map
+changed across snapshots, read at old epochs, reverted), which needs no process.
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import click
 
@@ -72,6 +76,26 @@ def timeline_demo() -> None:
 
 
 @click.command()
-def dev() -> None:
-    """Run the local demo (for now: the timeline demo)."""
-    timeline_demo()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path(".metakraft-dev"), show_default=True,
+              help="Where the cluster lives (configs, data, logs, cluster.json). An existing "
+                   "cluster there is resumed.")
+@click.option("--controllers", type=click.IntRange(min=1), default=None,
+              help="Controller processes (Raft voters, ids 3000, 3001, ...). Default: 3, or "
+                   "the existing cluster's.")
+@click.option("--brokers", type=click.IntRange(min=0), default=None,
+              help="Broker processes (ids 1, 2, ...). Default: 3, or the existing cluster's.")
+@click.option("--scenario", is_flag=True,
+              help="Run a scripted tour (topics, a broker killed and restarted, a partition "
+                   "moved), then stop everything; exit 0 if every step passed.")
+@click.option("--timeline-demo", "show_timeline_demo", is_flag=True,
+              help="Only print the timeline library demo (no processes).")
+def dev(data_dir: Path, controllers: int | None, brokers: int | None, scenario: bool,
+        show_timeline_demo: bool) -> None:
+    """Run a local cluster (3 controllers, 3 brokers) on loopback until Ctrl-C."""
+    if show_timeline_demo:
+        timeline_demo()
+        return
+    from controller.devcluster.runner import run_dev
+
+    sys.exit(run_dev(data_dir, controllers, brokers, scenario=scenario))

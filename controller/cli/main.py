@@ -12,6 +12,7 @@ from importlib.metadata import version as package_version
 import click
 
 from controller.cli.admin_cmds import ADMIN_COMMANDS
+from controller.cli.broker_cmd import broker, broker_status
 from controller.cli.controller_cmd import controller
 from controller.cli.dev_cmd import dev
 from controller.cli.log_cmd import log
@@ -37,6 +38,8 @@ def version() -> None:
 
 
 cli.add_command(controller)
+cli.add_command(broker)
+cli.add_command(broker_status)
 cli.add_command(dev)
 cli.add_command(storage)
 cli.add_command(log)

@@ -1,4 +1,4 @@
-"""`metakraft dev` runs the timeline demo and shows the reverted state."""
+"""`metakraft dev --timeline-demo` runs the timeline demo and shows the reverted state."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from controller.cli.dev_cmd import dev
 
 
 def test_dev_runs_timeline_demo() -> None:
-    result = CliRunner().invoke(dev, [])
+    result = CliRunner().invoke(dev, ["--timeline-demo"])
     assert result.exit_code == 0, result.output
     out = result.output
     # The past, read at each epoch.
@@ -24,6 +24,6 @@ def test_dev_runs_timeline_demo() -> None:
 def test_dev_is_registered_in_main() -> None:
     from controller.cli.main import cli
 
-    result = CliRunner().invoke(cli, ["dev"])
+    result = CliRunner().invoke(cli, ["dev", "--timeline-demo"])
     assert result.exit_code == 0, result.output
     assert "reverted to epoch 20" in result.output

@@ -1,0 +1,98 @@
+"""`BrokerAgent`: the publisher the loader feeds; runs the reconciler and applies its
+plans to the local partition state.
+
+The loader calls it on the Raft driver's task, which must not block: fsyncs there
+would delay the next fetch (propagation latency) and the heartbeats (a large first
+reconcile could even outlast the session timeout). So every plan is computed and
+applied on one worker thread, in publication order (a single-thread executor is a
+FIFO): the disk still moves from one committed image's state to the next. Images
+are immutable, so handing them to the thread is safe.
+
+A delta's plan is computed against the previous image; the first publication (and
+a snapshot load) compares the image with what is on disk, which is what makes a
+crash in the middle of a plan converge at the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from broker_agent.delta import ImageChanges
+from broker_agent.image import MetadataImage
+from broker_agent.local_state import LocalPartitionStore
+from broker_agent.reconciler import Plan, plan_delta, plan_full
+
+logger = logging.getLogger("metakraft.broker")
+
+
+class BrokerAgent:
+    def __init__(self, broker_id: int, store: LocalPartitionStore) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        # The offset of the last image whose plan was applied (-1: none yet).
+        self.reconciled_offset = -1
+        self.plans_applied = 0
+        # A local state write failed: the daemon stops (exit 1) rather than diverge.
+        self.failure: BaseException | None = None
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reconcile")
+        self._last: Future[None] | None = None
+
+    def publish_full(self, image: MetadataImage) -> None:
+        self._submit(image, None, None)
+
+    def publish_delta(self, previous: MetadataImage, image: MetadataImage,
+                      changes: ImageChanges) -> None:
+        self._submit(image, previous, changes)
+
+    def _submit(self, image: MetadataImage, previous: MetadataImage | None,
+                changes: ImageChanges | None) -> None:
+        if self.failure is None:
+            self._last = self._worker.submit(self._reconcile, image, previous, changes)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until everything published so far is applied (tests, shutdown)."""
+        last = self._last
+        if last is not None:
+            last.result(timeout_s)
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+        if self.failure is None and self.reconciled_offset >= 0:
+            self.store.write_offset(self.reconciled_offset)
+
+    # ------------------------------------------------------------ worker thread
+
+    def _reconcile(self, image: MetadataImage, previous: MetadataImage | None,
+                   changes: ImageChanges | None) -> None:
+        if self.failure is not None:
+            return
+        try:
+            if previous is None or changes is None:
+                plan = plan_full(self.store.load(), image, self.broker_id)
+                kind = "full"
+            else:
+                plan = plan_delta(previous, image, changes.changed_partitions,
+                                  changes.removed_topics, self.broker_id)
+                kind = "delta"
+            self._apply(plan, image, kind)
+            if kind == "full":
+                self.store.write_offset(image.offset)
+        except BaseException as exc:
+            logger.critical("event=reconcile_failed offset=%d", image.offset, exc_info=True)
+            self.failure = exc
+
+    def _apply(self, plan: Plan, image: MetadataImage, kind: str) -> None:
+        assert image.offset >= self.reconciled_offset, (image.offset, self.reconciled_offset)
+        started_ns = time.perf_counter_ns()
+        self.store.apply_all(plan.instructions)
+        self.reconciled_offset = image.offset
+        if plan.empty:
+            return
+        self.plans_applied += 1
+        # wall_ms lets a benchmark on the same machine time propagation across processes.
+        logger.info("event=reconciled kind=%s offset=%d deletes=%d leaders=%d followers=%d "
+                    "apply_us=%d wall_ms=%d", kind, image.offset, len(plan.deletes),
+                    len(plan.leaders), len(plan.followers),
+                    (time.perf_counter_ns() - started_ns) // 1000, time.time_ns() // 1_000_000)

@@ -1,0 +1,199 @@
+"""The broker agent's TOML config (`metakraft broker --config FILE`).
+
+The shape is a contract shared with `metakraft dev` (see EXAMPLE_CONFIG). Every key
+is type-checked, unknown keys are refused (a typo must not silently fall back to a
+default), and the broker id must not be a controller voter id: the broker's Raft
+observer uses its broker id as node id, and a voter id would make it vote.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from controller.quorum.driver_config import DriverConfig
+from controller.storage.errors import MetaPropertiesError
+from controller.storage.meta_properties import check_meta_properties
+
+EXAMPLE_CONFIG = """\
+# metakraft broker agent configuration (TOML). Start with:
+#   metakraft broker --config broker.toml
+# The data directory must be formatted first, with the broker id as node id:
+#   metakraft storage format --cluster-id <id> --node-id <broker_id> --data-dir <data_dir>
+
+broker_id = 1                       # this broker's id; must NOT be a controller voter id
+cluster_id = "1XeTHGqDTB2wmsRK7Ib5Tg"
+data_dir = "/var/lib/metakraft/broker-1"
+listen = "127.0.0.1:0"              # gRPC server (status RPC, health); port 0 = free port
+rack = "r1"                         # optional: failure domain for replica placement
+
+# The controller quorum's voters: id = "host:port" (the controllers' gRPC servers).
+[controllers]
+3000 = "127.0.0.1:9001"
+3001 = "127.0.0.1:9002"
+3002 = "127.0.0.1:9003"
+
+[broker]
+heartbeat_interval_ms = 500             # heartbeat period (the controller's session
+                                        # timeout must be several of these)
+controlled_shutdown_timeout_ms = 10000  # on SIGTERM, wait at most this for the
+                                        # controller to move our leaderships away
+
+[logging]
+level = "INFO"                  # DEBUG, INFO, WARNING, ERROR
+format = "kv"                   # "kv" (key=value) or "json", one line per event, stderr
+"""
+
+
+class BrokerConfigError(ValueError):
+    """The config file is unusable; the message names the key and what to do."""
+
+
+_TOP_KEYS = ("broker_id", "cluster_id", "data_dir", "listen", "rack", "controllers", "broker",
+             "logging")
+_BROKER_KEYS = ("heartbeat_interval_ms", "controlled_shutdown_timeout_ms")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@attrs.frozen(kw_only=True)
+class BrokerConfig:
+    path: Path
+    broker_id: int
+    cluster_id: str
+    data_dir: Path
+    listen: str
+    rack: str | None
+    controllers: Mapping[int, str]
+    heartbeat_interval_ms: int = 500
+    controlled_shutdown_timeout_ms: int = 10_000
+    log_level: str = "INFO"
+    log_format: str = "kv"
+
+    def driver_config(self) -> DriverConfig:
+        """The Raft observer: node id = broker id, not among the voters."""
+        config = DriverConfig(node_id=self.broker_id, cluster_id=self.cluster_id,
+                              voter_addresses=self.controllers, data_dir=self.data_dir)
+        assert not config.is_voter
+        return config
+
+
+def _int(table: Mapping[str, Any], key: str, where: str, *, minimum: int) -> int:
+    value = table[key]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BrokerConfigError(f"{where}{key}: expected an integer, got {value!r}")
+    if value < minimum:
+        raise BrokerConfigError(f"{where}{key}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _str(table: Mapping[str, Any], key: str, where: str = "") -> str:
+    value = table[key]
+    if not isinstance(value, str) or not value:
+        raise BrokerConfigError(f"{where}{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _table(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        raise BrokerConfigError(f"[{key}] must be a table")
+    return value
+
+
+def _no_unknown(table: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise BrokerConfigError(f"{where}unknown key(s) {', '.join(unknown)}; known keys: "
+                                f"{', '.join(sorted(known))}")
+
+
+def _host_port(text: str, where: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise BrokerConfigError(f"{where}: expected HOST:PORT, got {text!r}")
+    return text
+
+
+def _controllers(doc: Mapping[str, Any]) -> dict[int, str]:
+    if "controllers" not in doc:
+        raise BrokerConfigError(
+            'missing [controllers] table: id = "host:port" for every controller voter')
+    out: dict[int, str] = {}
+    for key, address in _table(doc, "controllers").items():
+        if not key.isdigit():
+            raise BrokerConfigError(f"controllers.{key}: a controller id must be a "
+                                    "non-negative integer")
+        if not isinstance(address, str):
+            raise BrokerConfigError(f'controllers.{key}: expected "host:port", got {address!r}')
+        out[int(key)] = _host_port(address, f"controllers.{key}")
+    if not out:
+        raise BrokerConfigError("[controllers] is empty: list every controller voter")
+    return out
+
+
+def parse_config(text: str, path: Path) -> BrokerConfig:
+    """Validate a config document (no file system checks)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BrokerConfigError(f"not valid TOML: {exc}") from None
+    _no_unknown(doc, _TOP_KEYS, "")
+    for key in ("broker_id", "cluster_id", "data_dir", "listen"):
+        if key not in doc:
+            raise BrokerConfigError(f"missing required key {key!r} (see --print-example)")
+    broker_id = _int(doc, "broker_id", "", minimum=0)
+    cluster_id = _str(doc, "cluster_id")
+    data_dir = Path(_str(doc, "data_dir"))
+    if not data_dir.is_absolute():
+        data_dir = (path.parent / data_dir).resolve()
+    listen = _host_port(_str(doc, "listen"), "listen")
+    rack = _str(doc, "rack") if "rack" in doc else None
+    controllers = _controllers(doc)
+    if broker_id in controllers:
+        raise BrokerConfigError(
+            f"broker_id {broker_id} is also a controller voter id ({sorted(controllers)}): "
+            "the broker's metadata observer uses its broker id as Raft node id, so the ids "
+            "must differ (e.g. controllers 3000+, brokers 1, 2, 3)")
+    broker = _table(doc, "broker")
+    _no_unknown(broker, _BROKER_KEYS, "broker.")
+    values = {k: _int(broker, k, "broker.", minimum=1) for k in _BROKER_KEYS if k in broker}
+    logging_table = _table(doc, "logging")
+    _no_unknown(logging_table, ("level", "format"), "logging.")
+    level = _str(logging_table, "level", "logging.").upper() if "level" in logging_table \
+        else "INFO"
+    if level not in _LOG_LEVELS:
+        raise BrokerConfigError(f"logging.level: expected one of {', '.join(_LOG_LEVELS)}, "
+                                f"got {level!r}")
+    log_format = _str(logging_table, "format", "logging.") if "format" in logging_table \
+        else "kv"
+    if log_format not in ("kv", "json"):
+        raise BrokerConfigError(f'logging.format: expected "kv" or "json", got {log_format!r}')
+    config = BrokerConfig(path=path, broker_id=broker_id, cluster_id=cluster_id,
+                          data_dir=data_dir, listen=listen, rack=rack, controllers=controllers,
+                          log_level=level, log_format=log_format, **values)
+    try:
+        config.driver_config()
+    except ValueError as exc:
+        raise BrokerConfigError(f"inconsistent settings: {exc}") from None
+    return config
+
+
+def load_config(path: Path) -> BrokerConfig:
+    """Read, validate, and check the data directory belongs to this cluster and broker."""
+    try:
+        text = path.read_text("utf-8")
+    except OSError as exc:
+        raise BrokerConfigError(f"cannot read config file {path}: {exc.strerror or exc}") \
+            from None
+    except UnicodeDecodeError:
+        raise BrokerConfigError(f"config file {path} is not UTF-8 text") from None
+    config = parse_config(text, path)
+    try:
+        check_meta_properties(config.data_dir, config.cluster_id, config.broker_id)
+    except MetaPropertiesError as exc:
+        raise BrokerConfigError(str(exc)) from None
+    return config

@@ -1,0 +1,121 @@
+"""`metakraft broker --config FILE`: one broker agent process.
+
+Assembly: a Raft observer (`RaftDriver` whose node id, the broker id, is not a
+voter) with the `MetadataLoader` as its listener, the `BrokerAgent` reconciling the
+local partition state, the `BrokerLifecycle` loop (registration, heartbeats) and one
+gRPC server (BrokerStatus, grpc.health.v1, reflection). Once the server is bound it
+logs `event=listening address=HOST:PORT` to stderr (a supervisor learns a port-0
+address from it). SIGTERM / SIGINT start a controlled shutdown; exit status 0 after
+it (or its bounded wait), 1 if the Raft observer failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from broker_agent.agent import BrokerAgent
+from broker_agent.config import BrokerConfig
+from broker_agent.lifecycle import BrokerLifecycle
+from broker_agent.loader import MetadataLoader
+from broker_agent.local_state import LocalPartitionStore
+from broker_agent.status import BrokerStatusView, add_status_service
+from controller.quorum.driver import RaftDriver
+from controller.rpc import add_health_and_reflection, bind_insecure, create_server
+
+logger = logging.getLogger("metakraft.broker")
+
+
+class _Progress:
+    """What the heartbeats report: the offset replayed, and "caught up" only once the
+    first full reconcile is on disk (a broker must not lead partitions whose local
+    state it has not written yet)."""
+
+    def __init__(self, loader: MetadataLoader, agent: BrokerAgent) -> None:
+        self._loader = loader
+        self._agent = agent
+
+    @property
+    def caught_up(self) -> bool:
+        return self._loader.caught_up and self._agent.reconciled_offset >= 0
+
+    @property
+    def applied_offset(self) -> int:
+        return self._loader.applied_offset
+
+
+async def _watch_catch_up(loader: MetadataLoader) -> None:
+    """The loader checks on every commit; this covers a start where nothing is left
+    to commit (the local snapshot and log already reach the leader's high watermark)."""
+    while not loader.check_caught_up():
+        await asyncio.sleep(0.05)
+
+
+async def _failed(driver: RaftDriver, agent: BrokerAgent) -> None:
+    """Returns when the Raft observer stopped or a local state write failed."""
+    stopped = asyncio.create_task(driver.stopped.wait())
+    try:
+        while agent.failure is None and not stopped.done():
+            await asyncio.wait([stopped], timeout=0.5)
+    finally:
+        stopped.cancel()
+
+
+async def run_broker(config: BrokerConfig) -> int:
+    store = LocalPartitionStore(config.data_dir)
+    agent = BrokerAgent(config.broker_id, store)
+    loader = MetadataLoader(agent)
+    driver = RaftDriver(config.driver_config(), loader)
+    loader.bind(lambda: driver.fetched_high_watermark)
+    loader.min_start_offset = store.read_offset()
+    # The log will start at the newest snapshot file; the image must start there too.
+    loader.load_latest_snapshot(driver.snapshot_dir)
+
+    server = create_server(config.driver_config().rpc_limits)
+    port = bind_insecure(server, config.listen)
+    host = config.listen.rpartition(":")[0]
+    address = f"{host}:{port}"
+    lifecycle = BrokerLifecycle(
+        cluster_id=config.cluster_id, broker_id=config.broker_id, listen=address,
+        rack=config.rack, controllers=config.controllers,
+        heartbeat_interval_ms=config.heartbeat_interval_ms,
+        controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
+        metadata=_Progress(loader, agent))
+
+    def view() -> BrokerStatusView:
+        return BrokerStatusView(config.broker_id, lifecycle.state, lifecycle.broker_epoch,
+                                loader.applied_offset, tuple(store.replicas.values()),
+                                lifecycle.channel.current_id, lifecycle.incarnation_id)
+
+    health = add_health_and_reflection(server, [add_status_service(server, view)])
+    await driver.start()
+    await server.start()
+    logger.info("event=listening address=%s broker=%d incarnation=%s data_dir=%s", address,
+                config.broker_id, lifecycle.incarnation_id, config.data_dir)
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lifecycle.request_shutdown)
+    life = asyncio.create_task(lifecycle.run(), name="broker-lifecycle")
+    catch_up = asyncio.create_task(_watch_catch_up(loader), name="broker-catch-up")
+    failed = asyncio.create_task(_failed(driver, agent))
+    await asyncio.wait([life, failed], return_when=asyncio.FIRST_COMPLETED)
+    failed.cancel()
+    catch_up.cancel()
+    if not life.done():
+        life.cancel()
+    await asyncio.gather(life, return_exceptions=True)
+    failure = driver.failure or agent.failure
+    logger.info("event=stopping broker=%d reason=%s", config.broker_id,
+                "failed" if failure is not None else "shutdown")
+    await health.enter_graceful_shutdown()
+    await driver.stop(resign=False)
+    await asyncio.to_thread(agent.close)
+    await server.stop(grace=0.5)
+    if failure is not None:
+        logger.error("event=stopped broker=%d status=failed error=%r", config.broker_id,
+                     str(failure))
+        return 1
+    logger.info("event=stopped broker=%d status=clean", config.broker_id)
+    return 0

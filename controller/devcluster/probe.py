@@ -1,0 +1,101 @@
+"""What the dev cluster looks like from outside: health checks and admin reads.
+
+Everything here is one bounded call; the waiting loops are the caller's (they also
+watch for dead processes and Ctrl-C between calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from controller.api.client import AdminClient, AdminClientError
+from controller.devcluster.layout import ClusterSpec
+from controller.metadata import TopicDescription
+from controller.rpc import create_sync_channel
+
+# One probe call waits at most this; the caller polls again.
+PROBE_TIMEOUT_MS = 2_000
+
+
+def serving(address: str, timeout_ms: int = PROBE_TIMEOUT_MS) -> bool:
+    """grpc.health.v1 of the whole server (service "") says SERVING."""
+    channel = create_sync_channel(address)
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=timeout_ms / 1000)
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+    except grpc.RpcError:
+        return False
+    finally:
+        channel.close()
+
+
+@attrs.frozen
+class BrokerView:
+    broker_id: int
+    fenced: bool
+    in_controlled_shutdown: bool
+    epoch: int
+
+    @property
+    def state(self) -> str:
+        if self.fenced:
+            return "fenced"
+        return "shutting down" if self.in_controlled_shutdown else "active"
+
+
+class ClusterProbe:
+    """Admin reads through the real AdminClient, each bounded by PROBE_TIMEOUT_MS."""
+
+    def __init__(self, spec: ClusterSpec, timeout_ms: int = PROBE_TIMEOUT_MS) -> None:
+        self.admin = AdminClient([spec.bootstrap], timeout_ms=timeout_ms,
+                                 principal="metakraft-dev")
+
+    def close(self) -> None:
+        self.admin.close()
+
+    def leader_id(self) -> int | None:
+        try:
+            leader = self.admin.describe_quorum().leader_id
+        except AdminClientError:
+            return None
+        return leader if leader >= 0 else None
+
+    def brokers(self) -> Mapping[int, BrokerView] | None:
+        """Registered brokers by id (None: no controller answered)."""
+        try:
+            desc = self.admin.describe_cluster()
+        except AdminClientError:
+            return None
+        return {b.broker_id: BrokerView(b.broker_id, b.fenced, b.in_controlled_shutdown,
+                                        b.broker_epoch) for b in desc.brokers}
+
+    def topics(self, names: list[str]) -> tuple[TopicDescription, ...] | None:
+        try:
+            return self.admin.describe_topics(names)
+        except AdminClientError:
+            return None
+
+
+def broker_status(address: str, timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[str, Any] | None:
+    """A broker's own view (the status RPC, as `metakraft broker-status --output json`
+    prints it): lifecycle state, metadata offset, local replicas. None if it does not
+    answer."""
+    # Imported here, as the CLI does: the dev cluster composes both sides, while the
+    # rest of `controller` never depends on the broker agent.
+    from broker_agent.status import get_status, status_to_dict
+
+    try:
+        return status_to_dict(get_status(address, timeout_ms / 1000))
+    except grpc.RpcError:
+        return None
+
+
+def broker_running(address: str) -> bool:
+    status = broker_status(address)
+    return status is not None and status["state"] == "RUNNING"

@@ -1,0 +1,270 @@
+"""`metakraft dev --scenario`: a short scripted tour of a running dev cluster.
+
+Each step says what it does, does it with the real AdminClient or a signal, and
+checks the outcome with a bounded wait: `[ok] ...` or `[FAILED] ...`. The tour
+stops at the first failure (exit 1); the runner stops the cluster either way.
+
+  1. create topics and show their placement (every replica on its broker);
+  2. kill -9 a partition leader's broker: fenced, leaderships moved, ISRs shrunk;
+  3. restart it: unfenced, back in the ISRs, its replicas reconciled;
+  4. reassign a partition to a broker that had none of it: moved, leader elected;
+  5. (the runner) stop everything: brokers first, then controllers.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from rich.table import Table
+
+from controller.api.client import AdminClientError
+from controller.devcluster.configs import SESSION_TIMEOUT_MS
+from controller.devcluster.layout import DevClusterError, NodeSpec
+from controller.devcluster.probe import broker_status
+from controller.devcluster.runner import EXIT_FAILED, EXIT_OK
+from controller.devcluster.session import DevSession, Interrupted, ProcessDied
+from controller.metadata import CreatableTopic, ErrorCode, ReassignmentRequest, TopicDescription
+
+TOPICS = ("tour-a", "tour-b")
+# Fencing waits a session timeout; the rest is reaction and replication.
+FENCE_TIMEOUT_S = SESSION_TIMEOUT_MS / 1000 + 15.0
+CONVERGE_TIMEOUT_S = 30.0
+MIN_BROKERS = 3
+
+
+class StepFailed(Exception):
+    pass
+
+
+@attrs.frozen
+class Placement:
+    """One partition as the controller describes it."""
+
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    moving: bool
+
+
+class Tour:
+    def __init__(self, session: DevSession) -> None:
+        self.session = session
+        self.console = session.console
+        assert session.probe is not None
+        self.admin = session.probe.admin
+
+    # -- reading -----------------------------------------------------------------------
+
+    def placements(self) -> list[Placement] | None:
+        try:
+            found = self.admin.describe_topics(list(TOPICS))
+        except AdminClientError:
+            return None
+        return [p for desc in found for p in _placements(desc)]
+
+    def show(self, title: str) -> None:
+        table = Table(title=title, title_justify="left")
+        for column in ("partition", "leader", "replicas", "isr"):
+            table.add_column(column, no_wrap=True)
+        for p in self.placements() or []:
+            table.add_row(f"{p.topic}-{p.partition}", str(p.leader) if p.leader >= 0 else "none",
+                          _ids(p.replicas), _ids(p.isr) + (" (moving)" if p.moving else ""))
+        self.console.print(table)
+
+    def broker(self, broker_id: int) -> NodeSpec:
+        return next(n for n in self.session.spec.brokers if n.node_id == broker_id)
+
+    def local_replicas(self, broker_id: int) -> set[tuple[str, int]] | None:
+        """The tour's partitions the broker holds locally (its status RPC); None if
+        it does not answer or is not RUNNING."""
+        status = broker_status(self.broker(broker_id).address)
+        if status is None or status["state"] != "RUNNING":
+            return None
+        return {(r["topic"], r["partition"]) for r in status["replicas"] if r["topic"] in TOPICS}
+
+    def brokers_match_placement(self) -> bool:
+        """Every broker holds exactly the tour partitions the controller assigns it."""
+        placements = self.placements()
+        if placements is None:
+            return False
+        for node in self.session.spec.brokers:
+            want = {(p.topic, p.partition) for p in placements if node.node_id in p.replicas}
+            if self.local_replicas(node.node_id) != want:
+                return False
+        return True
+
+    # -- steps -------------------------------------------------------------------------
+
+    def step(self, number: int, text: str) -> None:
+        self.console.print(f"\n[bold]step {number}/5:[/] {text}", highlight=False)
+
+    def ok(self, text: str) -> None:
+        self.console.print(f"  [green]\\[ok][/] {text}", highlight=False)
+
+    def wait(self, what: str, cond: Callable[[], Any], timeout_s: float) -> Any:
+        try:
+            return self.session.wait_for(what, cond, timeout_s)
+        except DevClusterError as exc:
+            raise StepFailed(str(exc)) from None
+
+    def create_topics(self) -> None:
+        brokers = len(self.session.spec.brokers)
+        # tour-a leaves a broker without a replica of each partition, for step 4.
+        wanted = [CreatableTopic("tour-a", 3, brokers - 1), CreatableTopic("tour-b", 2,
+                                                                           min(3, brokers))]
+        self.step(1, "create topics " + ", ".join(
+            f"{t.name} ({t.num_partitions} partitions, RF {t.replication_factor})"
+            for t in wanted))
+        existing = {t.name for t in self.admin.list_topics()} & set(TOPICS)
+        if existing:  # a resumed cluster ran the tour before: start from scratch
+            self.admin.delete_topics(sorted(existing))
+            self.wait("the old tour topics to be deleted",
+                      lambda: not ({t.name for t in self.admin.list_topics()} & set(TOPICS)),
+                      CONVERGE_TIMEOUT_S)
+            self.ok(f"deleted the previous run's {', '.join(sorted(existing))}")
+        for result in self.admin.create_topics(wanted):
+            if not result.error.ok:
+                raise StepFailed(f"create {result.name}: {result.error}")
+        self.ok("topics created")
+        self.wait("every broker to hold exactly its replicas", self.brokers_match_placement,
+                  CONVERGE_TIMEOUT_S)
+        self.show("placement")
+        self.ok("every broker holds exactly the replicas the controller assigned it")
+
+    def kill_broker(self) -> int:
+        placements = self.placements() or []
+        first = next(p for p in placements if p.topic == "tour-a" and p.partition == 0)
+        victim = first.leader
+        node = self.broker(victim)
+        self.step(2, f"kill -9 broker {victim} (leader of tour-a-0, pid "
+                     f"{self.session.supervisor.pid(node.name)})")
+        self.session.supervisor.kill(node.name, signal.SIGKILL)
+        self.ok(f"broker {victim} killed")
+        self.wait(f"broker {victim} to be fenced (session timeout {SESSION_TIMEOUT_MS} ms)",
+                  lambda: self.session.broker_state(victim) == "fenced", FENCE_TIMEOUT_S)
+        self.ok(f"broker {victim} fenced after its session timed out")
+
+        def moved() -> bool:
+            now = self.placements()
+            return now is not None and all(
+                p.leader != victim and victim not in p.isr for p in now)
+
+        self.wait(f"leaderships and ISRs to drop broker {victim}", moved, CONVERGE_TIMEOUT_S)
+        self.show(f"placement with broker {victim} down")
+        new_leader = next(p.leader for p in self.placements() or []
+                          if p.topic == "tour-a" and p.partition == 0)
+        self.ok(f"tour-a-0 leader moved {victim} -> {new_leader}; no ISR holds {victim}")
+        return victim
+
+    def restart_broker(self, victim: int) -> None:
+        node = self.broker(victim)
+        self.step(3, f"restart broker {victim}")
+        pid = self.session.supervisor.start(node.name)
+        self.ok(f"broker {victim} started (pid {pid})")
+        self.wait(f"broker {victim} to be unfenced",
+                  lambda: self.session.broker_state(victim) == "active", CONVERGE_TIMEOUT_S)
+        self.ok(f"broker {victim} registered again and unfenced")
+
+        def rejoined() -> bool:
+            now = self.placements()
+            return now is not None and all(
+                victim in p.isr for p in now if victim in p.replicas)
+
+        self.wait(f"broker {victim} back in its ISRs", rejoined, CONVERGE_TIMEOUT_S)
+        self.wait("every broker to hold exactly its replicas", self.brokers_match_placement,
+                  CONVERGE_TIMEOUT_S)
+        self.show(f"placement after broker {victim} rejoined")
+        self.ok(f"broker {victim} rejoined: back in every ISR, local replicas reconciled")
+
+    def reassign(self) -> None:
+        placements = self.placements() or []
+        part = next(p for p in placements if p.topic == "tour-a" and p.partition == 0)
+        spare = next(n.node_id for n in self.session.spec.brokers
+                     if n.node_id not in part.replicas)
+        leaving = part.replicas[0]
+        target = (spare, *part.replicas[1:])
+        self.step(4, f"reassign tour-a-0 from replicas {_ids(part.replicas)} to "
+                     f"{_ids(target)} (broker {leaving} -> broker {spare})")
+        (result,) = self.admin.alter_partition_reassignments(
+            [ReassignmentRequest("tour-a", 0, target)])
+        if not result.error.ok:
+            raise StepFailed(f"reassign tour-a-0: {result.error}")
+        self.ok("reassignment accepted")
+
+        def done() -> Placement | None:
+            now = next((p for p in self.placements() or []
+                        if p.topic == "tour-a" and p.partition == 0), None)
+            if now is None or now.moving or set(now.replicas) != set(target):
+                return None
+            return now if now.leader in target and set(now.isr) == set(target) else None
+
+        final = self.wait("the reassignment to complete", done, CONVERGE_TIMEOUT_S)
+        self.wait("every broker to hold exactly its replicas", self.brokers_match_placement,
+                  CONVERGE_TIMEOUT_S)
+        self.show("placement after the reassignment")
+        self.ok(f"tour-a-0 now on {_ids(final.replicas)} (leader {final.leader}); broker "
+                f"{leaving} removed its replica, broker {spare} created one")
+
+
+def _ids(values: tuple[int, ...]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _placements(desc: TopicDescription) -> list[Placement]:
+    if desc.error.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return []
+    out = []
+    for p in desc.partitions:
+        reg = p.registration
+        out.append(Placement(desc.name, p.partition_id, reg.leader if reg.has_leader else -1,
+                             tuple(reg.replicas), tuple(reg.isr),
+                             bool(reg.adding_replicas or reg.removing_replicas)))
+    return out
+
+
+def run_scenario(session: DevSession) -> int:
+    """Run the tour on the started cluster; the caller stops the cluster after."""
+    console = session.console
+    assert len(session.spec.brokers) >= MIN_BROKERS, "checked by the runner before starting"
+    tour = Tour(session)
+    try:
+        tour.create_topics()
+        victim = tour.kill_broker()
+        tour.restart_broker(victim)
+        tour.reassign()
+    except (StepFailed, AdminClientError) as exc:
+        console.print(f"  [red]\\[FAILED][/] {exc}", highlight=False)
+        return EXIT_FAILED
+    except ProcessDied as died:
+        console.print(f"  [red]\\[FAILED][/] {died}", highlight=False)
+        for death in died.exits:
+            for line in death.last_lines:
+                console.print(f"    {line}", markup=False, highlight=False)
+        return EXIT_FAILED
+    except Interrupted as stop:
+        console.print(f"  [red]\\[FAILED][/] interrupted by {stop.signal_name}")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def finish_scenario(session: DevSession, code: int) -> int:
+    """Step 5: stop everything and check every process exited cleanly."""
+    console = session.console
+    console.print("\n[bold]step 5/5:[/] stop everything (brokers first, then controllers)")
+    codes = session.stop()
+    unclean = {name: c for name, c in codes.items() if c != 0}
+    if unclean:
+        console.print(f"  [red]\\[FAILED][/] unclean exits: {unclean}", highlight=False)
+        return EXIT_FAILED
+    console.print(f"  [green]\\[ok][/] stopped {len(codes)} processes, every exit code 0")
+    if code == EXIT_OK:
+        console.print("\n[bold green]scenario passed[/]")
+    else:
+        console.print("\n[bold red]scenario FAILED[/]")
+    return code
+

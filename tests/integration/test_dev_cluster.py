@@ -1,0 +1,150 @@
+"""`metakraft dev` end to end: real controller and broker processes on loopback.
+
+- `--scenario` runs the whole tour and exits 0 with every checkpoint printed;
+- a background `metakraft dev` comes up, the CLI works against it, SIGINT stops
+  every process in cluster.json, and a second run resumes the same cluster.
+
+Whatever happens, teardown kills the supervisor and every child it recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.devcluster.layout import pid_alive
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = "from controller.cli.main import main; main()"
+READY_LINE = "Ctrl-C stops everything"
+
+
+def _env() -> dict[str, str]:
+    # A wide console keeps rich from wrapping the lines the test looks for.
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
+
+
+def metakraft(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", LAUNCH, *args], cwd=REPO_ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+def recorded_pids(data_dir: Path) -> list[int]:
+    try:
+        doc = json.loads((data_dir / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [p["pid"] for p in doc["processes"] if isinstance(p.get("pid"), int)]
+
+
+def kill_everything(supervisor: subprocess.Popen[bytes] | None, data_dir: Path) -> None:
+    if supervisor is not None and supervisor.poll() is None:
+        supervisor.kill()
+        supervisor.wait(10)
+    for pid in recorded_pids(data_dir):
+        # Only a process still running one of this cluster's configs is ours.
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(data_dir).encode() in cmdline:
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "dev"
+    try:
+        yield path
+    finally:
+        # The tests kill their own supervisor; this catches children left by a crash.
+        kill_everything(None, path)
+
+
+def test_scenario_runs_the_tour_and_exits_0(data_dir: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "dev", "--scenario", "--data-dir",
+                             str(data_dir)], cwd=REPO_ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out_bytes, _ = proc.communicate(timeout=150)
+    finally:
+        kill_everything(proc, data_dir)
+    out = out_bytes.decode(errors="replace")
+    assert proc.returncode == 0, out
+    for checkpoint in ("ready controller-3000 serving", "is the active controller",
+                       "ready broker-3 registered and unfenced", "created topic 'demo'",
+                       "[ok] topics created",
+                       "[ok] every broker holds exactly the replicas the controller assigned it",
+                       "fenced after its session timed out", "leader moved",
+                       "registered again and unfenced", "rejoined: back in every ISR",
+                       "[ok] reassignment accepted", "removed its replica",
+                       "[ok] stopped 6 processes, every exit code 0", "scenario passed"):
+        assert checkpoint in out, f"missing {checkpoint!r} in:\n{out}"
+    assert "[FAILED]" not in out
+    assert not any(pid_alive(pid) for pid in recorded_pids(data_dir))
+
+
+def _run_until_ready(data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "dev", "--data-dir",
+                                 str(data_dir)], cwd=REPO_ROOT, env=_env(), stdout=out,
+                                stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while READY_LINE not in log.read_text(errors="replace"):
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"not ready in 60 s:\n{log.read_text()}"
+        time.sleep(0.2)
+    return proc
+
+
+def _stop(proc: subprocess.Popen[bytes], data_dir: Path, log: Path) -> None:
+    pids = recorded_pids(data_dir)
+    assert len(pids) == 6 and all(pid_alive(p) for p in pids), log.read_text()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(40) == 0, log.read_text()
+    assert not any(pid_alive(p) for p in pids), "a child outlived metakraft dev"
+    doc = json.loads((data_dir / "cluster.json").read_text())
+    assert {p["state"] for p in doc["processes"]} == {"stopped"}
+    assert {p["exit_code"] for p in doc["processes"]} == {0}
+
+
+def test_background_cluster_cli_sigint_and_resume(data_dir: Path, tmp_path: Path) -> None:
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        log = tmp_path / "first.out"
+        proc = _run_until_ready(data_dir, log)
+        doc = json.loads((data_dir / "cluster.json").read_text())
+        cluster_id = doc["cluster_id"]
+        roles = sorted((p["role"], p["node_id"]) for p in doc["processes"])
+        assert roles == [("broker", 1), ("broker", 2), ("broker", 3), ("controller", 3000),
+                         ("controller", 3001), ("controller", 3002)]
+        listed = metakraft("topics", "list", "--bootstrap", doc["bootstrap"], "--output", "json")
+        assert listed.returncode == 0, listed.stderr
+        assert [t["name"] for t in json.loads(listed.stdout)] == ["demo"]
+        broker = next(p for p in doc["processes"] if p["role"] == "broker")
+        status = metakraft("broker-status", "--address", broker["address"], "--output", "json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["state"] == "RUNNING"
+        _stop(proc, data_dir, log)
+
+        log = tmp_path / "second.out"
+        proc = _run_until_ready(data_dir, log)
+        assert f"Resuming cluster {cluster_id}" in log.read_text()
+        doc = json.loads((data_dir / "cluster.json").read_text())
+        assert doc["cluster_id"] == cluster_id
+        listed = metakraft("topics", "list", "--bootstrap", doc["bootstrap"], "--output", "json")
+        assert listed.returncode == 0, listed.stderr
+        assert [t["name"] for t in json.loads(listed.stdout)] == ["demo"]
+        _stop(proc, data_dir, log)
+    finally:
+        kill_everything(proc, data_dir)

@@ -1,0 +1,204 @@
+"""Real controller and `metakraft broker --config FILE` processes on loopback, for the
+broker agent integration tests and bench/propagation_bench.py.
+
+`BrokerCluster(root, controllers=3, brokers=[1, 2, 3])` formats data dirs, writes
+TOML configs (controllers 3000+, brokers by id) and starts nothing until `start()`;
+`close()` stops every child it started (SIGCONT first, in case a test left one
+stopped, then SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from broker_agent.status import get_status, status_to_dict
+from controller.api.client import AdminClient
+from controller.storage.meta_properties import format_data_dir, random_cluster_id
+from tests.support.controller_processes import LAUNCH, REPO_ROOT, ControllerProcess
+from tests.support.raft_node_process import free_ports
+
+CONTROLLER_BASE_ID = 3000
+
+
+def wait_for(cond: Callable[[], Any], timeout_s: float, what: str,
+             interval_s: float = 0.05) -> Any:
+    """Poll `cond` until it returns something truthy; AssertionError after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = cond()
+        except Exception as exc:  # a process may be restarting
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+
+
+class BrokerProcess:
+    def __init__(self, broker_id: int, cluster_id: str, root: Path,
+                 controllers: dict[int, str], *, heartbeat_interval_ms: int = 200,
+                 controlled_shutdown_timeout_ms: int = 10_000) -> None:
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self.data_dir = root / f"b{broker_id}"
+        self.config_path = root / f"b{broker_id}.toml"
+        self.stderr_path = root / f"b{broker_id}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.address: str | None = None
+        port = free_ports(1)[0]
+        self.listen = f"127.0.0.1:{port}"
+        table = "\n".join(f'{i} = "{a}"' for i, a in sorted(controllers.items()))
+        self.config_path.write_text(
+            f'broker_id = {broker_id}\ncluster_id = "{cluster_id}"\n'
+            f'data_dir = "{self.data_dir}"\nlisten = "{self.listen}"\nrack = "r{broker_id}"\n'
+            f"[controllers]\n{table}\n[broker]\nheartbeat_interval_ms = {heartbeat_interval_ms}\n"
+            f"controlled_shutdown_timeout_ms = {controlled_shutdown_timeout_ms}\n"
+            '[logging]\nlevel = "INFO"\nformat = "kv"\n')
+        self.format()
+
+    def format(self) -> None:
+        format_data_dir(self.data_dir, self.cluster_id, self.broker_id, ignore_formatted=True)
+
+    def wipe(self) -> None:
+        """Remove the data dir and format it again (a replaced disk)."""
+        assert not self.running
+        shutil.rmtree(self.data_dir)
+        self.format()
+
+    def start(self) -> None:
+        assert not self.running, "already running"
+        with open(self.stderr_path, "ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", LAUNCH, "broker", "--config", str(self.config_path)],
+                cwd=REPO_ROOT, stdout=err, stderr=err,
+                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        self.address = self.listen
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.running:
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def terminate(self, timeout_s: float = 15.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def status(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        assert self.address is not None
+        return status_to_dict(get_status(self.address, timeout_s))
+
+    def local_state(self) -> dict[str, dict[str, Any]]:
+        """What the data dir holds: dir name -> state.json contents."""
+        out: dict[str, dict[str, Any]] = {}
+        root = self.data_dir / "partitions"
+        if not root.exists():
+            return out
+        for entry in sorted(root.iterdir()):
+            state = entry / "state.json"
+            if state.exists():
+                out[entry.name] = json.loads(state.read_text())
+        return out
+
+    def log_text(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+
+class BrokerCluster:
+    def __init__(self, root: Path, *, controllers: int = 3, brokers: Iterable[int] = (1, 2, 3),
+                 session_timeout_ms: int = 2_000, snapshot_interval_bytes: int = 16 << 20,
+                 heartbeat_interval_ms: int = 200) -> None:
+        self.root = root
+        self.cluster_id = random_cluster_id()
+        ports = free_ports(controllers)
+        self.controller_addresses = {CONTROLLER_BASE_ID + i: f"127.0.0.1:{p}"
+                                     for i, p in enumerate(ports)}
+        voters = "\n".join(f'{i} = "{a}"' for i, a in self.controller_addresses.items())
+        self.controllers: dict[int, ControllerProcess] = {}
+        for node_id, address in self.controller_addresses.items():
+            data_dir = root / f"c{node_id}"
+            format_data_dir(data_dir, self.cluster_id, node_id)
+            config = root / f"c{node_id}.toml"
+            config.write_text(
+                f'node_id = {node_id}\ncluster_id = "{self.cluster_id}"\n'
+                f'data_dir = "{data_dir}"\n[voters]\n{voters}\n'
+                f"[controller]\nsession_timeout_ms = {session_timeout_ms}\n"
+                f"snapshot_interval_bytes = {snapshot_interval_bytes}\n"
+                '[logging]\nlevel = "INFO"\n')
+            self.controllers[node_id] = ControllerProcess(node_id, address, config, data_dir)
+        self.brokers: dict[int, BrokerProcess] = {
+            b: BrokerProcess(b, self.cluster_id, root, self.controller_addresses,
+                             heartbeat_interval_ms=heartbeat_interval_ms) for b in brokers}
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return list(self.controller_addresses.values())
+
+    def admin(self, timeout_ms: int = 20_000) -> AdminClient:
+        return AdminClient(self.bootstrap, timeout_ms=timeout_ms)
+
+    def start(self) -> None:
+        for node in self.controllers.values():
+            node.start()
+        for broker in self.brokers.values():
+            broker.start()
+
+    def close(self) -> None:
+        children: list[BrokerProcess | ControllerProcess] = [*self.brokers.values(),
+                                                             *self.controllers.values()]
+        for child in children:
+            if child.running:
+                assert child.proc is not None
+                child.proc.send_signal(signal.SIGCONT)
+        for broker in self.brokers.values():
+            if broker.running:
+                broker.terminate(timeout_s=5.0)
+        for node in self.controllers.values():
+            if node.running:
+                node.terminate(timeout_s=5.0)
+
+    def active_controller(self) -> ControllerProcess | None:
+        best: tuple[int, ControllerProcess] | None = None
+        for node in self.controllers.values():
+            if not node.running:
+                continue
+            for line in node.log_text().splitlines():
+                if "event=controller_active" in line:
+                    epoch = int(line.split("epoch=")[1].split()[0])
+                    if best is None or epoch > best[0]:
+                        best = (epoch, node)
+        return None if best is None else best[1]
+
+    def wait_running(self, broker_ids: Iterable[int] | None = None,
+                     timeout_s: float = 30.0) -> None:
+        ids = list(self.brokers) if broker_ids is None else list(broker_ids)
+        for b in ids:
+            wait_for(lambda b=b: self.brokers[b].status()["state"] == "RUNNING",  # type: ignore[misc]
+                     timeout_s, f"broker {b} RUNNING")
