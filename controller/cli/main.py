@@ -12,6 +12,7 @@ from importlib.metadata import version as package_version
 import click
 
 from controller.cli.admin_cmds import ADMIN_COMMANDS
+from controller.cli.audit_cmd import audit
 from controller.cli.broker_cmd import broker, broker_status
 from controller.cli.controller_cmd import controller
 from controller.cli.dev_cmd import dev
@@ -43,6 +44,7 @@ cli.add_command(broker_status)
 cli.add_command(dev)
 cli.add_command(storage)
 cli.add_command(log)
+cli.add_command(audit)
 for _command in ADMIN_COMMANDS:
     cli.add_command(_command)
 

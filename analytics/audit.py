@@ -1,0 +1,340 @@
+"""Audit functions: pure DataFrame -> DataFrame over the `metakraft` rows.
+
+Every function takes the DataFrame of the data source (or of `analytics.load`) and
+returns a new one; nothing is collected, cached or written, so they compose and run
+at any scale. Functions that describe history read log rows only (`source =
+'segment'`); the state-at-offset functions (`analytics.state`) also use snapshots.
+
+Partition state is the subtle part: a PartitionChangeRecord carries only the changed
+fields and no epochs, so `partition_states` rebuilds the full state after every
+partition record with window functions (last non-null value per field, per
+partition, in offset order) and derives the epochs the way replay does: partition
+epoch +1 on every change, leader epoch +1 when the leader actually changes
+(`PartitionRegistration.merge`).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+PARTITION_JSON = (
+    "fields STRUCT<partition_id INT, topic_id STRING, replicas ARRAY<INT>, isr ARRAY<INT>,"
+    " removing_replicas ARRAY<INT>, adding_replicas ARRAY<INT>, leader INT,"
+    " leader_recovery_state STRING, leader_epoch INT, partition_epoch INT>"
+)
+CHANGE_JSON = (
+    "fields STRUCT<isr STRUCT<ids ARRAY<INT>>, leader INT, replicas STRUCT<ids ARRAY<INT>>,"
+    " removing_replicas STRUCT<ids ARRAY<INT>>, adding_replicas STRUCT<ids ARRAY<INT>>,"
+    " leader_recovery_state STRING>"
+)
+BROKER_JSON = (
+    "fields STRUCT<broker_id INT, incarnation_id STRING, broker_epoch BIGINT, rack STRING,"
+    " fenced STRING, in_controlled_shutdown STRING>"
+)
+CONFIG_JSON = "fields STRUCT<resource_type STRING, resource_name STRING, name STRING, value STRING>"
+LEADER_CHANGE_JSON = "fields STRUCT<leader_id INT, epoch INT, voters ARRAY<INT>>"
+
+WHO = ["principal", "client_address", "request_id"]
+RECOVERING = "LEADER_RECOVERY_STATE_RECOVERING"
+
+
+def log_rows(df: DataFrame) -> DataFrame:
+    """Rows of the log itself (snapshot rows restate state; they are not history)."""
+    return df.where(F.col("source") == "segment")
+
+
+def resolve_topic_names(df: DataFrame) -> DataFrame:
+    """Fill `topic_name` from the Topic records for rows that carry only the topic id.
+
+    A join, not a reader-side lookup: a segment file does not hold the Topic records
+    of every topic it mentions, and a first pass over the whole log on the driver
+    would serialise the scan. Topic ids are unique for ever (a re-created topic gets
+    a new id), so the join is on the id alone; the Topic table is small (broadcast).
+    """
+    names = (df.where(F.col("record_type") == "topic")
+             .select(F.col("topic_id").alias("_tid"), F.col("topic_name").alias("_tname"))
+             .dropDuplicates(["_tid"]))
+    joined = df.join(F.broadcast(names), df["topic_id"] == names["_tid"], "left")
+    return joined.select(
+        *[F.coalesce(F.col("topic_name"), F.col("_tname")).alias("topic_name")
+          if c == "topic_name" else F.col(c) for c in df.columns])
+
+
+def _fields(df: DataFrame, ddl: str) -> Column:
+    return F.from_json(F.col("record_json"), ddl)["fields"]
+
+
+# ------------------------------------------------------------------------ topics
+
+
+def topic_lifecycle(df: DataFrame) -> DataFrame:
+    """One row per topic event: created, partitions_added, deleted.
+
+    Columns: topic_name, topic_id, event, partitions (count the event created),
+    offset, append_time, epoch (Raft epoch: which controller term), principal,
+    client_address, request_id. Partitions created with the topic (same batch) count
+    toward `created`; those in later batches are a `partitions_added` event.
+    """
+    log = resolve_topic_names(log_rows(df))
+    topics = log.where(F.col("record_type") == "topic").select(
+        "topic_id", F.col("batch_base_offset").alias("_created_batch"))
+    parts = (log.where(F.col("record_type") == "partition")
+             .join(topics, "topic_id", "left")
+             .withColumn("event", F.when(F.col("batch_base_offset") == F.col("_created_batch"),
+                                         F.lit("created")).otherwise(F.lit("partitions_added")))
+             .groupBy("topic_id", "topic_name", "event", "batch_base_offset")
+             .agg(F.count("*").alias("partitions"), F.min("offset").alias("_first")))
+    batches = log.select("batch_base_offset", "append_time", "epoch", *WHO).dropDuplicates(
+        ["batch_base_offset"])
+    created = (log.where(F.col("record_type") == "topic")
+               .select("topic_id", "topic_name", F.lit("created").alias("event"), "offset"))
+    created = created.join(
+        parts.where(F.col("event") == "created").select("topic_id", "partitions"),
+        "topic_id", "left").fillna(0, ["partitions"])
+    added = parts.where(F.col("event") == "partitions_added").select(
+        "topic_id", "topic_name", "event", F.col("_first").alias("offset"), "partitions")
+    deleted = log.where(F.col("record_type") == "remove_topic").select(
+        "topic_id", "topic_name", F.lit("deleted").alias("event"), "offset",
+        F.lit(0).cast("long").alias("partitions"))
+    events = created.unionByName(added).unionByName(deleted)
+    offsets = log.select("offset", "batch_base_offset")
+    return (events.join(offsets, "offset").join(batches, "batch_base_offset")
+            .select("topic_name", "topic_id", "event", "partitions", "offset", "append_time",
+                    "epoch", *WHO)
+            .orderBy("offset"))
+
+
+# -------------------------------------------------------------------- partitions
+
+
+def partition_states(df: DataFrame) -> DataFrame:
+    """The full state of a partition after each of its Partition/PartitionChange records.
+
+    Columns: offset, append_time, epoch, principal, record_type, topic_id,
+    topic_name, partition_id, replicas, isr, adding_replicas, removing_replicas,
+    leader, recovery_state, leader_epoch, partition_epoch, prev_leader, prev_isr,
+    leader_changed (a change record that moved the leader; the first Partition
+    record is not a change).
+    """
+    rows = log_rows(resolve_topic_names(df)).where(
+        F.col("record_type").isin("partition", "partition_change"))
+    is_part = F.col("record_type") == "partition"
+    p, c = _fields(rows, PARTITION_JSON), _fields(rows, CHANGE_JSON)
+
+    def pick(name: str) -> Column:
+        return F.when(is_part, p[name]).otherwise(c[name]["ids"])
+
+    rows = rows.select(
+        "offset", "append_time", "epoch", "principal", "record_type", "topic_id",
+        "topic_name", "partition_id",
+        pick("replicas").alias("_replicas"), pick("isr").alias("_isr"),
+        pick("adding_replicas").alias("_adding"), pick("removing_replicas").alias("_removing"),
+        F.when(is_part, p["leader"]).otherwise(c["leader"]).alias("_leader"),
+        F.when(is_part, p["leader_recovery_state"]).otherwise(
+            c["leader_recovery_state"]).alias("_recovery"),
+        F.when(is_part, p["leader_epoch"]).alias("_base_le"),
+        F.when(is_part, p["partition_epoch"]).alias("_base_pe"),
+        F.when(is_part, F.col("offset")).alias("_lineage"),
+    )
+    w = (Window.partitionBy("topic_id", "partition_id").orderBy("offset")
+         .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    wl = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
+    state = rows.select(
+        *[F.col(x) for x in ("offset", "append_time", "epoch", "principal", "record_type",
+                             "topic_id", "topic_name", "partition_id")],
+        *[F.last(F.col("_" + n), ignorenulls=True).over(w).alias(n)
+          for n in ("replicas", "isr", "adding", "removing", "leader", "recovery",
+                    "base_le", "base_pe", "lineage")],
+        F.col("_leader").isNotNull().alias("_sets_leader"),
+    )
+    state = (state.withColumn("prev_leader", F.lag("leader").over(wl))
+             .withColumn("prev_isr", F.lag("isr").over(wl)))
+    state = state.withColumn(
+        "leader_changed",
+        (F.col("record_type") == "partition_change") & F.col("_sets_leader")
+        & (F.col("leader") != F.col("prev_leader")))
+    wlin = (Window.partitionBy("topic_id", "partition_id", "lineage").orderBy("offset")
+            .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    changes = F.sum(F.when(F.col("record_type") == "partition_change", 1).otherwise(0)).over(wlin)
+    moves = F.sum(F.when(F.col("leader_changed"), 1).otherwise(0)).over(wlin)
+    return state.select(
+        "offset", "append_time", "epoch", "principal", "record_type", "topic_id",
+        "topic_name", "partition_id", "replicas", "isr",
+        F.col("adding").alias("adding_replicas"), F.col("removing").alias("removing_replicas"),
+        "leader", F.coalesce("recovery", F.lit("LEADER_RECOVERY_STATE_RECOVERED"))
+        .alias("recovery_state"),
+        (F.col("base_le") + moves).cast("int").alias("leader_epoch"),
+        (F.col("base_pe") + changes).cast("int").alias("partition_epoch"),
+        "prev_leader", "prev_isr", "leader_changed")
+
+
+def leader_history(df: DataFrame) -> DataFrame:
+    """Every leader a partition had: its first leader and each change, in order."""
+    return (partition_states(df)
+            .where((F.col("record_type") == "partition") | F.col("leader_changed"))
+            .select("topic_name", "topic_id", "partition_id", "offset", "append_time", "epoch",
+                    "principal", "prev_leader", "leader", "leader_epoch")
+            .orderBy("offset"))
+
+
+def leader_churn_per_partition(df: DataFrame) -> DataFrame:
+    """Leader changes per partition (the first leader is not a change), most first."""
+    return (partition_states(df).where(F.col("leader_changed"))
+            .groupBy("topic_name", "topic_id", "partition_id")
+            .agg(F.count("*").alias("leader_changes"),
+                 F.sum(F.when(F.col("leader") == -1, 1).otherwise(0)).alias("went_offline"))
+            .orderBy(F.desc("leader_changes"), "topic_name", "partition_id"))
+
+
+def leader_churn_per_broker(df: DataFrame) -> DataFrame:
+    """Per broker: leaderships gained and lost through leader changes."""
+    changes = partition_states(df).where(F.col("leader_changed"))
+    gained = (changes.where(F.col("leader") >= 0).groupBy(F.col("leader").alias("broker_id"))
+              .agg(F.count("*").alias("gained")))
+    lost = (changes.where(F.col("prev_leader") >= 0)
+            .groupBy(F.col("prev_leader").alias("broker_id")).agg(F.count("*").alias("lost")))
+    return (gained.join(lost, "broker_id", "full").fillna(0, ["gained", "lost"])
+            .withColumn("leader_changes", F.col("gained") + F.col("lost"))
+            .orderBy("broker_id"))
+
+
+def isr_changes(df: DataFrame) -> DataFrame:
+    """ISR shrinks and expansions: kind ('shrink', 'expand', 'both'), added, removed."""
+    s = partition_states(df).where((F.col("record_type") == "partition_change")
+                                   & ~F.equal_null(F.col("isr"), F.col("prev_isr")))
+    added = F.array_except("isr", "prev_isr")
+    removed = F.array_except("prev_isr", "isr")
+    kind = (F.when((F.size(added) > 0) & (F.size(removed) > 0), "both")
+            .when(F.size(added) > 0, "expand").otherwise("shrink"))
+    return s.select("topic_name", "topic_id", "partition_id", "offset", "append_time", "epoch",
+                    "principal", kind.alias("kind"), "prev_isr", "isr",
+                    added.alias("added"), removed.alias("removed")).orderBy("offset")
+
+
+def unclean_elections(df: DataFrame) -> DataFrame:
+    """Leader elections outside the ISR: the record sets recovery state RECOVERING."""
+    rows = resolve_topic_names(log_rows(df)).where(
+        (F.col("record_type") == "partition_change")
+        & (_fields(df, CHANGE_JSON)["leader_recovery_state"] == RECOVERING))
+    f = _fields(rows, CHANGE_JSON)
+    return rows.select("topic_name", "topic_id", "partition_id", "offset", "append_time", "epoch",
+                       *WHO, f["leader"].alias("leader"), f["isr"]["ids"].alias("isr")
+                       ).orderBy("offset")
+
+
+def reassignments(df: DataFrame) -> DataFrame:
+    """Reassignments: start, end, duration, target and outcome per partition.
+
+    A reassignment starts when adding/removing replicas become non-empty and ends
+    when both are empty again: `completed` if the replicas are then the target,
+    `cancelled` otherwise; `ongoing` (end null) if the log ends first.
+    """
+    s = partition_states(df)
+    moving = (F.size(F.coalesce("adding_replicas", F.array())) > 0) | (
+        F.size(F.coalesce("removing_replicas", F.array())) > 0)
+    wl = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
+    s = s.withColumn("_moving", moving).withColumn(
+        "_was", F.coalesce(F.lag(moving).over(wl), F.lit(False)))
+    starts = s.where(F.col("_moving") & ~F.col("_was")).select(
+        "topic_name", "topic_id", "partition_id", F.col("offset").alias("start_offset"),
+        F.col("append_time").alias("start_time"), F.col("principal").alias("started_by"),
+        F.array_except("replicas", "removing_replicas").alias("target"),
+        F.array_except("replicas", "adding_replicas").alias("original"))
+    ends = s.where(~F.col("_moving") & F.col("_was")).select(
+        "topic_id", "partition_id", F.col("offset").alias("end_offset"),
+        F.col("append_time").alias("end_time"), F.col("replicas").alias("final_replicas"))
+    pairs = starts.join(ends, ["topic_id", "partition_id"], "left").where(
+        F.col("end_offset").isNull() | (F.col("end_offset") > F.col("start_offset")))
+    first_end = Window.partitionBy("topic_id", "partition_id", "start_offset").orderBy(
+        F.col("end_offset").asc_nulls_last())
+    pairs = pairs.withColumn("_rank", F.row_number().over(first_end)).where("_rank = 1")
+    outcome = (F.when(F.col("end_offset").isNull(), "ongoing")
+               .when(F.col("final_replicas") == F.col("target"), "completed")
+               .otherwise("cancelled"))
+    duration = (F.unix_micros("end_time") - F.unix_micros("start_time")) / 1e6
+    return pairs.select("topic_name", "topic_id", "partition_id", "start_offset", "start_time",
+                        "started_by", "original", "target", "end_offset", "end_time",
+                        duration.alias("duration_s"), outcome.alias("outcome")
+                        ).orderBy("start_offset")
+
+
+# ----------------------------------------------------------------------- brokers
+
+
+def broker_timeline(df: DataFrame) -> DataFrame:
+    """Registrations, fencing, unfencing, controlled shutdown, unregistrations over time."""
+    rows = log_rows(df).where(F.col("record_type").isin(
+        "register_broker", "unregister_broker", "broker_registration_change"))
+    f = _fields(rows, BROKER_JSON)
+    kind = F.col("record_type")
+    event = (F.when(kind == "register_broker", "registered")
+             .when(kind == "unregister_broker", "unregistered")
+             .when(f["fenced"] == "FENCE_CHANGE_FENCE", "fenced")
+             .when(f["fenced"] == "FENCE_CHANGE_UNFENCE", "unfenced")
+             .when(f["in_controlled_shutdown"] == "CONTROLLED_SHUTDOWN_CHANGE_ENTER",
+                   "controlled_shutdown")
+             .otherwise("changed"))
+    return rows.select("broker_id", "offset", "append_time", "epoch", event.alias("event"),
+                       f["broker_epoch"].alias("broker_epoch"),
+                       f["incarnation_id"].alias("incarnation_id"), *WHO).orderBy("offset")
+
+
+def fencing_intervals(df: DataFrame) -> DataFrame:
+    """Per broker, each period it was fenced: from (offset/time) until unfenced (or null)."""
+    t = broker_timeline(df).where(F.col("event").isin("registered", "fenced", "unfenced",
+                                                      "unregistered"))
+    w = Window.partitionBy("broker_id").orderBy("offset")
+    t = (t.withColumn("_next_offset", F.lead("offset").over(w))
+         .withColumn("_next_time", F.lead("append_time").over(w))
+         .withColumn("_next_event", F.lead("event").over(w)))
+    # A registration starts fenced; a fence record starts a fenced period.
+    return t.where(F.col("event").isin("registered", "fenced")).select(
+        "broker_id", F.col("offset").alias("fenced_offset"),
+        F.col("append_time").alias("fenced_time"), F.col("event").alias("cause"),
+        F.col("_next_offset").alias("unfenced_offset"),
+        F.col("_next_time").alias("unfenced_time"),
+        F.col("_next_event").alias("ended_by")).orderBy("fenced_offset")
+
+
+# ------------------------------------------------------------- configs, epochs, types
+
+
+def config_history(df: DataFrame) -> DataFrame:
+    """Every config change per resource and key, old value -> new value (null = deleted)."""
+    rows = log_rows(df).where(F.col("record_type") == "config")
+    f = _fields(rows, CONFIG_JSON)
+    rows = rows.select("offset", "append_time", "epoch", *WHO, "resource_type",
+                       "resource_name", f["name"].alias("key"), f["value"].alias("new_value"))
+    w = Window.partitionBy("resource_type", "resource_name", "key").orderBy("offset")
+    return (rows.withColumn("old_value", F.lag("new_value").over(w))
+            .withColumn("op", F.when(F.col("new_value").isNull(), "delete").otherwise("set"))
+            .select("resource_type", "resource_name", "key", "old_value", "new_value", "op",
+                    "offset", "append_time", "epoch", *WHO).orderBy("offset"))
+
+
+def elections_per_epoch(df: DataFrame) -> DataFrame:
+    """Per Raft epoch: the controller that led it, when it started, and the partition
+    leader elections (and unclean ones) its controller made."""
+    log = log_rows(df)
+    lc = log.where(F.col("record_type") == "leader_change")
+    f = _fields(lc, LEADER_CHANGE_JSON)
+    terms = lc.select("epoch", f["leader_id"].alias("controller_id"),
+                      F.col("offset").alias("start_offset"),
+                      F.col("append_time").alias("start_time"))
+    moves = (partition_states(df).where(F.col("leader_changed")).groupBy("epoch")
+             .agg(F.count("*").alias("leader_elections")))
+    unclean = unclean_elections(df).groupBy("epoch").agg(F.count("*").alias("unclean_elections"))
+    records = log.groupBy("epoch").agg(F.count("*").alias("records"))
+    return (terms.join(records, "epoch", "full").join(moves, "epoch", "left")
+            .join(unclean, "epoch", "left")
+            .fillna(0, ["leader_elections", "unclean_elections", "records"])
+            .orderBy("epoch"))
+
+
+def records_per_type(df: DataFrame, bucket: str = "1 minute") -> DataFrame:
+    """Record counts per type per time bucket (a Spark interval string)."""
+    return (log_rows(df).groupBy(F.window("append_time", bucket).alias("w"), "record_type")
+            .agg(F.count("*").alias("records"))
+            .select(F.col("w.start").alias("bucket_start"), "record_type", "records")
+            .orderBy("bucket_start", "record_type"))

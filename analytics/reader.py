@@ -1,0 +1,209 @@
+"""Segment and snapshot files -> Arrow record batches (no Spark here).
+
+The Spark data source (`analytics.source`) is a thin shell over `plan_files` (on the
+driver: which files, one Spark partition each) and `read_file` (on an executor: one
+file's rows as Arrow batches). Keeping this layer Spark-free lets the benchmark and
+the unit tests drive it directly.
+
+Batch-level columns are built once per batch and repeated (`[x] * n`), the
+record-level ones come from `analytics.rows.record_columns` as one tuple per record
+and are transposed in C with `zip(*rows)`: per record, Python does one parse, one
+field extraction and one list append.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pyarrow as pa
+
+from analytics.rows import record_columns
+from analytics.schema import arrow_schema
+from controller.records.codec import RecordDecodeError
+from controller.storage.batch import decode_batch
+from controller.storage.errors import CorruptBatchError, TruncatedBatchError
+from controller.storage.segment import parse_segment_file_name
+from controller.storage.snapshot_file import parse_snapshot_file_name
+
+# Rows per Arrow batch handed to Spark: large enough to amortise the per-batch cost,
+# small enough that an executor holds a few MiB at a time.
+ROWS_PER_ARROW_BATCH = 65_536
+MAX_OFFSET = 2**63 - 1
+
+
+class MetakraftCorruptLogError(RuntimeError):
+    """A batch or record that cannot be read; the message names the file and offset."""
+
+
+@attrs.frozen
+class FileSlice:
+    """One file to read and the offset range [start, end) wanted from it."""
+
+    path: str
+    kind: str  # "segment" or "snapshot"
+    start: int
+    end: int
+    # For snapshots: the offset every row of the file gets (last contained offset).
+    snapshot_offset: int = -1
+
+
+def plan_files(log_dir: str, *, snapshots: bool = False, start: int = 0,
+               end: int = MAX_OFFSET) -> list[FileSlice]:
+    """The files of a controller's data directory overlapping [start, end), in offset order.
+
+    `log_dir` is the data directory (holding `metadata/` and `snapshots/`) or the
+    `metadata/` directory itself. Segment i covers [base_i, base_{i+1}); files wholly
+    outside the range are left out, so an offset range reads only what it needs.
+    """
+    root = Path(log_dir)
+    seg_dir = root / "metadata" if (root / "metadata").is_dir() else root
+    if not seg_dir.is_dir():
+        raise FileNotFoundError(f"{log_dir}: no such log directory")
+    bases = sorted((b, p) for p in seg_dir.iterdir()
+                   if (b := parse_segment_file_name(p.name)) is not None)
+    out: list[FileSlice] = []
+    for i, (base, path) in enumerate(bases):
+        seg_end = bases[i + 1][0] if i + 1 < len(bases) else MAX_OFFSET
+        if seg_end > start and base < end:
+            out.append(FileSlice(str(path), "segment", start, end))
+    if snapshots:
+        snap_dir = root / "snapshots"
+        found = sorted((sid, p) for p in (snap_dir.iterdir() if snap_dir.is_dir() else ())
+                       if (sid := parse_snapshot_file_name(p.name)) is not None)
+        for sid, path in found:
+            if start <= sid.end_offset - 1 < end:
+                out.append(FileSlice(str(path), "snapshot", start, end, sid.end_offset - 1))
+    if not out and not bases:
+        raise FileNotFoundError(f"{log_dir}: no segment files (*.log) found in {seg_dir}")
+    return out
+
+
+class _Builder:
+    """Accumulates columns of rows and cuts them into Arrow batches."""
+
+    def __init__(self, permissive: bool, source: str, file: str) -> None:
+        self.schema = arrow_schema(permissive)
+        self.permissive = permissive
+        self.source, self.file = source, file
+        self._reset()
+
+    def _reset(self) -> None:
+        self.head: list[list[object]] = [[] for _ in range(6)]
+        self.records: list[tuple[object, ...]] = []
+        self.origin: list[list[object]] = [[] for _ in range(4)]
+        self.corrupt: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def add(self, offsets: range | list[int], base: int, epoch: int, time_ms: int,
+            origin: tuple[str | None, str | None, str | None], is_control: bool,
+            rows: list[tuple[object, ...]], corrupt: str | None = None) -> None:
+        n = len(rows)
+        off, bases, epochs, times, _, _ = self.head
+        off.extend(offsets)
+        bases.extend([base] * n)
+        epochs.extend([epoch] * n)
+        # Microseconds as plain ints: Arrow builds the timestamp column from int64
+        # directly, where datetime objects cost a conversion each.
+        times.extend([time_ms * 1000] * n)
+        for column, value in zip(self.origin, (*origin, is_control), strict=True):
+            column.extend([value] * n)
+        self.records.extend(rows)
+        if self.permissive:
+            self.corrupt.extend([corrupt] * n)
+
+    def flush(self) -> pa.RecordBatch:
+        n = len(self.records)
+        record_cols = list(zip(*self.records, strict=True)) if n else [()] * 9
+        off, bases, epochs, times, _, _ = self.head
+        principal, client, request, control = self.origin
+        columns: list[object] = [
+            off, bases, epochs, times, *record_cols[:8], principal, client, request,
+            control, [self.source] * n, [self.file] * n, record_cols[8],
+        ]
+        if self.permissive:
+            columns.append(self.corrupt)
+        arrays = [pa.array(col, type=field.type)
+                  for col, field in zip(columns, self.schema, strict=True)]
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def read_file(piece: FileSlice, *, permissive: bool = False) -> Iterator[pa.RecordBatch]:
+    """The rows of one file in [piece.start, piece.end), as Arrow batches.
+
+    Damage (bad CRC, torn batch, unreadable record) raises `MetakraftCorruptLogError`
+    naming the file, the byte position and the offset; in permissive mode it becomes
+    one row with `_corrupt` set instead and the rest of the file is not read (batches
+    have no sync marker, so nothing after a damaged batch can be trusted).
+    """
+    data = Path(piece.path).read_bytes()
+    name = os.path.basename(piece.path)
+    out = _Builder(permissive, piece.kind, name)
+    pos = 0
+    while pos < len(data):
+        try:
+            batch, size = decode_batch(data, pos)
+        except (CorruptBatchError, TruncatedBatchError) as exc:
+            # The header's base offset when it was readable; else -1 (unknown).
+            offset = exc.offset if exc.offset is not None else -1
+            message = f"{piece.path}: byte {pos}, offset {offset}: {exc}"
+            if not permissive:
+                raise MetakraftCorruptLogError(message) from exc
+            out.add([offset], offset, -1, 0, (None, None, None), False,
+                     [(None,) * 9], corrupt=message)
+            break
+        pos += size
+        if piece.kind == "snapshot":
+            if batch.is_control:
+                continue  # snapshot header/footer: file framing, not image records
+            first = piece.snapshot_offset
+            offsets: range | list[int] = [first] * batch.record_count
+        else:
+            if batch.next_offset <= piece.start or batch.base_offset >= piece.end:
+                continue
+            first = max(batch.base_offset, piece.start)
+            offsets = range(first, min(batch.next_offset, piece.end))
+        skip = first - batch.base_offset if piece.kind == "segment" else 0
+        wanted = batch.records[skip:skip + len(offsets)]
+        try:
+            rows: list[tuple[object, ...]] = [record_columns(r) for r in wanted]
+        except RecordDecodeError as exc:
+            bad = next(i for i, r in enumerate(wanted) if _unreadable(r))
+            at = offsets[bad]
+            message = f"{piece.path}: unreadable record at offset {at} (batch at byte " \
+                      f"{pos - size}): {exc}"
+            if not permissive:
+                raise MetakraftCorruptLogError(message) from exc
+            good: list[tuple[object, ...]] = [record_columns(r) for r in wanted[:bad]]
+            out.add(list(offsets[:bad]), batch.base_offset, batch.epoch,
+                    batch.append_time_ms, _origin(batch.origin), batch.is_control, good)
+            out.add([at], batch.base_offset, batch.epoch, batch.append_time_ms,
+                    _origin(batch.origin), batch.is_control, [(None,) * 9], corrupt=message)
+            break
+        out.add(offsets, batch.base_offset, batch.epoch, batch.append_time_ms,
+                _origin(batch.origin), batch.is_control, rows)
+        if len(out) >= ROWS_PER_ARROW_BATCH:
+            yield out.flush()
+    if len(out):
+        yield out.flush()
+
+
+def _unreadable(data: bytes) -> bool:
+    try:
+        record_columns(data)
+    except RecordDecodeError:
+        return True
+    return False
+
+
+def _origin(origin: object) -> tuple[str | None, str | None, str | None]:
+    # Internal batches (timers, bootstrap) have an empty origin: null says "nobody".
+    principal = getattr(origin, "principal", "") or None
+    client = getattr(origin, "client_address", "") or None
+    request = getattr(origin, "request_id", "") or None
+    return principal, client, request

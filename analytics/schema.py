@@ -1,0 +1,60 @@
+"""The stable row schema of the `metakraft` data source, as Arrow and as a Spark DDL string.
+
+One row per record. Batch-level columns (`batch_base_offset`, `epoch`, `append_time`,
+the origin, `is_control`) repeat on every record of the batch, so a record can be
+filtered or grouped without a join. Every column is nullable: Spark checks that the
+Arrow batches a Python source yields match the declared schema exactly (widths,
+nullability, time zone), and declaring all-nullable on both sides keeps the two in
+step with one rule.
+
+Columns are only ever added at the end, never renamed or retyped (audits and
+notebooks outside this repository select them by name).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# (name, Arrow type, Spark SQL type) in column order.
+_COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
+    ("offset", pa.int64(), "BIGINT"),
+    ("batch_base_offset", pa.int64(), "BIGINT"),
+    ("epoch", pa.int32(), "INT"),
+    ("append_time", pa.timestamp("us", tz="UTC"), "TIMESTAMP"),
+    ("record_type", pa.string(), "STRING"),
+    ("version", pa.int32(), "INT"),
+    ("topic_id", pa.string(), "STRING"),
+    ("topic_name", pa.string(), "STRING"),
+    ("partition_id", pa.int32(), "INT"),
+    ("broker_id", pa.int32(), "INT"),
+    ("resource_type", pa.string(), "STRING"),
+    ("resource_name", pa.string(), "STRING"),
+    ("principal", pa.string(), "STRING"),
+    ("client_address", pa.string(), "STRING"),
+    ("request_id", pa.string(), "STRING"),
+    ("is_control", pa.bool_(), "BOOLEAN"),
+    # "segment" or "snapshot", and the file's base name: where the row came from.
+    ("source", pa.string(), "STRING"),
+    ("file", pa.string(), "STRING"),
+    ("record_json", pa.string(), "STRING"),
+)
+
+CORRUPT_COLUMN = "_corrupt"
+
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in _COLUMNS)
+
+
+def arrow_schema(permissive: bool = False) -> pa.Schema:
+    """The Arrow schema the reader yields (with `_corrupt` last in permissive mode)."""
+    fields = [pa.field(name, typ, nullable=True) for name, typ, _ in _COLUMNS]
+    if permissive:
+        fields.append(pa.field(CORRUPT_COLUMN, pa.string(), nullable=True))
+    return pa.schema(fields)
+
+
+def ddl_schema(permissive: bool = False) -> str:
+    """The same schema as a Spark DDL string (what `DataSource.schema` returns)."""
+    cols = [f"`{name}` {sql}" for name, _, sql in _COLUMNS]
+    if permissive:
+        cols.append(f"`{CORRUPT_COLUMN}` STRING")
+    return ", ".join(cols)

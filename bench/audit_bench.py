@@ -1,0 +1,170 @@
+"""Spark audit benchmark: scan and full audit of a large generated log, local[1] vs local[2].
+
+    .venv/bin/python bench/audit_bench.py --records 10000000 [--dir DIR] [--keep]
+
+Writes `--records` valid records with the real encoders (controller.records +
+SegmentedLog: real batches, CRCs, 32 MiB segments), then, for local[1] and local[2]
+in the same run: (1) a full scan (every column materialised: sum of JSON lengths),
+(2) the full audit (`analytics.report.run_audit`: every audit section, every
+invariant, the plots). Prints records/s per core and the speed-up.
+
+The log is a busy cluster's mix: mostly PartitionChange (ISR shrink/expand, leader
+moves) over 2,000 topics x 8 partitions, broker fencing/unfencing, no-ops, configs,
+a few topic creations. Records come from a pool of 50,000 distinct encoded records
+cycled through (generation time only; every record is still parsed by the scan).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from controller.records import (
+    BrokerIdList,
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    NoOpRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+    encode_record,
+    make_record,
+)
+from controller.records import metadata_pb2 as pb
+from controller.storage.batch import BatchOrigin
+from controller.storage.log import LogConfig, SegmentedLog
+
+BROKERS = 12
+TOPICS = 2_000
+PARTITIONS = 8
+
+
+def _pool(rng: random.Random, topic_ids: list[str], replicas: dict[tuple[str, int], list[int]],
+          size: int) -> list[bytes]:
+    out: list[bytes] = []
+    for _ in range(size):
+        r = rng.random()
+        tid = rng.choice(topic_ids)
+        if r < 0.75:
+            # Valid changes: the ISR keeps the first replica (the leader) and is within
+            # the replicas, so the invariants hold and the audit reports nothing.
+            part = rng.randrange(PARTITIONS)
+            reps = replicas[(tid, part)]
+            isr = [reps[0], *rng.sample(reps[1:], rng.randint(0, 2))]
+            change = PartitionChangeRecord(topic_id=tid, partition_id=part,
+                                           isr=BrokerIdList(ids=isr))
+            if rng.random() < 0.3:
+                change.leader = reps[0]
+            out.append(encode_record(make_record(change)))
+        elif r < 0.85:
+            fence = rng.choice([pb.FENCE_CHANGE_FENCE, pb.FENCE_CHANGE_UNFENCE])
+            out.append(encode_record(make_record(BrokerRegistrationChangeRecord(
+                broker_id=rng.randrange(BROKERS), broker_epoch=rng.randrange(BROKERS),
+                fenced=fence))))
+        elif r < 0.95:
+            out.append(encode_record(make_record(NoOpRecord())))
+        else:
+            out.append(encode_record(make_record(ConfigRecord(
+                resource_type=pb.CONFIG_RESOURCE_TYPE_TOPIC,
+                resource_name=f"topic-{rng.randrange(TOPICS)}", name="retention.ms",
+                value=str(rng.randrange(10**9))))))
+    return out
+
+
+def write_log(directory: Path, records: int, seed: int = 7) -> float:
+    rng = random.Random(seed)
+    started = time.monotonic()
+    log = SegmentedLog.open(directory / "metadata", LogConfig(segment_bytes=32 * 1024 * 1024))
+    now = 1_700_000_000_000
+    # A real beginning: brokers registered at their own offsets, topics and partitions.
+    head = [make_record(RegisterBrokerRecord(broker_id=b, incarnation_id=str(uuid.uuid4()),
+                                             broker_epoch=b, fenced=True))
+            for b in range(BROKERS)]
+    log.append_records(1, now, [encode_record(r) for r in head], BatchOrigin())
+    topic_ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(TOPICS)]
+    replicas: dict[tuple[str, int], list[int]] = {}
+    for t, tid in enumerate(topic_ids):
+        recs = [make_record(TopicRecord(name=f"topic-{t}", topic_id=tid))]
+        for p in range(PARTITIONS):
+            reps = replicas[(tid, p)] = rng.sample(range(BROKERS), 3)
+            recs.append(make_record(PartitionRecord(topic_id=tid, partition_id=p, replicas=reps,
+                                                    isr=reps, leader=reps[0])))
+        log.append_records(1, now, [encode_record(r) for r in recs],
+                           BatchOrigin("admin", "ipv4:10.0.0.1:1", f"create-{t}"))
+    pool = _pool(rng, topic_ids, replicas, 50_000)
+    i = 0
+    while log.end_offset < records:
+        n = min(rng.randint(1, 200), records - log.end_offset)
+        batch = [pool[(i + k) % len(pool)] for k in range(n)]
+        i += n
+        now += 50
+        log.append_records(1, now, batch, BatchOrigin())
+    log.flush()
+    log.close()
+    return time.monotonic() - started
+
+
+def run(log_dir: Path, cores: int, out: Path) -> tuple[float, float]:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    import analytics
+    from analytics.report import run_audit
+
+    spark = (SparkSession.builder.master(f"local[{cores}]").appName("audit-bench")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", str(4 * cores))
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.driver.memory", "6g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    analytics.register(spark)
+    df = spark.read.format("metakraft").load(str(log_dir))
+    df.agg(F.count("*")).collect()  # warm-up: Python workers, first-query cost
+    t = time.monotonic()
+    row = df.agg(F.count("*"), F.sum(F.length("record_json")), F.max("offset")).first()
+    scan = time.monotonic() - t
+    assert row is not None
+    print(f"local[{cores}] scan: {row[0]} records in {scan:.1f} s "
+          f"({row[0] / scan / cores:,.0f} records/s per core)", flush=True)
+    t = time.monotonic()
+    violations = run_audit(spark, str(log_dir), out, lambda m: print(f"  {m}", flush=True))
+    audit_s = time.monotonic() - t
+    print(f"local[{cores}] full audit: {audit_s:.1f} s; violations {violations}", flush=True)
+    spark.stop()
+    return scan, audit_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--dir", type=Path, default=None, help="where to write the log")
+    parser.add_argument("--keep", action="store_true", help="keep the generated log")
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    root = args.dir or Path(tempfile.mkdtemp(prefix="audit-bench-"))
+    try:
+        if not (root / "metadata").is_dir():
+            took = write_log(root, args.records)
+            print(f"wrote {args.records:,} records in {took:.1f} s to {root}", flush=True)
+        results = {c: run(root, c, root / f"report-{c}") for c in (1, 2)}
+        (s1, a1), (s2, a2) = results[1], results[2]
+        print(f"speed-up local[2]/local[1]: scan {s1 / s2:.2f}x, audit {a1 / a2:.2f}x")
+    finally:
+        if not args.keep and args.dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""`metakraft audit --log-dir DIR [--master URL] [--out DIR]`: the Spark audit report.
+
+pyspark is imported inside the command, not at module level: every `metakraft`
+invocation imports this module, and starting the CLI must not pay for (or need)
+Spark and Java.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+
+import click
+
+
+def _java_problem() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    java = shutil.which("java", path=os.path.join(home, "bin")) if home else shutil.which("java")
+    if java is None:
+        return "the Spark audit needs Java: install a JDK 17+ and put `java` on PATH " \
+               "(or set JAVA_HOME)"
+    return None
+
+
+@click.command()
+@click.option("--log-dir", "log_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="A controller's data directory (holding metadata/) or its metadata/ dir.")
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master URL, e.g. spark://host:7077 for a standalone cluster.")
+@click.option("--out", "out_dir", default="audit-report", show_default=True,
+              type=click.Path(file_okay=False), help="Directory for report.md and the plots.")
+@click.option("--snapshots/--no-snapshots", default=False, show_default=True,
+              help="Also read the snapshot files (for state at offsets below the log start).")
+def audit(log_dir: str, master: str, out_dir: str, snapshots: bool) -> None:
+    """Audit a metadata log with Spark: history, invariants, report with plots.
+
+    Exits 1 when an invariant is violated, 2 when the audit could not run.
+    """
+    problem = _java_problem()
+    if problem is not None:
+        click.echo(f"error: {problem}", err=True)
+        sys.exit(2)
+    # Executors must run this interpreter (it has pyarrow and this package).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    started = time.monotonic()
+
+    def progress(message: str) -> None:
+        click.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
+
+    progress(f"starting Spark ({master})")
+    from pyspark.sql import SparkSession
+
+    from analytics.report import run_audit
+
+    spark = (SparkSession.builder.master(master).appName("metakraft-audit")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.session.timeZone", "UTC")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    violations = run_audit(spark, os.path.abspath(log_dir), out_dir, progress,
+                           snapshots=snapshots)
+    bad = {name: n for name, n in violations.items() if n}
+    for name, n in violations.items():
+        click.echo(f"{'VIOLATED' if n else 'ok':>8}  {name}" + (f" ({n} rows)" if n else ""))
+    if bad:
+        sys.exit(1)

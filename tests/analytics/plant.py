@@ -1,0 +1,43 @@
+"""Plant records in a copy of a log, with the real record and batch encoders (valid CRCs).
+
+The planted batch goes into a new segment file after the last one, written with
+`encode_batch` directly rather than through `SegmentedLog.append`: the log refuses
+some of the damage we want to plant (a Raft epoch going back), and the point is a
+log that is well-formed on disk but wrong in meaning.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from controller.records import encode_record, make_record
+from controller.records.registry import RecordPayload
+from controller.storage.batch import BatchOrigin, RecordBatch, encode_batch
+from controller.storage.segment import parse_segment_file_name
+
+PLANTER = BatchOrigin("mallory", "ipv4:10.6.6.6:666", "planted")
+
+
+def copy_log(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def end_offset(log_dir: Path) -> int:
+    from controller.storage.batch import iter_batches
+
+    last = max((p for p in (log_dir / "metadata").iterdir()
+                if parse_segment_file_name(p.name) is not None), key=lambda p: p.name)
+    batches = iter_batches(last.read_bytes())
+    return batches[-1].next_offset
+
+
+def plant(log_dir: Path, payloads: list[RecordPayload], *, epoch: int = 2,
+          time_ms: int = 1_700_000_100_000) -> int:
+    """Append one batch of `payloads` in a new segment; returns its base offset."""
+    base = end_offset(log_dir)
+    batch = RecordBatch(base, epoch, time_ms, False, PLANTER,
+                        tuple(encode_record(make_record(p)) for p in payloads))
+    (log_dir / "metadata" / f"{base:020d}.log").write_bytes(encode_batch(batch))
+    return base

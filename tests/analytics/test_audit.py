@@ -1,0 +1,159 @@
+"""Every audit answer checked against the scripted history and the controller's replay."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import analytics
+from analytics import audit
+from tests.analytics.history import Known
+from tests.analytics.replay import replay_steps
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def df(spark: Any, log_dir: tuple[Path, Known]) -> Any:
+    frame = analytics.load(spark, str(log_dir[0]))
+    return frame.cache()
+
+
+def test_topic_lifecycle_who_when_epoch(df: Any, log_dir: tuple[Path, Known]) -> None:
+    known = log_dir[1]
+    rows = [(r.topic_name, r.event, r.partitions, r.principal, r.epoch, r.request_id)
+            for r in audit.topic_lifecycle(df).collect()]
+    assert rows == [
+        ("orders", "created", 3, "alice", 1, "req-a"),
+        ("logs", "created", 2, "bob", 1, "req-b"),
+        ("fragile", "created", 1, "alice", 1, "req-a"),
+        ("orders", "partitions_added", 1, "alice", 1, "req-a"),
+        ("logs", "deleted", 0, "bob", known.failover_epoch, "req-b"),
+    ]
+
+
+def test_partition_states_equal_replay_after_every_record(
+        df: Any, log_dir: tuple[Path, Known]) -> None:
+    got = {(r.offset): r for r in audit.partition_states(df).collect()}
+    checked = 0
+    for offset, rec, state in replay_steps(log_dir[0]):
+        kind = rec.WhichOneof("record")
+        if kind not in ("partition", "partition_change"):
+            continue
+        payload = getattr(rec, kind)
+        want = state.replication.partition(payload.topic_id, payload.partition_id)
+        row = got[offset]
+        assert want is not None
+        assert (row.replicas, row.isr, row.leader, row.leader_epoch, row.partition_epoch,
+                row.adding_replicas, row.removing_replicas) == (
+            list(want.replicas), list(want.isr), want.leader, want.leader_epoch,
+            want.partition_epoch, list(want.adding_replicas), list(want.removing_replicas)
+        ), offset
+        checked += 1
+    assert checked == len(got) > 20
+
+
+def _replayed_leader_moves(root: Path) -> list[tuple[int, str, int, int, int]]:
+    """(offset, topic_id, partition, old leader, new leader) from the replay."""
+    moves, leaders = [], {}
+    for offset, rec, state in replay_steps(root):
+        kind = rec.WhichOneof("record")
+        if kind not in ("partition", "partition_change"):
+            continue
+        p = getattr(rec, kind)
+        now = state.replication.partition(p.topic_id, p.partition_id)
+        assert now is not None
+        key = (p.topic_id, p.partition_id)
+        if key in leaders and leaders[key] != now.leader:
+            moves.append((offset, p.topic_id, p.partition_id, leaders[key], now.leader))
+        leaders[key] = now.leader
+    return moves
+
+
+def test_leader_history_and_churn(df: Any, log_dir: tuple[Path, Known]) -> None:
+    moves = _replayed_leader_moves(log_dir[0])
+    hist = audit.leader_history(df).where("prev_leader IS NOT NULL").collect()
+    assert [(r.offset, r.topic_id, r.partition_id, r.prev_leader, r.leader) for r in hist] == moves
+    per_part = Counter((m[1], m[2]) for m in moves)
+    churn = {(r.topic_id, r.partition_id): r.leader_changes
+             for r in audit.leader_churn_per_partition(df).collect()}
+    assert churn == dict(per_part)
+    gained = Counter(m[4] for m in moves if m[4] >= 0)
+    lost = Counter(m[3] for m in moves if m[3] >= 0)
+    per_broker = {r.broker_id: (r.gained, r.lost)
+                  for r in audit.leader_churn_per_broker(df).collect()}
+    assert per_broker == {b: (gained[b], lost[b]) for b in set(gained) | set(lost)}
+
+
+def test_isr_shrinks_and_expansions(df: Any, log_dir: tuple[Path, Known]) -> None:
+    rows = audit.isr_changes(df).collect()
+    # Broker 2 died in epoch 1: every ISR it was in shrank, by the controller itself.
+    first = [r for r in rows if r.epoch == 1]
+    assert first and all(r.kind == "shrink" and r.removed == [2] and r.principal is None
+                         for r in first)
+    # ...and it came back under the new controller, expanding the same ISRs.
+    back = [r for r in rows if r.principal == "broker-2"]
+    assert {(r.topic_id, r.partition_id) for r in back} == {
+        (r.topic_id, r.partition_id) for r in first}
+    assert all(r.kind == "expand" and r.added == [2] for r in back)
+    assert Counter(r.kind for r in rows)["both"] == 2  # reassignment end, unclean election
+
+
+def test_broker_timeline_and_fencing(df: Any, log_dir: tuple[Path, Known]) -> None:
+    known = log_dir[1]
+    events = [(r.broker_id, r.event, r.principal) for r in audit.broker_timeline(df).collect()
+              if r.event in ("fenced", "unfenced") and r.offset > 9]
+    assert events == [(2, "fenced", None), (2, "unfenced", "broker-2"), (3, "fenced", None),
+                      (1, "fenced", None), (3, "unfenced", "broker-3"),
+                      (1, "unfenced", "broker-1")]
+    regs = {r.broker_id: r.broker_epoch for r in audit.broker_timeline(df).collect()
+            if r.event == "registered"}
+    assert regs == known.broker_epochs
+    intervals = [(r.broker_id, r.cause, r.ended_by) for r in audit.fencing_intervals(df).collect()
+                 if r.cause == "fenced"]
+    assert intervals == [(2, "fenced", "unfenced"), (3, "fenced", "unfenced"),
+                         (1, "fenced", "unfenced")]
+
+
+def test_config_history_old_to_new(df: Any) -> None:
+    rows = [(r.resource_type, r.resource_name, r.key, r.old_value, r.new_value, r.op,
+             r.principal) for r in audit.config_history(df).collect()]
+    assert rows == [
+        ("topic", "orders", "retention.ms", None, "1000", "set", "alice"),
+        ("topic", "orders", "retention.ms", "1000", "2000", "set", "alice"),
+        ("topic", "orders", "retention.ms", "2000", None, "delete", "alice"),
+    ]
+
+
+def test_reassignment_start_end_duration(df: Any, log_dir: tuple[Path, Known]) -> None:
+    rows = audit.reassignments(df).collect()
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r.topic_name, r.partition_id, r.original, r.target, r.outcome, r.started_by) == (
+        "logs", 0, [1, 0], [1, 3], "completed", "bob")
+    assert r.end_offset > r.start_offset and r.duration_s == pytest.approx(2.0)
+
+
+def test_elections_per_epoch_and_unclean(df: Any, log_dir: tuple[Path, Known]) -> None:
+    known = log_dir[1]
+    moves = _replayed_leader_moves(log_dir[0])
+    rows = audit.elections_per_epoch(df).collect()
+    assert [(r.epoch, r.controller_id) for r in rows] == [(1, 1), (known.failover_epoch, 2)]
+    assert sum(r.leader_elections for r in rows) == len(moves)
+    assert [r.unclean_elections for r in rows] == [0, 1]
+    unclean = audit.unclean_elections(df).collect()
+    assert [(r.topic_name, r.partition_id, r.leader, r.isr, r.principal) for r in unclean] == [
+        ("fragile", 0, 3, [3], "alice")]
+
+
+def test_records_per_type_over_time(df: Any, log_dir: tuple[Path, Known]) -> None:
+    want = Counter(rec.WhichOneof("record") for _, rec, _ in replay_steps(log_dir[0]))
+    rows = audit.records_per_type(df, "1 minute").collect()
+    got: Counter[str] = Counter()
+    for r in rows:
+        got[r.record_type] += r.records
+    assert got == want
+    assert len({r.bucket_start for r in rows}) >= 2

@@ -1,0 +1,44 @@
+"""`metakraft audit`: registered, starts without importing pyspark, and its verdict."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli.main import cli
+from controller.records import PartitionChangeRecord
+from tests.analytics.history import Known
+from tests.analytics.plant import copy_log, plant
+
+
+def test_audit_is_registered_and_cli_import_does_not_load_spark() -> None:
+    code = ("import sys; import controller.cli.main; "
+            "sys.exit(1 if any(m.startswith('pyspark') for m in sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+    result = CliRunner().invoke(cli, ["audit", "--help"])
+    assert result.exit_code == 0 and "--log-dir" in result.output and "--master" in result.output
+
+
+@pytest.mark.spark
+def test_audit_report_and_exit_1_on_violation(spark: Any, log_dir: tuple[Path, Known],
+                                              tmp_path: Path) -> None:
+    copy = copy_log(log_dir[0], tmp_path / "log")
+    plant(copy, [PartitionChangeRecord(topic_id=log_dir[1].topic_ids["orders"],
+                                       partition_id=0, leader=0)])
+    out = tmp_path / "report"
+    # In-process: the command's getOrCreate returns the test session (one JVM per run).
+    result = CliRunner().invoke(cli, ["audit", "--log-dir", str(copy), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "invariant: leader_in_isr_subset_replicas" in result.output  # progress
+    report = (out / "report.md").read_text()
+    assert "leader_in_isr_subset_replicas: **1 violating rows**" in report
+    assert report.count("violating rows") == 1
+    assert {p.name for p in out.glob("*.png")} == {
+        "records_per_type.png", "leader_changes_per_broker.png",
+        "broker_fencing_timeline.png", "invariant_violations.png"}
+    assert "VIOLATED  leader_in_isr_subset_replicas" in result.output

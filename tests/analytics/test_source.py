@@ -1,0 +1,65 @@
+"""The `metakraft` Spark data source on the real log."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analytics.schema import COLUMN_NAMES
+from tests.analytics.history import Known
+
+pytestmark = pytest.mark.spark
+
+
+def test_schema_and_one_partition_per_segment(spark: Any, log_dir: tuple[Path, Known]) -> None:
+    root, known = log_dir
+    df = spark.read.format("metakraft").load(str(root))
+    assert tuple(df.columns) == COLUMN_NAMES
+    assert dict(df.dtypes)["append_time"] == "timestamp"
+    assert df.rdd.getNumPartitions() == known.segment_count
+    offsets = [r.offset for r in df.select("offset").orderBy("offset").collect()]
+    assert offsets == list(range(known.end_offset))
+
+
+def test_snapshots_and_offset_range(spark: Any, log_dir: tuple[Path, Known]) -> None:
+    root, known = log_dir
+    with_snap = spark.read.format("metakraft").option("snapshots", "true").load(str(root))
+    snap = with_snap.where("source = 'snapshot'")
+    assert snap.count() > 0
+    assert {r.offset for r in snap.select("offset").distinct().collect()} == {
+        known.snapshot_offset}
+    ranged = (spark.read.format("metakraft").option("startOffset", 10)
+              .option("endOffset", 20).load(str(root)))
+    assert sorted(r.offset for r in ranged.select("offset").collect()) == list(range(10, 20))
+
+
+def test_origin_and_topic_names(spark: Any, log_dir: tuple[Path, Known]) -> None:
+    import analytics
+
+    root, known = log_dir
+    df = analytics.load(spark, str(root))
+    orders = known.topic_ids["orders"]
+    rows = df.where(f"topic_id = '{orders}'").select("record_type", "topic_name").collect()
+    assert {r.topic_name for r in rows} == {"orders"}
+    assert {r.record_type for r in rows} >= {"topic", "partition", "partition_change"}
+    created = df.where("record_type = 'topic' AND topic_name = 'logs'").first()
+    assert (created.principal, created.client_address, created.request_id) == (
+        "bob", "ipv4:10.0.0.6:4200", "req-b")
+
+
+def test_corrupt_log_fails_naming_file_or_reports_in_column(
+        spark: Any, log_dir: tuple[Path, Known], tmp_path: Path) -> None:
+    copy = tmp_path / "bad"
+    shutil.copytree(log_dir[0], copy)
+    seg = sorted((copy / "metadata").glob("*.log"))[1]
+    data = bytearray(seg.read_bytes())
+    data[60] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    with pytest.raises(Exception, match=seg.name):
+        spark.read.format("metakraft").load(str(copy)).count()
+    df = spark.read.format("metakraft").option("mode", "permissive").load(str(copy))
+    bad = df.where("_corrupt IS NOT NULL").collect()
+    assert len(bad) == 1 and seg.name in bad[0]["_corrupt"]
