@@ -18,6 +18,14 @@ import attrs
 from controller.quorum.driver_config import DriverConfig
 from controller.storage.errors import MetaPropertiesError
 from controller.storage.meta_properties import check_meta_properties
+from controller.toml_config import (
+    ConfigError,
+    host_port,
+    reject_unknown,
+    require_int,
+    require_str,
+    sub_table,
+)
 
 EXAMPLE_CONFIG = """\
 # metakraft broker agent configuration (TOML). Start with:
@@ -49,8 +57,8 @@ format = "kv"                   # "kv" (key=value) or "json", one line per event
 """
 
 
-class BrokerConfigError(ValueError):
-    """The config file is unusable; the message names the key and what to do."""
+# One error type for every config file (controller.toml_config raises it too).
+BrokerConfigError = ConfigError
 
 
 _TOP_KEYS = ("broker_id", "cluster_id", "data_dir", "listen", "rack", "controllers", "broker",
@@ -81,41 +89,14 @@ class BrokerConfig:
         return config
 
 
-def _int(table: Mapping[str, Any], key: str, where: str, *, minimum: int) -> int:
-    value = table[key]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise BrokerConfigError(f"{where}{key}: expected an integer, got {value!r}")
-    if value < minimum:
-        raise BrokerConfigError(f"{where}{key}: must be >= {minimum}, got {value}")
-    return value
 
 
-def _str(table: Mapping[str, Any], key: str, where: str = "") -> str:
-    value = table[key]
-    if not isinstance(value, str) or not value:
-        raise BrokerConfigError(f"{where}{key}: expected a non-empty string, got {value!r}")
-    return value
 
 
-def _table(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = doc.get(key, {})
-    if not isinstance(value, dict):
-        raise BrokerConfigError(f"[{key}] must be a table")
-    return value
 
 
-def _no_unknown(table: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        raise BrokerConfigError(f"{where}unknown key(s) {', '.join(unknown)}; known keys: "
-                                f"{', '.join(sorted(known))}")
 
 
-def _host_port(text: str, where: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise BrokerConfigError(f"{where}: expected HOST:PORT, got {text!r}")
-    return text
 
 
 def _controllers(doc: Mapping[str, Any]) -> dict[int, str]:
@@ -123,13 +104,13 @@ def _controllers(doc: Mapping[str, Any]) -> dict[int, str]:
         raise BrokerConfigError(
             'missing [controllers] table: id = "host:port" for every controller voter')
     out: dict[int, str] = {}
-    for key, address in _table(doc, "controllers").items():
+    for key, address in sub_table(doc, "controllers").items():
         if not key.isdigit():
             raise BrokerConfigError(f"controllers.{key}: a controller id must be a "
                                     "non-negative integer")
         if not isinstance(address, str):
             raise BrokerConfigError(f'controllers.{key}: expected "host:port", got {address!r}')
-        out[int(key)] = _host_port(address, f"controllers.{key}")
+        out[int(key)] = host_port(address, f"controllers.{key}")
     if not out:
         raise BrokerConfigError("[controllers] is empty: list every controller voter")
     return out
@@ -141,34 +122,34 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BrokerConfigError(f"not valid TOML: {exc}") from None
-    _no_unknown(doc, _TOP_KEYS, "")
+    reject_unknown(doc, _TOP_KEYS, "")
     for key in ("broker_id", "cluster_id", "data_dir", "listen"):
         if key not in doc:
             raise BrokerConfigError(f"missing required key {key!r} (see --print-example)")
-    broker_id = _int(doc, "broker_id", "", minimum=0)
-    cluster_id = _str(doc, "cluster_id")
-    data_dir = Path(_str(doc, "data_dir"))
+    broker_id = require_int(doc, "broker_id", "", minimum=0)
+    cluster_id = require_str(doc, "cluster_id")
+    data_dir = Path(require_str(doc, "data_dir"))
     if not data_dir.is_absolute():
         data_dir = (path.parent / data_dir).resolve()
-    listen = _host_port(_str(doc, "listen"), "listen")
-    rack = _str(doc, "rack") if "rack" in doc else None
+    listen = host_port(require_str(doc, "listen"), "listen")
+    rack = require_str(doc, "rack") if "rack" in doc else None
     controllers = _controllers(doc)
     if broker_id in controllers:
         raise BrokerConfigError(
             f"broker_id {broker_id} is also a controller voter id ({sorted(controllers)}): "
             "the broker's metadata observer uses its broker id as Raft node id, so the ids "
             "must differ (e.g. controllers 3000+, brokers 1, 2, 3)")
-    broker = _table(doc, "broker")
-    _no_unknown(broker, _BROKER_KEYS, "broker.")
-    values = {k: _int(broker, k, "broker.", minimum=1) for k in _BROKER_KEYS if k in broker}
-    logging_table = _table(doc, "logging")
-    _no_unknown(logging_table, ("level", "format"), "logging.")
-    level = _str(logging_table, "level", "logging.").upper() if "level" in logging_table \
+    broker = sub_table(doc, "broker")
+    reject_unknown(broker, _BROKER_KEYS, "broker.")
+    values = {k: require_int(broker, k, "broker.", minimum=1) for k in _BROKER_KEYS if k in broker}
+    logging_table = sub_table(doc, "logging")
+    reject_unknown(logging_table, ("level", "format"), "logging.")
+    level = require_str(logging_table, "level", "logging.").upper() if "level" in logging_table \
         else "INFO"
     if level not in _LOG_LEVELS:
         raise BrokerConfigError(f"logging.level: expected one of {', '.join(_LOG_LEVELS)}, "
                                 f"got {level!r}")
-    log_format = _str(logging_table, "format", "logging.") if "format" in logging_table \
+    log_format = require_str(logging_table, "format", "logging.") if "format" in logging_table \
         else "kv"
     if log_format not in ("kv", "json"):
         raise BrokerConfigError(f'logging.format: expected "kv" or "json", got {log_format!r}')

@@ -14,7 +14,7 @@ Not thread-safe; the past is read-only.
 from __future__ import annotations
 
 import heapq
-from collections.abc import ItemsView, Iterator, KeysView, ValuesView
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from sortedcontainers import SortedDict
@@ -37,7 +37,11 @@ def _in_range(key: object, minimum: object, maximum: object, inclusive: tuple[bo
 
 
 class TimelineSortedMap(BaseTimelineMap[K, V]):
-    """A sorted map with history; keys must be mutually comparable."""
+    """A sorted map with history; keys must be mutually comparable.
+
+    `keys`, `items` and `values` (inherited) iterate in key order at every epoch:
+    the latest state is a SortedDict and `_state_at` fills its dict in key order.
+    """
 
     __slots__ = ()
 
@@ -77,24 +81,6 @@ class TimelineSortedMap(BaseTimelineMap[K, V]):
     def last_key(self, epoch: int | None = None) -> K | None:
         """The largest key (at ``epoch`` if given), or None when empty."""
         return next(self._merged_keys(epoch, None, None, (True, True), True), None)
-
-    def keys(self, epoch: int | None = None) -> KeysView[K]:
-        """In key order. Latest: the live view. At an epoch: a view of a stable copy."""
-        if epoch is None:
-            return self._data.keys()
-        return self._state_at(epoch).keys()
-
-    def items(self, epoch: int | None = None) -> ItemsView[K, V]:
-        """In key order. Latest: the live view. At an epoch: a view of a stable copy."""
-        if epoch is None:
-            return self._data.items()
-        return self._state_at(epoch).items()
-
-    def values(self, epoch: int | None = None) -> ValuesView[V]:
-        """In key order. Latest: the live view. At an epoch: a view of a stable copy."""
-        if epoch is None:
-            return self._data.values()
-        return self._state_at(epoch).values()
 
     def _merged_keys(
         self,

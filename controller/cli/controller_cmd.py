@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from controller.quorum_controller.config_file import EXAMPLE_CONFIG, ConfigError, load_config
+from controller.quorum_controller.config_file import EXAMPLE_CONFIG, load_config
+from controller.toml_config import ConfigError
 
 
 @click.command("controller")

@@ -20,6 +20,14 @@ from controller.quorum.driver_config import DriverConfig
 from controller.quorum_controller.ports import ControllerSettings
 from controller.storage.errors import MetaPropertiesError
 from controller.storage.meta_properties import check_meta_properties
+from controller.toml_config import (
+    ConfigError,
+    host_port,
+    reject_unknown,
+    require_int,
+    require_str,
+    sub_table,
+)
 
 EXAMPLE_CONFIG = """\
 # metakraft controller configuration (TOML). Start with:
@@ -65,10 +73,6 @@ port = 9108                     # 0 picks a free port (logged at start)
 """
 
 
-class ConfigError(ValueError):
-    """The config file is unusable; the message names the key and what to do."""
-
-
 _RAFT_KEYS = ("election_timeout_ms", "fetch_max_wait_ms", "request_timeout_ms",
               "check_quorum_timeout_ms")
 _CONTROLLER_KEYS = ("session_timeout_ms", "max_queued_events", "max_items_per_request",
@@ -91,54 +95,27 @@ class DaemonConfig:
     metrics_port: int | None = None
 
 
-def _int(table: Mapping[str, Any], key: str, where: str, *, minimum: int = 1) -> int:
-    value = table[key]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{where}{key}: expected an integer, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{where}{key}: must be >= {minimum}, got {value}")
-    return value
 
 
-def _str(table: Mapping[str, Any], key: str, where: str = "") -> str:
-    value = table[key]
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}{key}: expected a non-empty string, got {value!r}")
-    return value
 
 
-def _table(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = doc.get(key, {})
-    if not isinstance(value, dict):
-        raise ConfigError(f"[{key}] must be a table")
-    return value
 
 
-def _no_unknown(table: Mapping[str, Any], known: set[str] | tuple[str, ...], where: str) -> None:
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        raise ConfigError(f"{where}unknown key(s) {', '.join(unknown)}; known keys: "
-                          f"{', '.join(sorted(known))}")
 
 
-def _host_port(text: str, where: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{where}: expected HOST:PORT, got {text!r}")
-    return text
 
 
 def _voters(doc: Mapping[str, Any]) -> dict[int, str]:
     if "voters" not in doc:
         raise ConfigError("missing [voters] table: id = \"host:port\" for every controller")
-    table = _table(doc, "voters")
+    table = sub_table(doc, "voters")
     voters: dict[int, str] = {}
     for key, address in table.items():
         if not key.isdigit():
             raise ConfigError(f"voters.{key}: a voter id must be a non-negative integer")
         if not isinstance(address, str):
             raise ConfigError(f"voters.{key}: expected \"host:port\", got {address!r}")
-        voters[int(key)] = _host_port(address, f"voters.{key}")
+        voters[int(key)] = host_port(address, f"voters.{key}")
     if not voters:
         raise ConfigError("[voters] is empty: list every controller as id = \"host:port\"")
     return voters
@@ -150,13 +127,13 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}") from None
-    _no_unknown(doc, _TOP_KEYS, "")
+    reject_unknown(doc, _TOP_KEYS, "")
     for key in ("node_id", "cluster_id", "data_dir"):
         if key not in doc:
             raise ConfigError(f"missing required key {key!r} (see --print-example)")
-    node_id = _int(doc, "node_id", "", minimum=0)
-    cluster_id = _str(doc, "cluster_id")
-    data_dir = Path(_str(doc, "data_dir"))
+    node_id = require_int(doc, "node_id", "", minimum=0)
+    cluster_id = require_str(doc, "cluster_id")
+    data_dir = Path(require_str(doc, "data_dir"))
     if not data_dir.is_absolute():
         data_dir = (path.parent / data_dir).resolve()
     voters = _voters(doc)
@@ -164,31 +141,31 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
         raise ConfigError(
             f"node_id {node_id} is not among the voters {sorted(voters)}: a controller must "
             "be a voter (observers are brokers and tools); add it to [voters] or fix node_id")
-    listen = _host_port(_str(doc, "listen"), "listen") if "listen" in doc else voters[node_id]
+    listen = host_port(require_str(doc, "listen"), "listen") if "listen" in doc else voters[node_id]
 
-    raft = _table(doc, "raft")
-    _no_unknown(raft, _RAFT_KEYS, "raft.")
-    raft_values: dict[str, Any] = {k: _int(raft, k, "raft.") for k in _RAFT_KEYS if k in raft}
-    ctl = _table(doc, "controller")
-    _no_unknown(ctl, _CONTROLLER_KEYS, "controller.")
-    ctl_values: dict[str, Any] = {k: _int(ctl, k, "controller.") for k in _CONTROLLER_KEYS if k in ctl}
-    logging_table = _table(doc, "logging")
-    _no_unknown(logging_table, ("level", "format"), "logging.")
-    level = _str(logging_table, "level", "logging.").upper() if "level" in logging_table \
+    raft = sub_table(doc, "raft")
+    reject_unknown(raft, _RAFT_KEYS, "raft.")
+    raft_values: dict[str, Any] = {k: require_int(raft, k, "raft.") for k in _RAFT_KEYS if k in raft}
+    ctl = sub_table(doc, "controller")
+    reject_unknown(ctl, _CONTROLLER_KEYS, "controller.")
+    ctl_values: dict[str, Any] = {k: require_int(ctl, k, "controller.") for k in _CONTROLLER_KEYS if k in ctl}
+    logging_table = sub_table(doc, "logging")
+    reject_unknown(logging_table, ("level", "format"), "logging.")
+    level = require_str(logging_table, "level", "logging.").upper() if "level" in logging_table \
         else "INFO"
     if level not in _LOG_LEVELS:
         raise ConfigError(f"logging.level: expected one of {', '.join(_LOG_LEVELS)}, "
                           f"got {level!r}")
-    log_format = _str(logging_table, "format", "logging.") if "format" in logging_table \
+    log_format = require_str(logging_table, "format", "logging.") if "format" in logging_table \
         else "kv"
     if log_format not in ("kv", "json"):
         raise ConfigError(f"logging.format: expected \"kv\" or \"json\", got {log_format!r}")
-    metrics = _table(doc, "metrics")
-    _no_unknown(metrics, ("address", "port"), "metrics.")
-    metrics_port = _int(metrics, "port", "metrics.", minimum=0) if "port" in metrics else None
+    metrics = sub_table(doc, "metrics")
+    reject_unknown(metrics, ("address", "port"), "metrics.")
+    metrics_port = require_int(metrics, "port", "metrics.", minimum=0) if "port" in metrics else None
     if metrics_port is not None and metrics_port > 65535:
         raise ConfigError(f"metrics.port: must be <= 65535, got {metrics_port}")
-    metrics_address = _str(metrics, "address", "metrics.") if "address" in metrics \
+    metrics_address = require_str(metrics, "address", "metrics.") if "address" in metrics \
         else "127.0.0.1"
     try:
         # evolve() re-runs the validators with the configured values.

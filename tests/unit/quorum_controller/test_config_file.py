@@ -9,13 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli.main import cli
-from controller.quorum_controller.config_file import (
-    EXAMPLE_CONFIG,
-    ConfigError,
-    load_config,
-    parse_config,
-)
+from controller.quorum_controller.config_file import EXAMPLE_CONFIG, load_config, parse_config
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
+from controller.toml_config import ConfigError
 
 CID = random_cluster_id()
 GOOD = f"""
