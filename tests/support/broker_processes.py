@@ -23,7 +23,12 @@ from typing import Any
 from broker_agent.status import get_status, status_to_dict
 from controller.api.client import AdminClient
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
-from tests.support.controller_processes import LAUNCH, REPO_ROOT, ControllerProcess
+from tests.support.controller_processes import (
+    LAUNCH,
+    REPO_ROOT,
+    ControllerProcess,
+    latest_active,
+)
 from tests.support.raft_node_process import free_ports
 
 CONTROLLER_BASE_ID = 3000
@@ -185,16 +190,7 @@ class BrokerCluster:
                 node.terminate(timeout_s=5.0)
 
     def active_controller(self) -> ControllerProcess | None:
-        best: tuple[int, ControllerProcess] | None = None
-        for node in self.controllers.values():
-            if not node.running:
-                continue
-            for line in node.log_text().splitlines():
-                if "event=controller_active" in line:
-                    epoch = int(line.split("epoch=")[1].split()[0])
-                    if best is None or epoch > best[0]:
-                        best = (epoch, node)
-        return None if best is None else best[1]
+        return latest_active(self.controllers.values())
 
     def wait_running(self, broker_ids: Iterable[int] | None = None,
                      timeout_s: float = 30.0) -> None:

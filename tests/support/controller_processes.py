@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -126,16 +127,7 @@ class ControllerCluster:
 
     def active_node(self) -> ControllerProcess | None:
         """The process whose log says it became active most recently (running only)."""
-        best: tuple[int, ControllerProcess] | None = None
-        for node in self.nodes.values():
-            if not node.running:
-                continue
-            for line in node.log_text().splitlines():
-                if "event=controller_active" in line:
-                    epoch = int(line.split("epoch=")[1].split()[0])
-                    if best is None or epoch > best[0]:
-                        best = (epoch, node)
-        return None if best is None else best[1]
+        return latest_active(self.nodes.values())
 
     def _broker_call(self, method: str, request: object) -> Any:
         """Ask every controller until one (the active one) answers; None if none did."""
@@ -162,3 +154,17 @@ class ControllerCluster:
             answer = wait_until(partial(self._broker_call, "BrokerHeartbeat", beat),
                                 timeout_s, "heartbeat")
             assert not answer.is_fenced, answer
+
+
+def latest_active(nodes: Iterable[ControllerProcess]) -> ControllerProcess | None:
+    """Of the running `nodes`, the one whose log says it became active in the newest epoch."""
+    best: tuple[int, ControllerProcess] | None = None
+    for node in nodes:
+        if not node.running:
+            continue
+        for line in node.log_text().splitlines():
+            if "event=controller_active" in line:
+                epoch = int(line.split("epoch=")[1].split()[0])
+                if best is None or epoch > best[0]:
+                    best = (epoch, node)
+    return None if best is None else best[1]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from typing import TypeVar
 
 import grpc
 
+from controller.devcluster.ports import pick_free_ports
 from controller.quorum import harness_pb2 as hpb
 from controller.quorum import harness_pb2_grpc as hpb_grpc
 from controller.raft.values import RecordBatch
@@ -31,15 +31,8 @@ T = TypeVar("T")
 
 
 def free_ports(n: int) -> list[int]:
-    """Ports free right now on loopback (bound together so they are distinct)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    """`n` distinct ports free right now on loopback (the dev cluster's own picker)."""
+    return pick_free_ports(n)
 
 
 def wait_until(cond: Callable[[], T | None], timeout_s: float, what: str,
