@@ -1,6 +1,7 @@
 """Spark audit of the metadata log (DESIGN §10; docs/analytics.md).
 
 - `register(spark)`: makes `spark.read.format("metakraft")` available;
+- `read_log(spark, log_dir, **options)`: the data source with options (no name join);
 - `load(spark, log_dir, **options)`: read + resolve topic names (the usual entry);
 - `analytics.audit`: pure DataFrame -> DataFrame audit functions;
 - `analytics.invariants`: checks returning the violating rows;
@@ -25,6 +26,15 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(MetakraftDataSource)
 
 
+def read_log(spark: SparkSession, log_dir: str, **options: str | int | bool) -> DataFrame:
+    """`spark.read.format("metakraft")` with `options` (booleans as "true"/"false")."""
+    register(spark)
+    reader = spark.read.format("metakraft")
+    for key, value in options.items():
+        reader = reader.option(key, str(value).lower() if isinstance(value, bool) else value)
+    return reader.load(log_dir)
+
+
 def load(spark: SparkSession, log_dir: str, **options: str | int | bool) -> DataFrame:
     """The log as a DataFrame with `topic_name` filled for every record of a known topic.
 
@@ -34,8 +44,4 @@ def load(spark: SparkSession, log_dir: str, **options: str | int | bool) -> Data
     """
     from analytics.audit import resolve_topic_names
 
-    register(spark)
-    reader = spark.read.format("metakraft")
-    for key, value in options.items():
-        reader = reader.option(key, str(value).lower() if isinstance(value, bool) else value)
-    return resolve_topic_names(reader.load(log_dir))
+    return resolve_topic_names(read_log(spark, log_dir, **options))

@@ -44,25 +44,53 @@ def log_rows(df: DataFrame) -> DataFrame:
     return df.where(F.col("source") == "segment")
 
 
-def resolve_topic_names(df: DataFrame) -> DataFrame:
+# Set on the `topic_name` column by `resolve_topic_names`, so resolving twice (e.g.
+# `analytics.load` and then an audit function) joins once.
+NAMES_RESOLVED = "metakraft.topic_names_resolved"
+
+
+def topic_names(df: DataFrame) -> DataFrame:
+    """The (`_tid`, `_tname`) table of the Topic records: small (one row per topic)."""
+    return (df.where(F.col("record_type") == "topic")
+            .select(F.col("topic_id").alias("_tid"), F.col("topic_name").alias("_tname"))
+            .dropDuplicates(["_tid"]))
+
+
+def resolve_topic_names(df: DataFrame, names: DataFrame | None = None) -> DataFrame:
     """Fill `topic_name` from the Topic records for rows that carry only the topic id.
 
     A join, not a reader-side lookup: a segment file does not hold the Topic records
     of every topic it mentions, and a first pass over the whole log on the driver
     would serialise the scan. Topic ids are unique for ever (a re-created topic gets
     a new id), so the join is on the id alone; the Topic table is small (broadcast).
+    `names` is `topic_names(df)` computed beforehand (e.g. cached); a DataFrame this
+    function returned is returned as it is.
     """
-    names = (df.where(F.col("record_type") == "topic")
-             .select(F.col("topic_id").alias("_tid"), F.col("topic_name").alias("_tname"))
-             .dropDuplicates(["_tid"]))
+    if df.schema["topic_name"].metadata.get(NAMES_RESOLVED):
+        return df
+    if names is None:
+        names = topic_names(df)
     joined = df.join(F.broadcast(names), df["topic_id"] == names["_tid"], "left")
     return joined.select(
-        *[F.coalesce(F.col("topic_name"), F.col("_tname")).alias("topic_name")
+        *[F.coalesce(F.col("topic_name"), F.col("_tname")).alias(
+            "topic_name", metadata={NAMES_RESOLVED: True})
           if c == "topic_name" else F.col(c) for c in df.columns])
 
 
-def _fields(df: DataFrame, ddl: str) -> Column:
-    return F.from_json(F.col("record_json"), ddl)["fields"]
+def with_fields(df: DataFrame, ddl: str) -> DataFrame:
+    """`df` plus `_f`: the record's `fields` parsed with `ddl` (see `FIELDS`).
+
+    A column of its own, then referenced: Spark does not merge a projection into the
+    next one when that would repeat an expensive expression, so each record's JSON
+    is parsed once however many fields are taken from it (written inline, every
+    `from_json(...)[name]` would parse the JSON again).
+    """
+    return df.withColumn("_f", F.from_json(F.col("record_json"), ddl)["fields"])
+
+
+def fields() -> Column:
+    """The `_f` column `with_fields` adds."""
+    return F.col("_f")
 
 
 # ------------------------------------------------------------------------ topics
@@ -76,36 +104,76 @@ def topic_lifecycle(df: DataFrame) -> DataFrame:
     client_address, request_id. Partitions created with the topic (same batch) count
     toward `created`; those in later batches are a `partitions_added` event.
     """
+    # Every event row carries its batch's columns (time, epoch, origin): no join with
+    # the whole log, only among the few topic, partition and removal records.
     log = resolve_topic_names(log_rows(df))
+    batch = ["batch_base_offset", "append_time", "epoch", *WHO]
     topics = log.where(F.col("record_type") == "topic").select(
-        "topic_id", F.col("batch_base_offset").alias("_created_batch"))
+        "topic_id", "topic_name", "offset", *batch)
+    created_in = topics.select("topic_id", F.col("batch_base_offset").alias("_created_batch"))
     parts = (log.where(F.col("record_type") == "partition")
-             .join(topics, "topic_id", "left")
-             .withColumn("event", F.when(F.col("batch_base_offset") == F.col("_created_batch"),
-                                         F.lit("created")).otherwise(F.lit("partitions_added")))
-             .groupBy("topic_id", "topic_name", "event", "batch_base_offset")
-             .agg(F.count("*").alias("partitions"), F.min("offset").alias("_first")))
-    batches = log.select("batch_base_offset", "append_time", "epoch", *WHO).dropDuplicates(
-        ["batch_base_offset"])
-    created = (log.where(F.col("record_type") == "topic")
-               .select("topic_id", "topic_name", F.lit("created").alias("event"), "offset"))
-    created = created.join(
-        parts.where(F.col("event") == "created").select("topic_id", "partitions"),
-        "topic_id", "left").fillna(0, ["partitions"])
-    added = parts.where(F.col("event") == "partitions_added").select(
-        "topic_id", "topic_name", "event", F.col("_first").alias("offset"), "partitions")
+             .select("topic_id", "topic_name", "offset", *batch)
+             .join(created_in, "topic_id", "left")
+             .groupBy("topic_id", "topic_name", *batch)
+             .agg(F.count("*").alias("partitions"), F.min("offset").alias("offset"),
+                  F.first("_created_batch").alias("_created_batch")))
+    with_topic = F.col("batch_base_offset") == F.col("_created_batch")
+    created = topics.join(
+        parts.where(with_topic).select("topic_id", "partitions"), "topic_id", "left"
+    ).fillna(0, ["partitions"]).withColumn("event", F.lit("created"))
+    added = parts.where(~with_topic | F.col("_created_batch").isNull()).withColumn(
+        "event", F.lit("partitions_added"))
     deleted = log.where(F.col("record_type") == "remove_topic").select(
-        "topic_id", "topic_name", F.lit("deleted").alias("event"), "offset",
-        F.lit(0).cast("long").alias("partitions"))
-    events = created.unionByName(added).unionByName(deleted)
-    offsets = log.select("offset", "batch_base_offset")
-    return (events.join(offsets, "offset").join(batches, "batch_base_offset")
-            .select("topic_name", "topic_id", "event", "partitions", "offset", "append_time",
-                    "epoch", *WHO)
-            .orderBy("offset"))
+        "topic_id", "topic_name", "offset", *batch, F.lit(0).cast("long").alias("partitions"),
+        F.lit("deleted").alias("event"))
+    columns = ["topic_name", "topic_id", "event", "partitions", "offset", "append_time",
+               "epoch", *WHO]
+    return (created.select(*columns).unionByName(added.select(*columns))
+            .unionByName(deleted.select(*columns)).orderBy("offset"))
 
 
 # -------------------------------------------------------------------- partitions
+
+
+_CANONICAL_CHANGE = '{"type":"partition_change","version":'
+
+
+def change_fields() -> list[Column]:
+    """A PartitionChangeRecord's fields as `_replicas`, `_isr`, `_adding`, `_removing`
+    (arrays of broker ids), `_leader` and `_recovery`; null = not set by the record.
+
+    PartitionChange records are most of a busy log, and `from_json` on each costs more
+    than the rest of `partition_states` together. The data source writes their JSON
+    in one canonical form (compact, `json.dumps` of `record_to_dict`), so the fields
+    are cut out with plain string functions: a key pattern such as `"isr":{"ids":[`
+    cannot occur inside a JSON string value (its quotes would be escaped), so the
+    first match is the field. Any other form (no canonical prefix) is parsed with
+    `from_json`, evaluated only for such rows.
+    """
+    j = F.col("record_json")
+    canonical = j.startswith(_CANONICAL_CHANGE)
+    parsed = F.from_json(j, CHANGE_JSON)["fields"]
+
+    def after(pattern: str) -> Column:
+        return F.substring_index(j, pattern, -1)
+
+    def ids(key: str) -> Column:
+        pattern = f'"{key}":{{"ids":['
+        text = F.substring_index(after(pattern), "]", 1)
+        fast = F.when(j.contains(pattern), F.when(text == "", F.array().cast("array<int>"))
+                      .otherwise(F.split(text, ",").cast("array<int>")))
+        return F.when(canonical, fast).otherwise(parsed[key]["ids"])
+
+    leader = F.substring_index(F.substring_index(after('"leader":'), ",", 1), "}", 1)
+    recovery = F.substring_index(after('"leader_recovery_state":"'), '"', 1)
+    return [
+        ids("replicas").alias("_replicas"), ids("isr").alias("_isr"),
+        ids("adding_replicas").alias("_adding"), ids("removing_replicas").alias("_removing"),
+        F.when(canonical, F.when(j.contains('"leader":'), leader.cast("int")))
+        .otherwise(parsed["leader"]).alias("_leader"),
+        F.when(canonical, F.when(j.contains('"leader_recovery_state":"'), recovery))
+        .otherwise(parsed["leader_recovery_state"]).alias("_recovery"),
+    ]
 
 
 def partition_states(df: DataFrame) -> DataFrame:
@@ -116,80 +184,93 @@ def partition_states(df: DataFrame) -> DataFrame:
     leader, recovery_state, leader_epoch, partition_epoch, prev_leader, prev_isr,
     leader_changed (a change record that moved the leader; the first Partition
     record is not a change).
+
+    One shuffle and one sort (by partition, then offset); every window below uses
+    that same order, so Spark adds no further exchange or sort. Partition records'
+    JSON is parsed once each; PartitionChange records' fields are cut out of their
+    canonical JSON (`change_fields`).
+    The result is large and the other partition audits all start from it: compute
+    it once and pass it as `states=` (the report persists it).
     """
-    rows = log_rows(resolve_topic_names(df)).where(
-        F.col("record_type").isin("partition", "partition_change"))
+    rows = log_rows(resolve_topic_names(df))
+    keep = ["offset", "append_time", "epoch", "principal", "record_type", "topic_id",
+            "topic_name", "partition_id"]
+    parts = with_fields(rows.where(F.col("record_type") == "partition"), PARTITION_JSON)
+    p = fields()
+    parts = parts.select(
+        *keep, p["replicas"].alias("_replicas"), p["isr"].alias("_isr"),
+        p["adding_replicas"].alias("_adding"), p["removing_replicas"].alias("_removing"),
+        p["leader"].alias("_leader"), p["leader_recovery_state"].alias("_recovery"),
+        p["leader_epoch"].alias("_base_le"), p["partition_epoch"].alias("_base_pe"),
+        F.col("offset").alias("_lineage"))
+    changes = rows.where(F.col("record_type") == "partition_change").select(
+        *keep, *change_fields(),
+        F.lit(None).cast("int").alias("_base_le"), F.lit(None).cast("int").alias("_base_pe"),
+        F.lit(None).cast("long").alias("_lineage"))
     is_part = F.col("record_type") == "partition"
-    p, c = _fields(rows, PARTITION_JSON), _fields(rows, CHANGE_JSON)
-
-    def pick(name: str) -> Column:
-        return F.when(is_part, p[name]).otherwise(c[name]["ids"])
-
-    rows = rows.select(
-        "offset", "append_time", "epoch", "principal", "record_type", "topic_id",
-        "topic_name", "partition_id",
-        pick("replicas").alias("_replicas"), pick("isr").alias("_isr"),
-        pick("adding_replicas").alias("_adding"), pick("removing_replicas").alias("_removing"),
-        F.when(is_part, p["leader"]).otherwise(c["leader"]).alias("_leader"),
-        F.when(is_part, p["leader_recovery_state"]).otherwise(
-            c["leader_recovery_state"]).alias("_recovery"),
-        F.when(is_part, p["leader_epoch"]).alias("_base_le"),
-        F.when(is_part, p["partition_epoch"]).alias("_base_pe"),
-        F.when(is_part, F.col("offset")).alias("_lineage"),
-    )
     w = (Window.partitionBy("topic_id", "partition_id").orderBy("offset")
          .rowsBetween(Window.unboundedPreceding, Window.currentRow))
     wl = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
-    state = rows.select(
-        *[F.col(x) for x in ("offset", "append_time", "epoch", "principal", "record_type",
-                             "topic_id", "topic_name", "partition_id")],
+
+    def since_lineage_start(counted: str) -> Column:
+        # Counted rows since the latest Partition record (the lineage start): the
+        # running count minus its value at that record (which is not itself counted).
+        return F.col(counted) - F.last(F.when(is_part, F.col(counted)), ignorenulls=True).over(w)
+
+    state = parts.unionByName(changes).select(
+        *keep,
         *[F.last(F.col("_" + n), ignorenulls=True).over(w).alias(n)
           for n in ("replicas", "isr", "adding", "removing", "leader", "recovery",
-                    "base_le", "base_pe", "lineage")],
+                    "base_le", "base_pe")],
         F.col("_leader").isNotNull().alias("_sets_leader"),
+        F.sum((~is_part).cast("int")).over(w).alias("_changes"),
     )
-    state = (state.withColumn("prev_leader", F.lag("leader").over(wl))
-             .withColumn("prev_isr", F.lag("isr").over(wl)))
+    state = state.select(
+        "*", F.lag("leader").over(wl).alias("prev_leader"),
+        F.lag("isr").over(wl).alias("prev_isr"),
+        since_lineage_start("_changes").alias("_pe_delta"))
     state = state.withColumn(
         "leader_changed",
         (F.col("record_type") == "partition_change") & F.col("_sets_leader")
         & (F.col("leader") != F.col("prev_leader")))
-    wlin = (Window.partitionBy("topic_id", "partition_id", "lineage").orderBy("offset")
-            .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    changes = F.sum(F.when(F.col("record_type") == "partition_change", 1).otherwise(0)).over(wlin)
-    moves = F.sum(F.when(F.col("leader_changed"), 1).otherwise(0)).over(wlin)
+    state = state.withColumn(
+        "_moves", F.sum(F.when(F.col("leader_changed"), 1).otherwise(0)).over(w))
     return state.select(
         "offset", "append_time", "epoch", "principal", "record_type", "topic_id",
         "topic_name", "partition_id", "replicas", "isr",
         F.col("adding").alias("adding_replicas"), F.col("removing").alias("removing_replicas"),
         "leader", F.coalesce("recovery", F.lit("LEADER_RECOVERY_STATE_RECOVERED"))
         .alias("recovery_state"),
-        (F.col("base_le") + moves).cast("int").alias("leader_epoch"),
-        (F.col("base_pe") + changes).cast("int").alias("partition_epoch"),
+        (F.col("base_le") + since_lineage_start("_moves")).cast("int").alias("leader_epoch"),
+        (F.col("base_pe") + F.col("_pe_delta")).cast("int").alias("partition_epoch"),
         "prev_leader", "prev_isr", "leader_changed")
 
 
-def leader_history(df: DataFrame) -> DataFrame:
+def _states(df: DataFrame, states: DataFrame | None) -> DataFrame:
+    return partition_states(df) if states is None else states
+
+
+def leader_history(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Every leader a partition had: its first leader and each change, in order."""
-    return (partition_states(df)
+    return (_states(df, states)
             .where((F.col("record_type") == "partition") | F.col("leader_changed"))
             .select("topic_name", "topic_id", "partition_id", "offset", "append_time", "epoch",
                     "principal", "prev_leader", "leader", "leader_epoch")
             .orderBy("offset"))
 
 
-def leader_churn_per_partition(df: DataFrame) -> DataFrame:
+def leader_churn_per_partition(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Leader changes per partition (the first leader is not a change), most first."""
-    return (partition_states(df).where(F.col("leader_changed"))
+    return (_states(df, states).where(F.col("leader_changed"))
             .groupBy("topic_name", "topic_id", "partition_id")
             .agg(F.count("*").alias("leader_changes"),
                  F.sum(F.when(F.col("leader") == -1, 1).otherwise(0)).alias("went_offline"))
             .orderBy(F.desc("leader_changes"), "topic_name", "partition_id"))
 
 
-def leader_churn_per_broker(df: DataFrame) -> DataFrame:
+def leader_churn_per_broker(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Per broker: leaderships gained and lost through leader changes."""
-    changes = partition_states(df).where(F.col("leader_changed"))
+    changes = _states(df, states).where(F.col("leader_changed"))
     gained = (changes.where(F.col("leader") >= 0).groupBy(F.col("leader").alias("broker_id"))
               .agg(F.count("*").alias("gained")))
     lost = (changes.where(F.col("prev_leader") >= 0)
@@ -199,9 +280,9 @@ def leader_churn_per_broker(df: DataFrame) -> DataFrame:
             .orderBy("broker_id"))
 
 
-def isr_changes(df: DataFrame) -> DataFrame:
+def isr_changes(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """ISR shrinks and expansions: kind ('shrink', 'expand', 'both'), added, removed."""
-    s = partition_states(df).where((F.col("record_type") == "partition_change")
+    s = _states(df, states).where((F.col("record_type") == "partition_change")
                                    & ~F.equal_null(F.col("isr"), F.col("prev_isr")))
     added = F.array_except("isr", "prev_isr")
     removed = F.array_except("prev_isr", "isr")
@@ -214,23 +295,26 @@ def isr_changes(df: DataFrame) -> DataFrame:
 
 def unclean_elections(df: DataFrame) -> DataFrame:
     """Leader elections outside the ISR: the record sets recovery state RECOVERING."""
-    rows = resolve_topic_names(log_rows(df)).where(
+    # The substring test is a cheap pre-filter (most records are not parsed at all);
+    # the parsed field decides.
+    rows = with_fields(resolve_topic_names(log_rows(df)).where(
         (F.col("record_type") == "partition_change")
-        & (_fields(df, CHANGE_JSON)["leader_recovery_state"] == RECOVERING))
-    f = _fields(rows, CHANGE_JSON)
+        & F.col("record_json").contains(RECOVERING)), CHANGE_JSON)
+    f = fields()
+    rows = rows.where(f["leader_recovery_state"] == RECOVERING)
     return rows.select("topic_name", "topic_id", "partition_id", "offset", "append_time", "epoch",
                        *WHO, f["leader"].alias("leader"), f["isr"]["ids"].alias("isr")
                        ).orderBy("offset")
 
 
-def reassignments(df: DataFrame) -> DataFrame:
+def reassignments(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Reassignments: start, end, duration, target and outcome per partition.
 
     A reassignment starts when adding/removing replicas become non-empty and ends
     when both are empty again: `completed` if the replicas are then the target,
     `cancelled` otherwise; `ongoing` (end null) if the log ends first.
     """
-    s = partition_states(df)
+    s = _states(df, states)
     moving = (F.size(F.coalesce("adding_replicas", F.array())) > 0) | (
         F.size(F.coalesce("removing_replicas", F.array())) > 0)
     wl = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
@@ -264,9 +348,15 @@ def reassignments(df: DataFrame) -> DataFrame:
 
 def broker_timeline(df: DataFrame) -> DataFrame:
     """Registrations, fencing, unfencing, controlled shutdown, unregistrations over time."""
-    rows = log_rows(df).where(F.col("record_type").isin(
-        "register_broker", "unregister_broker", "broker_registration_change"))
-    f = _fields(rows, BROKER_JSON)
+    return _broker_events(df).orderBy("offset")
+
+
+def _broker_events(df: DataFrame) -> DataFrame:
+    # `broker_timeline` unordered: a global sort is a job of its own (range sampling),
+    # wasted under a window that sorts by broker anyway.
+    rows = with_fields(log_rows(df).where(F.col("record_type").isin(
+        "register_broker", "unregister_broker", "broker_registration_change")), BROKER_JSON)
+    f = fields()
     kind = F.col("record_type")
     event = (F.when(kind == "register_broker", "registered")
              .when(kind == "unregister_broker", "unregistered")
@@ -277,13 +367,13 @@ def broker_timeline(df: DataFrame) -> DataFrame:
              .otherwise("changed"))
     return rows.select("broker_id", "offset", "append_time", "epoch", event.alias("event"),
                        f["broker_epoch"].alias("broker_epoch"),
-                       f["incarnation_id"].alias("incarnation_id"), *WHO).orderBy("offset")
+                       f["incarnation_id"].alias("incarnation_id"), *WHO)
 
 
 def fencing_intervals(df: DataFrame) -> DataFrame:
     """Per broker, each period it was fenced: from (offset/time) until unfenced (or null)."""
-    t = broker_timeline(df).where(F.col("event").isin("registered", "fenced", "unfenced",
-                                                      "unregistered"))
+    t = _broker_events(df).where(F.col("event").isin("registered", "fenced", "unfenced",
+                                                     "unregistered"))
     w = Window.partitionBy("broker_id").orderBy("offset")
     t = (t.withColumn("_next_offset", F.lead("offset").over(w))
          .withColumn("_next_time", F.lead("append_time").over(w))
@@ -302,8 +392,8 @@ def fencing_intervals(df: DataFrame) -> DataFrame:
 
 def config_history(df: DataFrame) -> DataFrame:
     """Every config change per resource and key, old value -> new value (null = deleted)."""
-    rows = log_rows(df).where(F.col("record_type") == "config")
-    f = _fields(rows, CONFIG_JSON)
+    rows = with_fields(log_rows(df).where(F.col("record_type") == "config"), CONFIG_JSON)
+    f = fields()
     rows = rows.select("offset", "append_time", "epoch", *WHO, "resource_type",
                        "resource_name", f["name"].alias("key"), f["value"].alias("new_value"))
     w = Window.partitionBy("resource_type", "resource_name", "key").orderBy("offset")
@@ -313,16 +403,16 @@ def config_history(df: DataFrame) -> DataFrame:
                     "offset", "append_time", "epoch", *WHO).orderBy("offset"))
 
 
-def elections_per_epoch(df: DataFrame) -> DataFrame:
+def elections_per_epoch(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Per Raft epoch: the controller that led it, when it started, and the partition
     leader elections (and unclean ones) its controller made."""
     log = log_rows(df)
-    lc = log.where(F.col("record_type") == "leader_change")
-    f = _fields(lc, LEADER_CHANGE_JSON)
+    lc = with_fields(log.where(F.col("record_type") == "leader_change"), LEADER_CHANGE_JSON)
+    f = fields()
     terms = lc.select("epoch", f["leader_id"].alias("controller_id"),
                       F.col("offset").alias("start_offset"),
                       F.col("append_time").alias("start_time"))
-    moves = (partition_states(df).where(F.col("leader_changed")).groupBy("epoch")
+    moves = (_states(df, states).where(F.col("leader_changed")).groupBy("epoch")
              .agg(F.count("*").alias("leader_elections")))
     unclean = unclean_elections(df).groupBy("epoch").agg(F.count("*").alias("unclean_elections"))
     records = log.groupBy("epoch").agg(F.count("*").alias("records"))

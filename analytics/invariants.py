@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from analytics.audit import BROKER_JSON, log_rows, partition_states, resolve_topic_names
+from analytics.audit import BROKER_JSON, _states, log_rows, resolve_topic_names
 
 
-def leader_in_isr_subset_replicas(df: DataFrame) -> DataFrame:
+def leader_in_isr_subset_replicas(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Partition states where the leader (if any) is not in the ISR, or the ISR is not a
     subset of the replicas, or the ISR is empty."""
-    s = partition_states(df)
+    s = _states(df, states)
     bad_leader = (F.col("leader") != -1) & ~F.array_contains("isr", F.col("leader"))
     bad_isr = F.size(F.array_except("isr", "replicas")) > 0
     empty = F.size("isr") == 0
@@ -45,22 +45,23 @@ def registration_intervals(df: DataFrame) -> DataFrame:
                    F.lit(2**63 - 1)).alias("until"))
 
 
-def replicas_registered(df: DataFrame) -> DataFrame:
+def replicas_registered(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Partition records naming a replica that is not a registered broker at that offset."""
-    s = partition_states(df).select("topic_name", "topic_id", "partition_id", "offset",
-                                    F.explode("replicas").alias("replica"))
-    regs = registration_intervals(df)
-    ok = s.join(regs, (s["replica"] == regs["broker_id"])
-                & (regs["registered_offset"] < s["offset"]) & (s["offset"] < regs["until"]),
-                "left_semi")
-    return (s.join(ok, ["topic_id", "partition_id", "offset", "replica"], "left_anti")
+    s = _states(df, states).select("topic_name", "topic_id", "partition_id", "offset",
+                                   F.explode("replicas").alias("replica"))
+    # One anti join against the (small, broadcast) registration intervals: the rows
+    # with no interval covering them. No shuffle of the exploded states.
+    regs = F.broadcast(registration_intervals(df))
+    return (s.join(regs, (s["replica"] == regs["broker_id"])
+                   & (regs["registered_offset"] < s["offset"]) & (s["offset"] < regs["until"]),
+                   "left_anti")
             .withColumn("violation", F.lit("replica is not a registered broker")))
 
 
-def epochs_increase(df: DataFrame) -> DataFrame:
+def epochs_increase(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """A Partition record restating a partition must not move its leader epoch back or
     its partition epoch back (change records cannot: replay derives their epochs)."""
-    s = partition_states(df)
+    s = _states(df, states)
     wl = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
     s = (s.withColumn("prev_leader_epoch", F.lag("leader_epoch").over(wl))
          .withColumn("prev_partition_epoch", F.lag("partition_epoch").over(wl)))
@@ -115,7 +116,11 @@ def broker_epoch_is_registration_offset(df: DataFrame) -> DataFrame:
             .withColumn("violation", F.lit("broker epoch is not the registration offset")))
 
 
-INVARIANTS: dict[str, Callable[[DataFrame], DataFrame]] = {
+# Checks that start from `audit.partition_states` and accept it precomputed (`states=`).
+USES_STATES = frozenset({"leader_in_isr_subset_replicas", "replicas_registered",
+                         "epochs_increase"})
+
+INVARIANTS: dict[str, Callable[..., DataFrame]] = {
     "leader_in_isr_subset_replicas": leader_in_isr_subset_replicas,
     "replicas_registered": replicas_registered,
     "epochs_increase": epochs_increase,

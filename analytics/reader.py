@@ -5,14 +5,15 @@ driver: which files, one Spark partition each) and `read_file` (on an executor: 
 file's rows as Arrow batches). Keeping this layer Spark-free lets the benchmark and
 the unit tests drive it directly.
 
-Batch-level columns are built once per batch and repeated (`[x] * n`), the
-record-level ones come from `analytics.rows.record_columns` as one tuple per record
-and are transposed in C with `zip(*rows)`: per record, Python does one parse, one
-field extraction and one list append.
+Batch-level columns are one value per log batch, expanded with an Arrow `take`;
+the record-level ones come from `analytics.rows.rows_of` as one tuple per record
+and are transposed in C with `zip(*rows)`. The garbage collector is paused while a
+batch is built (see `read_file`).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +21,8 @@ from pathlib import Path
 import attrs
 import pyarrow as pa
 
-from analytics.rows import record_columns
-from analytics.schema import arrow_schema
+from analytics.rows import record_columns, rows_of
+from analytics.schema import CORRUPT_COLUMN, arrow_schema
 from controller.records.codec import RecordDecodeError
 from controller.storage.batch import decode_batch
 from controller.storage.errors import CorruptBatchError, TruncatedBatchError
@@ -82,7 +83,13 @@ def plan_files(log_dir: str, *, snapshots: bool = False, start: int = 0,
 
 
 class _Builder:
-    """Accumulates columns of rows and cuts them into Arrow batches."""
+    """Accumulates rows and cuts them into Arrow batches.
+
+    Per record, Python appends one tuple (from `rows_of`); everything else is per
+    batch or per Arrow batch: a log batch is one *run* of rows sharing the
+    batch-level columns, which become one value per run and a `take` by run index
+    in Arrow, and consecutive offsets are one `range`.
+    """
 
     def __init__(self, permissive: bool, source: str, file: str) -> None:
         self.schema = arrow_schema(permissive)
@@ -91,10 +98,11 @@ class _Builder:
         self._reset()
 
     def _reset(self) -> None:
-        self.head: list[list[object]] = [[] for _ in range(6)]
+        self.offsets: list[int] = []
+        self.run_of_row: list[int] = []
+        # Per run: base, epoch, time (us), principal, client, request, is_control, corrupt.
+        self.runs: list[list[object]] = [[] for _ in range(8)]
         self.records: list[tuple[object, ...]] = []
-        self.origin: list[list[object]] = [[] for _ in range(4)]
-        self.corrupt: list[str | None] = []
 
     def __len__(self) -> int:
         return len(self.records)
@@ -102,35 +110,42 @@ class _Builder:
     def add(self, offsets: range | list[int], base: int, epoch: int, time_ms: int,
             origin: tuple[str | None, str | None, str | None], is_control: bool,
             rows: list[tuple[object, ...]], corrupt: str | None = None) -> None:
-        n = len(rows)
-        off, bases, epochs, times, _, _ = self.head
-        off.extend(offsets)
-        bases.extend([base] * n)
-        epochs.extend([epoch] * n)
-        # Microseconds as plain ints: Arrow builds the timestamp column from int64
-        # directly, where datetime objects cost a conversion each.
-        times.extend([time_ms * 1000] * n)
-        for column, value in zip(self.origin, (*origin, is_control), strict=True):
-            column.extend([value] * n)
+        runs = self.runs
+        self.run_of_row.extend([len(runs[0])] * len(rows))
+        self.offsets.extend(offsets)
+        # Microseconds as plain ints: Arrow builds the timestamp column from int64.
+        for column, value in zip(runs, (base, epoch, time_ms * 1000, *origin, is_control,
+                                        corrupt), strict=True):
+            column.append(value)
         self.records.extend(rows)
-        if self.permissive:
-            self.corrupt.extend([corrupt] * n)
 
     def flush(self) -> pa.RecordBatch:
         n = len(self.records)
         record_cols = list(zip(*self.records, strict=True)) if n else [()] * 9
-        off, bases, epochs, times, _, _ = self.head
-        principal, client, request, control = self.origin
-        columns: list[object] = [
-            off, bases, epochs, times, *record_cols[:8], principal, client, request,
-            control, [self.source] * n, [self.file] * n, record_cols[8],
+        schema = self.schema
+        take = pa.array(self.run_of_row, pa.int32())
+        runs = self.runs if self.permissive else self.runs[:-1]
+        per_run = [pa.array(values, type=typ).take(take)
+                   for values, typ in zip(runs, _RUN_TYPES, strict=False)]
+        base, epoch, time_us, principal, client, request, control = per_run[:7]
+        arrays = [
+            pa.array(self.offsets, pa.int64()), base, epoch, time_us,
+            *[pa.array(col, type=schema.field(4 + i).type)
+              for i, col in enumerate(record_cols[:8])],
+            principal, client, request, control,
+            pa.repeat(pa.scalar(self.source, pa.string()), n),
+            pa.repeat(pa.scalar(self.file, pa.string()), n),
+            pa.array(record_cols[8], pa.string()),
         ]
         if self.permissive:
-            columns.append(self.corrupt)
-        arrays = [pa.array(col, type=field.type)
-                  for col, field in zip(columns, self.schema, strict=True)]
+            arrays.append(per_run[7])
         self._reset()
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_RUN_TYPES = tuple(arrow_schema(permissive=True).field(name).type for name in (
+    "batch_base_offset", "epoch", "append_time", "principal", "client_address", "request_id",
+    "is_control", CORRUPT_COLUMN))
 
 
 def read_file(piece: FileSlice, *, permissive: bool = False) -> Iterator[pa.RecordBatch]:
@@ -140,7 +155,27 @@ def read_file(piece: FileSlice, *, permissive: bool = False) -> Iterator[pa.Reco
     naming the file, the byte position and the offset; in permissive mode it becomes
     one row with `_corrupt` set instead and the rest of the file is not read (batches
     have no sync marker, so nothing after a damaged batch can be trusted).
+
+    The cyclic garbage collector is paused while a batch is built: the rows are
+    hundreds of thousands of young tuples, and the collections they trigger cost
+    more than building them (none of them is part of a cycle). It runs as usual
+    while the caller holds the batch.
     """
+    batches = _read_file(piece, permissive)
+    while True:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            batch = next(batches, None)
+        finally:
+            if enabled:
+                gc.enable()
+        if batch is None:
+            return
+        yield batch
+
+
+def _read_file(piece: FileSlice, permissive: bool) -> Iterator[pa.RecordBatch]:
     data = Path(piece.path).read_bytes()
     name = os.path.basename(piece.path)
     out = _Builder(permissive, piece.kind, name)
@@ -171,7 +206,7 @@ def read_file(piece: FileSlice, *, permissive: bool = False) -> Iterator[pa.Reco
         skip = first - batch.base_offset if piece.kind == "segment" else 0
         wanted = batch.records[skip:skip + len(offsets)]
         try:
-            rows: list[tuple[object, ...]] = [record_columns(r) for r in wanted]
+            rows: list[tuple[object, ...]] = list(rows_of(wanted))
         except RecordDecodeError as exc:
             bad = next(i for i, r in enumerate(wanted) if _unreadable(r))
             at = offsets[bad]

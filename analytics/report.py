@@ -9,20 +9,25 @@ the plots are drawn from aggregates.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 import analytics
 from analytics import audit
-from analytics.invariants import INVARIANTS
+from analytics.invariants import INVARIANTS, USES_STATES
 
 Progress = Callable[[str], None]
+MEMORY_AND_DISK = StorageLevel.MEMORY_AND_DISK
 
-SECTIONS: tuple[tuple[str, Callable[[DataFrame], DataFrame]], ...] = (
+SECTIONS: tuple[tuple[str, Callable[..., DataFrame]], ...] = (
     ("Topic lifecycle", audit.topic_lifecycle),
     ("Broker timeline", audit.broker_timeline),
     ("Fencing intervals", audit.fencing_intervals),
@@ -34,6 +39,25 @@ SECTIONS: tuple[tuple[str, Callable[[DataFrame], DataFrame]], ...] = (
     ("Elections per controller epoch", audit.elections_per_epoch),
     ("Unclean elections", audit.unclean_elections),
 )
+# The sections that start from `audit.partition_states` (given it precomputed).
+SECTIONS_USING_STATES = frozenset({
+    audit.leader_churn_per_broker, audit.leader_churn_per_partition, audit.isr_changes,
+    audit.reassignments, audit.elections_per_epoch})
+# At most this many fenced periods are drawn (the table and the counts have them all).
+PLOT_INTERVALS = 2_000
+PLOTTED = frozenset({"Leader churn per broker", "Fencing intervals"})
+
+
+def local_shuffle_partitions(master: str) -> int | None:
+    """A shuffle partition count for `local[N]` masters (2 per core: enough to balance,
+    few enough that the per-task cost stays small); None for other masters (keep
+    the cluster's setting). Spark's default of 200 is made for clusters."""
+    found = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if found is None:
+        return None
+    cores = found.group(1)  # plain "local" is one thread
+    n = 1 if cores is None else (os.cpu_count() or 1) if cores == "*" else int(cores)
+    return max(2, 2 * n)
 
 
 def _cell(value: Any) -> str:
@@ -49,14 +73,17 @@ def markdown_table(rows: list[Any], columns: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _plots(df: DataFrame, out: Path, violations: dict[str, int]) -> list[str]:
+def _plots(raw: DataFrame, sections: dict[str, list[Any]], last_time: Any, out: Path,
+           violations: dict[str, int]) -> list[str]:
+    """The plots, from the rows the sections collected (`sections`: title -> rows) and
+    one aggregate over the log."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on servers
     import matplotlib.pyplot as plt
 
     made: list[str] = []
-    per_type = audit.records_per_type(df, "1 minute").collect()
+    per_type = audit.records_per_type(raw, "1 minute").collect()
     fig, ax = plt.subplots(figsize=(9, 4))
     kinds = sorted({r["record_type"] for r in per_type})
     for kind in kinds:
@@ -70,7 +97,7 @@ def _plots(df: DataFrame, out: Path, violations: dict[str, int]) -> list[str]:
     fig.autofmt_xdate()
     made.append(_save(fig, out / "records_per_type.png"))
 
-    churn = audit.leader_churn_per_broker(df).collect()
+    churn = sections["Leader churn per broker"]
     fig, ax = plt.subplots(figsize=(6, 4))
     ids = [str(r["broker_id"]) for r in churn]
     ax.bar(ids, [r["gained"] for r in churn], label="gained")
@@ -80,16 +107,16 @@ def _plots(df: DataFrame, out: Path, violations: dict[str, int]) -> list[str]:
     ax.legend()
     made.append(_save(fig, out / "leader_changes_per_broker.png"))
 
-    fencing = audit.fencing_intervals(df).collect()
-    end = df.agg({"append_time": "max"}).first()
-    last_time = end[0] if end is not None else None
+    fencing = sections["Fencing intervals"]
+    cut = len(fencing) > PLOT_INTERVALS
     fig, ax = plt.subplots(figsize=(9, 3))
-    for r in fencing:
+    for r in fencing[:PLOT_INTERVALS]:
         stop = r["unfenced_time"] or last_time
         if r["fenced_time"] is not None and stop is not None:
             ax.plot([r["fenced_time"], stop], [r["broker_id"]] * 2, linewidth=6,
                     color="tab:red" if r["cause"] == "fenced" else "tab:gray")
-    ax.set_title("Broker fenced periods (red: fenced by failure, grey: start-up)")
+    ax.set_title("Broker fenced periods (red: fenced by failure, grey: start-up)"
+                 + (f"; the first {PLOT_INTERVALS}" if cut else ""))
     ax.set_ylabel("broker")
     fig.autofmt_xdate()
     made.append(_save(fig, out / "broker_fencing_timeline.png"))
@@ -116,39 +143,73 @@ def _save(fig: Any, path: Path) -> str:
 def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
               progress: Progress = print, *, max_rows: int = 200,
               snapshots: bool = False) -> dict[str, int]:
-    """Run everything, write `out_dir/report.md` and plots; return violations per check."""
+    """Run everything, write `out_dir/report.md` and plots; return violations per check.
+
+    The log is read once and cached, and the partition states (what most sections
+    and three invariants start from) are derived once and persisted; every section
+    and check then runs off those two caches. Both are released at the end.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    last = [started]
+
+    def step(message: str) -> None:
+        # Reported when the step is done, with its own duration.
+        now = time.monotonic()
+        progress(f"{message}: {now - last[0]:.1f} s")
+        last[0] = now
+
     progress(f"reading {log_dir}")
-    df = analytics.load(spark, log_dir, snapshots=snapshots).cache()
-    total = df.count()
-    stats = df.agg({"offset": "max", "epoch": "max"}).first()
-    progress(f"{total} records read ({time.monotonic() - started:.1f} s)")
+    # The source rows are cached as read (one scan of the files); the topic-name table
+    # is taken from that cache, and `df` (names resolved) is a broadcast join over it.
+    raw = analytics.read_log(spark, log_dir, snapshots=snapshots).persist(MEMORY_AND_DISK)
+    names = audit.topic_names(raw).persist(MEMORY_AND_DISK)
+    df = audit.resolve_topic_names(raw, names)
+    states = audit.partition_states(df).persist(MEMORY_AND_DISK)
+    try:
+        stats = raw.agg(F.count("*"), F.max("offset"), F.max("epoch"),
+                        F.max("append_time")).first()
+        assert stats is not None
+        names.count()
+        step(f"{stats[0]} records read")
+        states.count()
+        step("partition states derived")
+        return _report(raw, df, states, out, log_dir, stats, step, max_rows, started)
+    finally:
+        for cached in (states, names, raw):
+            cached.unpersist()
+
+
+def _report(raw: DataFrame, df: DataFrame, states: DataFrame, out: Path, log_dir: str,
+            stats: Any, step: Progress, max_rows: int, started: float) -> dict[str, int]:
+    total, last_offset, last_epoch, last_time = stats
     body: list[str] = []
+    collected: dict[str, list[Any]] = {}
     for title, fn in SECTIONS:
-        progress(f"audit: {title}")
-        result = fn(df)
-        rows = result.limit(max_rows).collect()
-        body.append(f"## {title}\n\n" + markdown_table(rows, result.columns))
+        result = fn(df, states) if fn in SECTIONS_USING_STATES else fn(df)
+        # The plotted sections are collected once, for the table and the plot.
+        limit = max(max_rows, PLOT_INTERVALS + 1) if title in PLOTTED else max_rows
+        rows = collected[title] = result.limit(limit).collect()
+        body.append(f"## {title}\n\n" + markdown_table(rows[:max_rows], result.columns))
+        step(f"audit: {title}")
     violations: dict[str, int] = {}
     details: list[str] = []
     for name, check in INVARIANTS.items():
-        progress(f"invariant: {name}")
-        bad = check(df)
+        bad = check(df, states) if name in USES_STATES else check(df)
         rows = bad.limit(max_rows).collect()
         count = bad.count() if len(rows) == max_rows else len(rows)
         violations[name] = count
         status = "OK" if count == 0 else f"**{count} violating rows**"
         details.append(f"### {name}: {status}\n\n" + (markdown_table(rows, bad.columns)
                                                        if count else ""))
-    progress("plots")
-    plots = _plots(df, out, violations)
+        step(f"invariant: {name}")
+    plots = _plots(raw, collected, last_time, out, violations)
+    step("plots")
     head = [
         "# metakraft audit report\n",
         f"- log: `{log_dir}`",
-        f"- records: {total}; last offset: {stats[0] if stats else None}; "
-        f"highest Raft epoch: {stats[1] if stats else None}",
+        f"- records: {total}; last offset: {last_offset}; highest Raft epoch: {last_epoch}",
         f"- invariants violated: {sum(1 for v in violations.values() if v)} of "
         f"{len(violations)}",
         f"- elapsed: {time.monotonic() - started:.1f} s\n",
@@ -158,6 +219,5 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
         *details,
     ]
     (out / "report.md").write_text("\n".join(head + body))
-    df.unpersist()
-    progress(f"report written to {out / 'report.md'}")
+    step(f"report written to {out / 'report.md'}")
     return violations

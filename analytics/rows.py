@@ -7,14 +7,19 @@ Why not `record_to_dict` + `json.dumps` for every record: protobuf's `MessageToD
 costs tens of microseconds a record, which alone would cap a scan near 50k records/s
 per core. The hot record types (the ones a busy log is made of: partition changes,
 fencing, no-ops, ...) get hand-written JSON here that is equal, key for key, to
-`json.dumps(record_to_dict(rec))` (tests/analytics/test_rows.py checks every record
-of the scripted log); rare types take the generic path.
+`json.dumps(record_to_dict(rec))` (tests/analytics/test_reader.py checks every record
+of the scripted log, and the fast paths against the protobuf path on edge cases);
+rare types take the generic path.
+
+`rows_of(records)` is the reader's loop: PartitionChange records are decoded from
+the wire directly and the rest is looked up in caches of exact results (see "the
+fast paths" below); anything else, and anything unexpected, takes the protobuf path.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from controller.records import metadata_pb2 as pb
@@ -202,12 +207,8 @@ _BY_TYPE: dict[str, Callable[[pb.MetadataRecord, int], RecordColumns]] = {
 assert set(_BY_TYPE) == set(RECORD_TYPES), "a record type without a row mapping"
 
 
-def record_columns(data: bytes) -> RecordColumns:
-    """The record-level columns of one record; `RecordDecodeError` if it is unreadable.
-
-    The checks are `decode_record`'s (one type set, a version this code knows),
-    inlined: this runs once per record of the log.
-    """
+def _slow_columns(data: bytes) -> RecordColumns:
+    """The general path: parse with protobuf, then the per-type mapping above."""
     rec = pb.MetadataRecord()
     try:
         rec.ParseFromString(data)
@@ -219,4 +220,118 @@ def record_columns(data: bytes) -> RecordColumns:
     version = rec.version
     if not 1 <= version <= _VERSIONS[kind]:
         raise RecordDecodeError(f"unsupported version {version} of record type {kind!r}")
-    return _BY_TYPE[kind](rec, version)
+    cols = _BY_TYPE[kind](rec, version)
+    if kind in _MEMO_KINDS and len(_MEMO) < _CACHE_LIMIT:
+        _MEMO[data] = cols
+    return cols
+
+
+# ------------------------------------------------------------------ the fast paths
+#
+# Columns depend only on a record's bytes, so caching them is exact. Two caches keep
+# the per-record Python small without betting on the data:
+# - `_MEMO`: whole records of the types whose distinct values are few in any log
+#   (no-ops, fencing/unfencing and shutdown changes, leader changes, ...);
+# - PartitionChange records (most of a busy log) are split on the wire: the envelope
+#   `08 <version> 7a <len>` and the payload's leading `partition_id` / `topic_id`
+#   fields are read directly (strictly validated; anything unexpected takes the
+#   protobuf path), and the JSON of the remaining fields (ISR, leader, replicas,
+#   ...) is cached by their bytes (`_FRAGMENTS`): those are combinations of broker
+#   ids, few in any cluster. Topic ids are cached by their bytes (`_TOPIC_IDS`).
+# Each cache stops growing at `_CACHE_LIMIT` entries (a miss is just the slow path).
+
+_CACHE_LIMIT = 100_000
+_MEMO_KINDS = frozenset({"no_op", "broker_registration_change", "unregister_broker",
+                         "feature_level", "leader_change"})
+_MEMO: dict[bytes, RecordColumns] = {}
+_FRAGMENTS: dict[bytes, str] = {}
+_TOPIC_IDS: dict[bytes, tuple[str, str]] = {}
+_PC_VERSION = _VERSIONS["partition_change"]
+_PC_HEADS = [f'{_head("partition_change", v)}{{"partition_id":' for v in range(_PC_VERSION + 1)]
+_PC_TAG = 0x7A  # field 15 (partition_change), wire type 2
+
+
+def _change_fragment(rest: bytes) -> str | None:
+    """JSON of a PartitionChangeRecord's fields after topic_id, or None (slow path)."""
+    try:
+        p = pb.PartitionChangeRecord.FromString(rest)
+    except Exception:  # malformed: the slow path raises the proper error
+        return None
+    parts: list[str] = []
+    for field, value in p.ListFields():
+        name = field.name
+        prefix = _ID_LISTS.get(name)
+        if prefix is not None:
+            parts.append(prefix + _ids(value.ids) + "}")
+        elif name == "leader":
+            parts.append(f',"leader":{value}')
+        elif name == "leader_recovery_state" and value in _RECOVERY:
+            parts.append(f',"leader_recovery_state":"{_RECOVERY[value]}"')
+        else:  # partition_id/topic_id restated, or a field this code does not print
+            return None
+    text = "".join(parts)
+    if len(_FRAGMENTS) < _CACHE_LIMIT:
+        _FRAGMENTS[rest] = text
+    return text
+
+
+def rows_of(records: Sequence[bytes]) -> list[RecordColumns]:
+    """`record_columns` of each record: the reader's per-record loop.
+
+    PartitionChange records in the usual wire layout are decoded inline (one function
+    call per record costs as much as the rest of the work): `08 <version> 7a <len>`
+    then the payload's `08 <partition_id>` (absent when 0; one or two varint bytes)
+    and `12 <len> <topic_id>`; every other shape, and any check that fails, takes
+    the protobuf path (which raises `RecordDecodeError` on unreadable records).
+    """
+    out: list[RecordColumns] = []
+    append = out.append
+    memo, topics, fragments = _MEMO.get, _TOPIC_IDS.get, _FRAGMENTS.get
+    heads, max_version = _PC_HEADS, _PC_VERSION
+    for data in records:
+        n = len(data)
+        if 6 < n < 132 and data[2] == 0x7A and data[0] == 0x08 and data[3] == n - 4:
+            version = data[1]
+            if data[4] == 0x08:
+                pid = data[5]
+                i = 6
+                if pid & 0x80:
+                    second = data[6]
+                    pid = -1 if second & 0x80 else (pid & 0x7F) | (second << 7)
+                    i = 7
+            else:
+                pid, i = 0, 4
+            if (1 <= version <= max_version and pid >= 0 and n > i + 1 and data[i] == 0x12
+                    and not data[i + 1] & 0x80 and (end := i + 2 + data[i + 1]) <= n):
+                key = data[i + 2:end]
+                topic = topics(key) or _topic_id(key)
+                rest = data[end:]
+                fragment = fragments(rest)
+                if fragment is None:
+                    fragment = _change_fragment(rest)
+                if topic is not None and fragment is not None:
+                    append(("partition_change", version, topic[0], None, pid, None, None,
+                            None, f'{heads[version]}{pid},"topic_id":{topic[1]}{fragment}}}}}'))
+                    continue
+        append(memo(data) or _slow_columns(data))
+    return out
+
+
+def _topic_id(key: bytes) -> tuple[str, str] | None:
+    try:
+        tid = key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # the protobuf path reports it
+    topic = (tid, _dumps(tid))
+    if len(_TOPIC_IDS) < _CACHE_LIMIT:
+        _TOPIC_IDS[key] = topic
+    return topic
+
+
+def record_columns(data: bytes) -> RecordColumns:
+    """The record-level columns of one record; `RecordDecodeError` if it is unreadable.
+
+    The checks are `decode_record`'s (one type set, a version this code knows),
+    inlined: this runs once per record of the log.
+    """
+    return rows_of((data,))[0]

@@ -16,8 +16,10 @@ from pyspark.sql import functions as F
 from analytics.audit import (
     BROKER_JSON,
     CONFIG_JSON,
+    fields,
     partition_states,
     resolve_topic_names,
+    with_fields,
 )
 
 
@@ -65,9 +67,9 @@ def brokers_at(df: DataFrame, offset: int) -> DataFrame:
     """Registered brokers at `offset`: broker_id, broker_epoch, incarnation_id, fenced,
     in_controlled_shutdown. Changes naming an older broker epoch are ignored, as replay
     ignores them."""
-    rows = as_of(df, offset).where(F.col("record_type").isin(
-        "register_broker", "unregister_broker", "broker_registration_change"))
-    f = F.from_json(F.col("record_json"), BROKER_JSON)["fields"]
+    rows = with_fields(as_of(df, offset).where(F.col("record_type").isin(
+        "register_broker", "unregister_broker", "broker_registration_change")), BROKER_JSON)
+    f = fields()
     rows = rows.select("offset", "record_type", "broker_id",
                        f["broker_epoch"].alias("broker_epoch"),
                        f["incarnation_id"].alias("incarnation_id"),
@@ -107,8 +109,8 @@ def configs_at(df: DataFrame, offset: int) -> DataFrame:
     a RemoveTopic of a topic with that name is gone.
     """
     rows = resolve_topic_names(as_of(df, offset))
-    cfg = rows.where(F.col("record_type") == "config")
-    f = F.from_json(F.col("record_json"), CONFIG_JSON)["fields"]
+    cfg = with_fields(rows.where(F.col("record_type") == "config"), CONFIG_JSON)
+    f = fields()
     cfg = cfg.select("offset", "resource_type", "resource_name", f["name"].alias("key"),
                      f["value"].alias("value"))
     last = Window.partitionBy("resource_type", "resource_name", "key").orderBy(F.desc("offset"))

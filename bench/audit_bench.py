@@ -114,19 +114,26 @@ def write_log(directory: Path, records: int, seed: int = 7) -> float:
     return time.monotonic() - started
 
 
-def run(log_dir: Path, cores: int, out: Path) -> tuple[float, float]:
+def _load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run(log_dir: Path, cores: int, out: Path, *, scan_only: bool,
+        driver_memory: str) -> tuple[float, float]:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     import analytics
-    from analytics.report import run_audit
+    from analytics.report import local_shuffle_partitions, run_audit
 
-    spark = (SparkSession.builder.master(f"local[{cores}]").appName("audit-bench")
+    master = f"local[{cores}]"
+    spark = (SparkSession.builder.master(master).appName("audit-bench")
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", str(4 * cores))
+             .config("spark.sql.shuffle.partitions", str(local_shuffle_partitions(master)))
              .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.memory", "6g")
+             # The JVM starts once per process: the first session's memory setting holds.
+             .config("spark.driver.memory", driver_memory)
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     analytics.register(spark)
@@ -136,12 +143,17 @@ def run(log_dir: Path, cores: int, out: Path) -> tuple[float, float]:
     row = df.agg(F.count("*"), F.sum(F.length("record_json")), F.max("offset")).first()
     scan = time.monotonic() - t
     assert row is not None
-    print(f"local[{cores}] scan: {row[0]} records in {scan:.1f} s "
-          f"({row[0] / scan / cores:,.0f} records/s per core)", flush=True)
-    t = time.monotonic()
-    violations = run_audit(spark, str(log_dir), out, lambda m: print(f"  {m}", flush=True))
-    audit_s = time.monotonic() - t
-    print(f"local[{cores}] full audit: {audit_s:.1f} s; violations {violations}", flush=True)
+    print(f"{master} scan: {row[0]:,} records in {scan:.1f} s "
+          f"({row[0] / scan / cores:,.0f} records/s per core; {_load()})", flush=True)
+    audit_s = float("nan")
+    if not scan_only:
+        t = time.monotonic()
+        violations = run_audit(spark, str(log_dir), out,
+                               lambda m: print(f"  [{time.monotonic() - t:6.1f}s] {m}",
+                                               flush=True))
+        audit_s = time.monotonic() - t
+        print(f"{master} full audit: {audit_s:.1f} s; violations {violations}; {_load()}",
+              flush=True)
     spark.stop()
     return scan, audit_s
 
@@ -149,8 +161,13 @@ def run(log_dir: Path, cores: int, out: Path) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=10_000_000)
-    parser.add_argument("--dir", type=Path, default=None, help="where to write the log")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="where to write the log (reused if it already holds one)")
     parser.add_argument("--keep", action="store_true", help="keep the generated log")
+    parser.add_argument("--cores", default="1,2", help="local[N] runs, in order (default 1,2)")
+    parser.add_argument("--scan-only", action="store_true", help="time the scan only")
+    parser.add_argument("--driver-memory", default="8g",
+                        help="Spark driver memory (local mode: holds the caches)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     root = args.dir or Path(tempfile.mkdtemp(prefix="audit-bench-"))
@@ -158,9 +175,12 @@ def main() -> None:
         if not (root / "metadata").is_dir():
             took = write_log(root, args.records)
             print(f"wrote {args.records:,} records in {took:.1f} s to {root}", flush=True)
-        results = {c: run(root, c, root / f"report-{c}") for c in (1, 2)}
-        (s1, a1), (s2, a2) = results[1], results[2]
-        print(f"speed-up local[2]/local[1]: scan {s1 / s2:.2f}x, audit {a1 / a2:.2f}x")
+        cores = [int(c) for c in args.cores.split(",")]
+        results = {c: run(root, c, root / f"report-{c}", scan_only=args.scan_only,
+                          driver_memory=args.driver_memory) for c in cores}
+        if 1 in results and 2 in results:
+            (s1, a1), (s2, a2) = results[1], results[2]
+            print(f"speed-up local[2]/local[1]: scan {s1 / s2:.2f}x, audit {a1 / a2:.2f}x")
     finally:
         if not args.keep and args.dir is None:
             shutil.rmtree(root, ignore_errors=True)

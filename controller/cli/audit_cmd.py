@@ -33,7 +33,11 @@ def _java_problem() -> str | None:
               type=click.Path(file_okay=False), help="Directory for report.md and the plots.")
 @click.option("--snapshots/--no-snapshots", default=False, show_default=True,
               help="Also read the snapshot files (for state at offsets below the log start).")
-def audit(log_dir: str, master: str, out_dir: str, snapshots: bool) -> None:
+@click.option("--driver-memory", "driver_memory", default=None,
+              help="Spark driver memory, e.g. 8g. In local mode the driver holds the "
+                   "cached log (about 250 bytes a record); Spark's default is 1g.")
+def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
+          driver_memory: str | None) -> None:
     """Audit a metadata log with Spark: history, invariants, report with plots.
 
     Exits 1 when an invariant is violated, 2 when the audit could not run.
@@ -52,12 +56,17 @@ def audit(log_dir: str, master: str, out_dir: str, snapshots: bool) -> None:
     progress(f"starting Spark ({master})")
     from pyspark.sql import SparkSession
 
-    from analytics.report import run_audit
+    from analytics.report import local_shuffle_partitions, run_audit
 
-    spark = (SparkSession.builder.master(master).appName("metakraft-audit")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    builder = (SparkSession.builder.master(master).appName("metakraft-audit")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.session.timeZone", "UTC"))
+    shuffle = local_shuffle_partitions(master)
+    if shuffle is not None:  # local mode: 2 per core, not the cluster default of 200
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle))
+    if driver_memory:
+        builder = builder.config("spark.driver.memory", driver_memory)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     violations = run_audit(spark, os.path.abspath(log_dir), out_dir, progress,
                            snapshots=snapshots)

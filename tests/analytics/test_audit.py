@@ -157,3 +157,20 @@ def test_records_per_type_over_time(df: Any, log_dir: tuple[Path, Known]) -> Non
         got[r.record_type] += r.records
     assert got == want
     assert len({r.bucket_start for r in rows}) >= 2
+
+
+def test_partition_states_same_from_canonical_and_other_json(df: Any) -> None:
+    """PartitionChange fields are cut from the canonical JSON with string functions;
+    JSON in any other form (here: a space after the first colon) goes through
+    `from_json`. Both give the same states, empty id lists and leader -1 included."""
+    from pyspark.sql import functions as F
+
+    other = df.withColumn("record_json", F.regexp_replace(
+        "record_json", '^[{]"type":"partition_change"', '{"type": "partition_change"'))
+    assert other.where(F.col("record_json").startswith('{"type": "partition_change"')).count()
+    cols = ["offset", "replicas", "isr", "adding_replicas", "removing_replicas", "leader",
+            "recovery_state", "leader_epoch", "partition_epoch"]
+    fast = audit.partition_states(df).select(*cols).orderBy("offset").collect()
+    slow = audit.partition_states(other).select(*cols).orderBy("offset").collect()
+    assert fast == slow
+    assert any(r.leader == -1 for r in fast) and any(r.adding_replicas == [] for r in fast)

@@ -1,4 +1,12 @@
-"""The notebooks run top to bottom against the test log (offline, this venv's kernel)."""
+"""The notebooks run top to bottom against the test log (offline, this venv's kernel).
+
+All three run in ONE kernel, one after another, each in a fresh namespace (`%reset
+-f` before it): what they share is the process (imported modules, the JVM), not
+their variables. A kernel and a JVM each cost several seconds to start, which is
+most of what running a notebook on the test log costs. The JVM is started with
+whole-stage code generation and adaptive execution off (the test session's
+settings): compiling generated code costs more than running these tiny plans.
+"""
 
 from __future__ import annotations
 
@@ -13,26 +21,45 @@ from tests.analytics.history import Known
 pytestmark = pytest.mark.spark
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "analytics" / "notebooks"
+NAMES = ["cluster_overview", "topic_forensics", "invariant_check"]
 
 
-@pytest.mark.parametrize("name", ["cluster_overview", "topic_forensics", "invariant_check"])
-def test_notebook_runs(name: str, log_dir: tuple[Path, Known], tmp_path: Path,
+def test_notebooks_run(log_dir: tuple[Path, Known], tmp_path: Path,
                        monkeypatch: pytest.MonkeyPatch) -> None:
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
     monkeypatch.setenv("METAKRAFT_LOG_DIR", str(log_dir[0]))
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", " ".join([
+        "--conf spark.sql.codegen.wholeStage=false", "--conf spark.sql.adaptive.enabled=false",
+        "--conf spark.ui.enabled=false", "--driver-memory 1g", "pyspark-shell"]))
     # The kernel must be this venv's interpreter: ipykernel's built-in "python3" spec
     # runs sys.executable when no other python3 kernel is installed; the env var pins it.
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
     env_path = os.environ.get("PYTHONPATH", "")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         p for p in (str(NOTEBOOKS.parents[1]), env_path) if p))
-    client.execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    combined = nbformat.v4.new_notebook()
+    owner: list[str] = []
+    for name in NAMES:
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        cells = [nbformat.v4.new_code_cell("%reset -f"), *nb.cells]
+        combined.cells.extend(cells)
+        owner.extend([name] * len(cells))
+    client = NotebookClient(combined, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    try:
+        client.execute()
+    except CellExecutionError as exc:
+        done = [i for i, c in enumerate(combined.cells)
+                if c.cell_type == "code" and c.get("execution_count")]
+        name = owner[done[-1]] if done else NAMES[0]
+        pytest.fail(f"notebook {name} failed: {exc}")
+    executed = {owner[i] for i, c in enumerate(combined.cells)
+                if c.cell_type == "code" and c.get("execution_count")}
+    assert executed == set(NAMES)
+    errors = [o for c in combined.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors
