@@ -1,7 +1,7 @@
 """Broker propagation benchmark (issue 6).
 
     .venv/bin/python bench/propagation_bench.py delta [--topics 100000] [--changes 2000]
-    .venv/bin/python bench/propagation_bench.py catchup [--partitions 200000]
+    .venv/bin/python bench/propagation_bench.py catchup [--partitions 1000000] [--dir D]
     .venv/bin/python bench/propagation_bench.py propagation [--brokers 10] [--changes 100]
 
 `delta` (in process): an image of T topics (3 partitions each, RF 3 over 10
@@ -9,11 +9,17 @@ brokers), then C one-partition changes (a leader move), each through
 `MetadataDelta` → next image → `plan_delta` for one broker. Figures: p50/p99/max
 per change.
 
-`catchup` (in process): a snapshot file of P partitions (RF 3 over 10 brokers) is
-written with the controller's `SnapshotWriter`; then timed the way a broker loads
-it: read + decode + bulk image build (`read_snapshot_image`), `plan_full` for one
-broker (~30% of the partitions are local), and writing that broker's local state
-(one atomic, fsynced state.json per replica) for a sample of replicas, extrapolated.
+`catchup` (in process): a snapshot file of P partitions (default 1M; RF 3 over 10
+brokers, so ~30% are local to a broker) is written with the controller's
+`SnapshotWriter`; then one broker's catch-up into an empty data dir is timed end
+to end (opening the snapshot file → local state durable), through the agent's own
+path: read + verify + decode + bulk image build (`read_snapshot_image`) while the
+agent prewrites the local replicas' temp files on its write threads, then the
+full reconcile (`plan_full` + `LocalPartitionStore.apply_all`: a directory and an
+atomic state.json per local replica, durable by grouped `syncfs`). Prints the
+phases, CPU time, peak RSS and the load average, then what a restart with that
+state intact costs (scan + plan, nothing to write). `--no-prewrite` writes only
+after the decode; `--keep` leaves the data (see the note it prints on deletes).
 
 `propagation` (real processes): 3 controllers and N broker agents on loopback
 (tests/support/broker_processes.py). One topic with N partitions, replicated on
@@ -28,23 +34,27 @@ last broker's `event=reconciled` (wall clock, same machine).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import re
+import resource
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from broker_agent.agent import BrokerAgent
 from broker_agent.delta import MetadataDelta
 from broker_agent.image import MetadataImage, topic_image
 from broker_agent.loader import read_snapshot_image
-from broker_agent.local_state import LocalPartitionStore
+from broker_agent.local_state import WRITE_THREADS, LocalPartitionStore, syncfs
 from broker_agent.pmap import PersistentMap
-from broker_agent.reconciler import BecomeLeader, plan_delta, plan_full
+from broker_agent.reconciler import plan_delta, plan_full
 from controller.records import encode_record, make_record
 from controller.records import metadata_pb2 as pb
 from controller.records.domain import PartitionRegistration
@@ -99,47 +109,91 @@ def bench_delta(topics: int, changes: int) -> None:
           f"max {max(costs_ms):.3f} ms")
 
 
-def bench_catchup(partitions: int, sample: int) -> None:
-    per_topic = 10
+def _write_snapshot(directory: Path, partitions: int, per_topic: int) -> tuple[Path, SnapshotId]:
+    """A snapshot of `partitions` partitions (RF 3 over 10 brokers). Epochs and ISRs
+    vary per partition, as in a cluster that has lived a while."""
     topics = partitions // per_topic
-    with tempfile.TemporaryDirectory() as tmp:
-        sid = SnapshotId(partitions + topics + 1, 1)
+    sid = SnapshotId(partitions + topics + 1, 1)
+    writer = SnapshotWriter(directory, sid)
+
+    def records() -> Iterator[bytes]:
+        for t in range(topics):
+            tid = f"{t:08d}-{t % 65536:04x}-4000-8000-{t * 2654435761 % 2**48:012x}"
+            yield encode_record(make_record(pb.TopicRecord(name=f"topic-{t}", topic_id=tid)))
+            for p in range(per_topic):
+                reps = _replicas(t + p)
+                leader_epoch = (t * 7 + p) % 13
+                yield encode_record(make_record(pb.PartitionRecord(
+                    topic_id=tid, partition_id=p, replicas=reps,
+                    isr=reps if (t + p) % 10 else reps[:2], leader=reps[0] if (t + p) % 7 else reps[1],
+                    leader_epoch=leader_epoch,
+                    partition_epoch=leader_epoch + (t * 31 + p) % 101)))
+
+    writer.append(records())
+    return writer.freeze(), sid
+
+
+def _rusage() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+def bench_catchup(partitions: int, directory: Path | None, threads: int, broker: int,
+                  prewrite: bool, keep: bool) -> None:
+    """One broker's catch-up from a snapshot into an empty data dir, end to end: from
+    opening the snapshot file to its local state durable on disk."""
+    per_topic = 10
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
         started = time.perf_counter()
-        writer = SnapshotWriter(Path(tmp) / "snap", sid)
-
-        def records() -> object:
-            for t in range(topics):
-                tid = f"{t:08d}-0000-0000-0000-000000000000"
-                yield encode_record(make_record(pb.TopicRecord(name=f"topic-{t}", topic_id=tid)))
-                for p in range(per_topic):
-                    reps = _replicas(t + p)
-                    yield encode_record(make_record(pb.PartitionRecord(
-                        topic_id=tid, partition_id=p, replicas=reps, isr=reps, leader=reps[0],
-                        leader_epoch=3, partition_epoch=7)))
-
-        writer.append(records())  # type: ignore[arg-type]
-        path = writer.freeze()
+        path, sid = _write_snapshot(Path(tmp) / "snapshots", partitions, per_topic)
         size = path.stat().st_size
         print(f"snapshot: {partitions} partitions, {size / 1e6:.1f} MB, written in "
-              f"{time.perf_counter() - started:.1f} s")
-        started = time.perf_counter()
-        image = read_snapshot_image(path, sid.end_offset)
-        load_s = time.perf_counter() - started
-        started = time.perf_counter()
-        plan = plan_full({}, image, 1)
-        plan_s = time.perf_counter() - started
-        local = len(plan.instructions)
-        store = LocalPartitionStore(Path(tmp) / "broker")
-        started = time.perf_counter()
-        store.apply_all(plan.instructions[:sample])
-        write_s = (time.perf_counter() - started) / min(sample, local) * local
-        assert all(isinstance(i, BecomeLeader) or True for i in plan.instructions)
-        scale = 1_000_000 / partitions
-        print(f"load (read+decode+build image): {load_s:.2f} s; plan_full: {plan_s:.2f} s "
-              f"({local} local replicas); local state writes: {write_s:.1f} s extrapolated "
-              f"from {sample}")
-        print(f"extrapolated to 1M partitions (linear): load {load_s * scale:.1f} s, "
-              f"plan {plan_s * scale:.1f} s, writes {write_s * scale:.0f} s")
+              f"{time.perf_counter() - started:.1f} s (not part of the catch-up)")
+        store = LocalPartitionStore(Path(tmp) / "broker", write_threads=threads)
+        agent = BrokerAgent(broker, store)
+        gc.collect()
+        load_before = os.getloadavg()[0]
+        cpu0 = _rusage()
+        t0 = time.perf_counter()
+        # What the broker does (loader.on_snapshot_loaded, then the agent's worker):
+        # decode the snapshot while prewriting the local replicas' state, then the
+        # full plan against the data dir and its grouped, durable apply.
+        image = read_snapshot_image(path, sid.end_offset, agent if prewrite else None)
+        t1 = time.perf_counter()
+        agent.publish_full(image)
+        agent.flush()
+        t2 = time.perf_counter()
+        cpu1 = _rusage()
+        assert agent.failure is None, agent.failure
+        applied = store.last_apply_phases
+        reconcile = t2 - t1
+        phases = ", ".join(f"{k} {v:.2f} s" for k, v in applied.items())
+        local = len(store.replicas)
+        print(f"catch-up, broker {broker}, {local} local replicas ({threads} write threads, "
+              f"prewrite {'on' if prewrite else 'off'}): TOTAL {t2 - t0:.2f} s = load "
+              f"(read+verify+decode+build image{', prewrites' if prewrite else ''}) "
+              f"{t1 - t0:.2f} s + full reconcile {reconcile:.2f} s (scan+plan_full "
+              f"{reconcile - sum(applied.values()):.2f} s, {phases})")
+        print(f"  cpu user {cpu1[0] - cpu0[0]:.1f} s, sys {cpu1[1] - cpu0[1]:.1f} s; "
+              f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
+              f"load avg {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+        agent.close()
+        # A restart with the data dir intact: the same image plans nothing.
+        t4 = time.perf_counter()
+        again = plan_full(LocalPartitionStore(Path(tmp) / "broker").load(), image, broker)
+        print(f"restart with the state on disk: scan + plan_full {time.perf_counter() - t4:.2f} s, "
+              f"{len(again.instructions)} instructions")
+        assert again.empty
+        t5 = time.perf_counter()
+        if keep:
+            kept = Path(tempfile.mkdtemp(dir=directory, prefix="kept-"))
+            os.rename(tmp, kept / "run")
+            os.mkdir(tmp)  # for TemporaryDirectory's cleanup
+            print(f"kept in {kept} (delete it later: see below)")
+    syncfs(Path(directory or tempfile.gettempdir()))
+    print(f"cleanup (rm -r + syncfs) {time.perf_counter() - t5:.1f} s. Note: ext4 without a "
+          "journal skips inodes freed in the last 1-6 minutes when it allocates, so a run "
+          "soon after a large delete nearby is much slower (hence --keep)")
 
 
 _RECONCILED = re.compile(r"event=reconciled .*?wall_ms=(\d+)")
@@ -209,8 +263,16 @@ def main() -> None:
     d.add_argument("--topics", type=int, default=100_000)
     d.add_argument("--changes", type=int, default=2_000)
     c = sub.add_parser("catchup")
-    c.add_argument("--partitions", type=int, default=200_000)
-    c.add_argument("--sample", type=int, default=2_000)
+    c.add_argument("--partitions", type=int, default=1_000_000)
+    c.add_argument("--dir", type=Path, default=None,
+                   help="where the scratch data dir goes (default: the temp dir)")
+    c.add_argument("--threads", type=int, default=WRITE_THREADS,
+                   help="local state write threads")
+    c.add_argument("--broker", type=int, default=1)
+    c.add_argument("--no-prewrite", dest="prewrite", action="store_false",
+                   help="write the local state only after the whole snapshot is decoded")
+    c.add_argument("--keep", action="store_true",
+                   help="leave the data dir (moved under --dir) instead of deleting it")
     p = sub.add_parser("propagation")
     p.add_argument("--brokers", type=int, default=10)
     p.add_argument("--changes", type=int, default=100)
@@ -219,7 +281,8 @@ def main() -> None:
     if args.what == "delta":
         bench_delta(args.topics, args.changes)
     elif args.what == "catchup":
-        bench_catchup(args.partitions, args.sample)
+        bench_catchup(args.partitions, args.dir, args.threads, args.broker, args.prewrite,
+                      args.keep)
     else:
         bench_propagation(args.brokers, args.changes)
 

@@ -10,7 +10,14 @@ are immutable, so handing them to the thread is safe.
 
 A delta's plan is computed against the previous image; the first publication (and
 a snapshot load) compares the image with what is on disk, which is what makes a
-crash in the middle of a plan converge at the next start.
+crash in the middle of a plan converge at the next start. The disk is read once
+(the first full plan, or the first prewrite); later full plans use the store's
+cache, which every change keeps equal to the disk (the store is the only writer).
+
+While a snapshot decodes, the loader hands this agent its local partitions
+(`prewrite`): their states are written as temp files in the background, so the
+file system's work (two inodes per new replica) overlaps the decode, and the full
+plan only renames them. Prewrites change nothing visible; the plan decides.
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from broker_agent.delta import ImageChanges
+from broker_agent.bulk import gc_paused
+from broker_agent.delta import ImageChanges, SnapshotPartition
 from broker_agent.image import MetadataImage
 from broker_agent.local_state import LocalPartitionStore
-from broker_agent.reconciler import Plan, plan_delta, plan_full
+from broker_agent.reconciler import Plan, desired_replica, plan_delta, plan_full
 
 logger = logging.getLogger("metakraft.broker")
 
@@ -46,6 +54,23 @@ class BrokerAgent:
                       changes: ImageChanges) -> None:
         self._submit(image, previous, changes)
 
+    def prewrite(self, partitions: list[SnapshotPartition]) -> None:
+        """While a snapshot decodes (loader thread): start writing the local state of
+        its partitions that differs from the disk, as temp files the coming full plan
+        renames (`LocalPartitionStore.prewrite`); overlaps the file system's work with
+        the decode. Changes nothing visible, so it is safe whatever comes next."""
+        if self.failure is not None:
+            return
+        if not self.store.loaded:
+            self.store.load()
+        have = self.store.cached_replica
+        wanted = []
+        for topic, index, part in partitions:
+            want = desired_replica(topic, index, part, self.broker_id)
+            if want is not None and have(want.dir_name) != want:
+                wanted.append(want)
+        self.store.prewrite(wanted)
+
     def _submit(self, image: MetadataImage, previous: MetadataImage | None,
                 changes: ImageChanges | None) -> None:
         if self.failure is None:
@@ -59,6 +84,7 @@ class BrokerAgent:
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
+        self.store.close()
         if self.failure is None and self.reconciled_offset >= 0:
             self.store.write_offset(self.reconciled_offset)
 
@@ -70,7 +96,10 @@ class BrokerAgent:
             return
         try:
             if previous is None or changes is None:
-                plan = plan_full(self.store.load(), image, self.broker_id)
+                with gc_paused():
+                    # The first full plan reads the disk; later ones its cache (the
+                    # store is the only writer), so a snapshot load does not rescan.
+                    plan = plan_full(self.store.cached(), image, self.broker_id)
                 kind = "full"
             else:
                 plan = plan_delta(previous, image, changes.changed_partitions,

@@ -69,6 +69,7 @@ async def run_broker(config: BrokerConfig) -> int:
     driver = RaftDriver(config.driver_config(), loader)
     loader.bind(lambda: driver.fetched_high_watermark)
     loader.min_start_offset = store.read_offset()
+    loader.prewriter = agent
     # The log will start at the newest snapshot file; the image must start there too.
     loader.load_latest_snapshot(driver.snapshot_dir)
 

@@ -7,15 +7,18 @@ A topic's partitions are copied once per delta, when the delta first touches it,
 and mutated in place inside the delta until `apply()` freezes them.
 
 `build_image(records, offset)` is the bulk path for a snapshot: plain dicts first,
-then one linear build of each persistent map.
+then one linear build of each persistent map. `build_image_from_bytes` is the same
+from encoded records, with a fast path for the bulk of a snapshot (partition
+records): one reused protobuf message, fields read once, no per-record envelope.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
 import attrs
+from google.protobuf.message import DecodeError
 
 from broker_agent.image import (
     ConfigResourceKey,
@@ -24,10 +27,20 @@ from broker_agent.image import (
     TopicImage,
 )
 from broker_agent.pmap import PersistentMap
-from controller.records import MetadataRecord, record_payload, record_type
+from controller.records import (
+    RECORD_TYPES,
+    MetadataRecord,
+    decode_record,
+    record_payload,
+    record_type,
+)
 from controller.records import metadata_pb2 as pb
-from controller.records.convert import broker_from_record, partition_from_record
-from controller.records.domain import BrokerRegistration, PartitionRegistration
+from controller.records.convert import broker_from_record, partition_from_record, shared_ids
+from controller.records.domain import (
+    BrokerRegistration,
+    LeaderRecoveryState,
+    PartitionRegistration,
+)
 
 # Records that carry no metadata for the image (Raft control records, no-ops, ACLs
 # which the broker agent does not use yet).
@@ -205,47 +218,128 @@ class MetadataDelta:
         return image, changes
 
 
-def build_image(records: Iterable[MetadataRecord], offset: int) -> MetadataImage:
-    """An image from a whole state's records (a snapshot) covering up to `offset`.
+class _ImageBuilder:
+    """Plain dicts of a whole state, then one linear build of each persistent map."""
 
-    Bulk: replays into plain dicts, then builds each persistent map once."""
-    topics: dict[str, TopicImage] = {}
-    parts: dict[str, dict[int, PartitionRegistration]] = {}
-    topic_ids: dict[str, str] = {}
-    brokers: dict[int, BrokerRegistration] = {}
-    configs: dict[ConfigResourceKey, dict[str, str]] = {}
-    features: dict[str, int] = {}
-    for record in records:
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicImage] = {}
+        self.parts: dict[str, dict[int, PartitionRegistration]] = {}
+        self.topic_ids: dict[str, str] = {}
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.configs: dict[ConfigResourceKey, dict[str, str]] = {}
+        self.features: dict[str, int] = {}
+
+    def add(self, record: MetadataRecord) -> None:
         kind = record_type(record)
         payload = record_payload(record)
         if kind == "partition":
             p: pb.PartitionRecord = payload  # type: ignore[assignment]
-            parts[p.topic_id][p.partition_id] = partition_from_record(p)
+            self.partition(p.topic_id, p.partition_id, partition_from_record(p))
         elif kind == "topic":
             t: pb.TopicRecord = payload  # type: ignore[assignment]
-            topics[t.topic_id] = TopicImage(t.name, t.topic_id)
-            topic_ids[t.name] = t.topic_id
-            parts[t.topic_id] = {}
+            self.topics[t.topic_id] = TopicImage(t.name, t.topic_id)
+            self.topic_ids[t.name] = t.topic_id
+            self.parts[t.topic_id] = {}
         elif kind == "register_broker":
             reg = broker_from_record(payload)  # type: ignore[arg-type]
-            brokers[reg.broker_id] = reg
+            self.brokers[reg.broker_id] = reg
         elif kind == "config":
             c: pb.ConfigRecord = payload  # type: ignore[assignment]
             if c.HasField("value"):
-                configs.setdefault((int(c.resource_type), c.resource_name), {})[c.name] = c.value
+                self.configs.setdefault((int(c.resource_type), c.resource_name),
+                                        {})[c.name] = c.value
         elif kind == "feature_level":
             f: pb.FeatureLevelRecord = payload  # type: ignore[assignment]
             if f.feature_level:
-                features[f.name] = f.feature_level
+                self.features[f.name] = f.feature_level
         elif kind not in _IGNORED:
             # A snapshot holds only whole-state records; anything else is a bug.
             raise DeltaReplayError(f"unexpected {kind!r} record in a snapshot")
-    full = {tid: attrs.evolve(t, partitions=MappingProxyType(parts[tid]))
-            for tid, t in topics.items()}
-    frozen_configs: Mapping[ConfigResourceKey, Mapping[str, str]] = {
-        key: MappingProxyType(values) for key, values in configs.items()}
-    return MetadataImage(offset, PersistentMap.from_mapping(full),
-                         PersistentMap.from_mapping(topic_ids),
-                         PersistentMap.from_mapping(brokers),
-                         PersistentMap.from_mapping(frozen_configs),
-                         PersistentMap.from_mapping(features))
+
+    def partition(self, topic_id: str, index: int, registration: PartitionRegistration) -> None:
+        parts = self.parts.get(topic_id)
+        if parts is None:
+            raise DeltaReplayError(f"partition of unknown topic id {topic_id} in a snapshot")
+        parts[index] = registration
+
+    def image(self, offset: int) -> MetadataImage:
+        parts = self.parts
+        full = {tid: TopicImage(t.name, tid, MappingProxyType(parts[tid]))
+                for tid, t in self.topics.items()}
+        frozen_configs: Mapping[ConfigResourceKey, Mapping[str, str]] = {
+            key: MappingProxyType(values) for key, values in self.configs.items()}
+        return MetadataImage(offset, PersistentMap.from_mapping(full),
+                             PersistentMap.from_mapping(self.topic_ids),
+                             PersistentMap.from_mapping(self.brokers),
+                             PersistentMap.from_mapping(frozen_configs),
+                             PersistentMap.from_mapping(self.features))
+
+
+def build_image(records: Iterable[MetadataRecord], offset: int) -> MetadataImage:
+    """An image from a whole state's records (a snapshot) covering up to `offset`."""
+    builder = _ImageBuilder()
+    for record in records:
+        builder.add(record)
+    return builder.image(offset)
+
+
+_PARTITION_VERSION = RECORD_TYPES["partition"].version
+_RECOVERY = {int(state): state for state in LeaderRecoveryState}
+
+
+# A partition as the snapshot states it (the topic without its partitions).
+SnapshotPartition = tuple[TopicImage, int, PartitionRegistration]
+_LOCAL_CHUNK = 2000
+
+
+def build_image_from_bytes(records: Iterable[bytes], offset: int, local_broker: int = -1,
+                           on_local: Callable[[list[SnapshotPartition]], None] | None = None
+                           ) -> MetadataImage:
+    """`build_image` of encoded records: equal result, and `decode_record`'s errors.
+
+    Partition records (nearly all of a snapshot) are parsed into one reused message
+    and turned into a `PartitionRegistration` the way `partition_from_record` does;
+    anything else, or anything unusual (a parse error, no or an unknown record type,
+    an unsupported version, an unknown recovery state), goes through
+    `decode_record` and the general path, which raise the usual errors.
+
+    `on_local` gets, in chunks while decoding goes on, the partitions that have
+    `local_broker` among their replicas (the broker agent prewrites their local
+    state meanwhile)."""
+    builder = _ImageBuilder()
+    topics = builder.topics
+    local: list[SnapshotPartition] = []
+    message = pb.MetadataRecord()
+    parse = message.ParseFromString
+    which = message.WhichOneof
+    recovery_states = _RECOVERY
+    add_partition = builder.partition
+    for data in records:
+        try:
+            parse(data)
+        except DecodeError:
+            kind = None
+        else:
+            kind = which("record")
+        if kind == "partition" and 1 <= message.version <= _PARTITION_VERSION:
+            p = message.partition
+            recovery = recovery_states.get(p.leader_recovery_state)
+            if recovery is not None:
+                replicas = shared_ids(tuple(p.replicas))
+                isr = tuple(p.isr)
+                topic_id, index = p.topic_id, p.partition_id
+                registration = PartitionRegistration(
+                    replicas, replicas if isr == replicas else shared_ids(isr),
+                    tuple(p.removing_replicas), tuple(p.adding_replicas), p.leader, recovery,
+                    p.leader_epoch, p.partition_epoch)
+                add_partition(topic_id, index, registration)
+                if local_broker in replicas and on_local is not None:
+                    local.append((topics[topic_id], index, registration))
+                    if len(local) >= _LOCAL_CHUNK:
+                        on_local(local)
+                        local = []
+                continue
+        builder.add(decode_record(data))
+    if local and on_local is not None:
+        on_local(local)
+    return builder.image(offset)

@@ -23,7 +23,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from broker_agent.delta import ImageChanges, MetadataDelta, build_image
+from broker_agent.bulk import gc_paused
+from broker_agent.delta import (
+    ImageChanges,
+    MetadataDelta,
+    SnapshotPartition,
+    build_image_from_bytes,
+)
 from broker_agent.image import MetadataImage
 from controller.quorum.driver import CommitListener
 from controller.raft.values import RecordBatch, SnapshotId
@@ -42,9 +48,23 @@ class ImagePublisher(Protocol):
         """One committed batch's changes."""
 
 
-def read_snapshot_image(path: Path, end_offset: int) -> MetadataImage:
+class SnapshotPrewriter(Protocol):
+    """Gets the partitions local to `broker_id` while a snapshot is still decoding
+    (`BrokerAgent.prewrite`: their local state is written ahead of the full plan)."""
+
+    broker_id: int
+
+    def prewrite(self, partitions: list[SnapshotPartition]) -> None: ...
+
+
+def read_snapshot_image(path: Path, end_offset: int,
+                        prewriter: SnapshotPrewriter | None = None) -> MetadataImage:
     reader = sf.SnapshotReader.open(path)
-    return build_image((decode_record(data) for data in reader.records()), end_offset - 1)
+    with gc_paused():
+        if prewriter is None:
+            return build_image_from_bytes(reader.records(), end_offset - 1)
+        return build_image_from_bytes(reader.records(), end_offset - 1, prewriter.broker_id,
+                                      prewriter.prewrite)
 
 
 class MetadataLoader(CommitListener):
@@ -62,6 +82,8 @@ class MetadataLoader(CommitListener):
         self.leader_id: int | None = None
         self.started_s = time.monotonic()
         self.batches_applied = 0
+        # Set by the daemon: snapshot loads feed it the local partitions as they decode.
+        self.prewriter: SnapshotPrewriter | None = None
 
     def bind(self, fetched_high_watermark: Callable[[], int]) -> None:
         self._fetched_hw = fetched_high_watermark
@@ -75,7 +97,8 @@ class MetadataLoader(CommitListener):
         """Before the driver starts: the log begins at the newest snapshot, so must we."""
         latest = sf.latest_snapshot(directory)
         if latest is not None:
-            self.image = read_snapshot_image(directory / latest.file_name, latest.end_offset)
+            self.image = read_snapshot_image(directory / latest.file_name, latest.end_offset,
+                                             self.prewriter)
             logger.info("event=snapshot_loaded source=local end_offset=%d partitions=%d",
                         latest.end_offset, self.image.partition_count())
 
@@ -102,7 +125,7 @@ class MetadataLoader(CommitListener):
         logger.info("event=metadata_leader leader=%s epoch=%d", leader_id, epoch)
 
     def on_snapshot_loaded(self, snapshot_id: SnapshotId, path: Path) -> None:
-        self.image = read_snapshot_image(path, snapshot_id.end_offset)
+        self.image = read_snapshot_image(path, snapshot_id.end_offset, self.prewriter)
         logger.info("event=snapshot_loaded source=leader end_offset=%d partitions=%d",
                     snapshot_id.end_offset, self.image.partition_count())
         if self.caught_up:

@@ -108,9 +108,7 @@ def desired_replica(topic: TopicImage, index: int, part: PartitionRegistration,
                         part.leader_epoch, part.partition_epoch)
 
 
-def _instruction(replica: LocalReplica, have: LocalReplica | None) -> BecomeLeader | BecomeFollower:
-    if replica.role is ReplicaRole.FOLLOWER:
-        return BecomeFollower(replica)
+def _lead(replica: LocalReplica, have: LocalReplica | None) -> BecomeLeader:
     kept = have is not None and have.role is ReplicaRole.LEADER and \
         have.topic_id == replica.topic_id and have.leader_epoch == replica.leader_epoch
     return BecomeLeader(replica, new_leadership=not kept)
@@ -170,14 +168,22 @@ def plan_delta(previous: MetadataImage, new: MetadataImage, changed: Iterable[Pa
 def plan_full(local: Mapping[str, LocalReplica | None], image: MetadataImage,
               broker_id: int) -> Plan:
     """Instructions that make the local state (`dir name -> replica`, None for a
-    directory whose state could not be read) equal to what `image` wants."""
+    directory whose state could not be read) equal to what `image` wants.
+
+    Runs over every partition of the image (a million after a snapshot load), so
+    the loop is flat: no per-partition helper calls, and the plan is sorted once
+    by directory name (unique: the keys of `desired`)."""
     desired: dict[str, LocalReplica] = {}
-    for topic, index, part in image.iter_partitions():
-        want = desired_replica(topic, index, part, broker_id)
-        if want is not None:
-            desired[want.dir_name] = want
+    leader_role, follower_role = ReplicaRole.LEADER, ReplicaRole.FOLLOWER
+    for topic in image.topics.values():
+        name, topic_id = topic.name, topic.topic_id
+        for index, part in topic.partitions.items():
+            if broker_id in part.replicas:
+                leader = part.leader
+                desired[f"{name}-{index}"] = LocalReplica(
+                    name, topic_id, index, leader_role if leader == broker_id else follower_role,
+                    leader, part.leader_epoch, part.partition_epoch)
     deletes: list[DeleteReplica] = []
-    changes: list[BecomeLeader | BecomeFollower] = []
     for name, have in local.items():
         want = desired.get(name)
         if have is None:
@@ -188,8 +194,16 @@ def plan_full(local: Mapping[str, LocalReplica | None], image: MetadataImage,
             # Same directory name, another topic id: the topic was re-created.
             deletes.append(DeleteReplica(name, have.topic_id, have.partition))
     deleted = {d.dir_name for d in deletes}
-    for name, want in desired.items():
-        have = local.get(name)
-        if have != want or name in deleted:
-            changes.append(_instruction(want, None if name in deleted else have))
-    return _sorted_plan(deletes, changes)
+    leaders: list[BecomeLeader] = []
+    followers: list[BecomeFollower] = []
+    get_local = local.get
+    for name in sorted(desired):
+        want = desired[name]
+        have = get_local(name)
+        if have is None or have != want or name in deleted:
+            if want.role is follower_role:
+                followers.append(BecomeFollower(want))
+            else:
+                leaders.append(_lead(want, None if name in deleted else have))
+    deletes.sort(key=lambda d: d.dir_name)
+    return Plan(tuple(deletes), tuple(leaders), tuple(followers))

@@ -1,7 +1,8 @@
 """Start, watch and stop the dev cluster's processes.
 
 Each node runs as `python -c <launch> controller|broker --config FILE` with the
-same interpreter as `metakraft dev`, its output appended to its process.log. The
+same interpreter as `metakraft dev`, its output appended to its process.log; it
+dies with the supervisor, even a SIGKILLed one (`parent_death.py`). The
 children get their own process group: a Ctrl-C in the terminal reaches only the
 supervisor, which then stops brokers before controllers (a broker's controlled
 shutdown needs a controller to answer it).
@@ -25,8 +26,11 @@ import attrs
 
 import controller
 from controller.devcluster.layout import ClusterSpec, NodeSpec, ProcessStatus, write_cluster_json
+from controller.devcluster.parent_death import ENV_PARENT
 
-LAUNCH = "from controller.cli.main import main; main()"
+# The children die with the supervisor even if it is SIGKILLed (parent_death.py).
+LAUNCH = ("from controller.devcluster.parent_death import die_with_parent; die_with_parent(); "
+          "from controller.cli.main import main; main()")
 # Lines of the log shown when a process dies.
 TAIL_LINES = 15
 _BIND_FAILURE_MARKS = ("could not bind", "address already in use", "failed to bind")
@@ -54,7 +58,8 @@ def _child_env() -> dict[str, str]:
     source_root = str(Path(controller.__file__).resolve().parents[1])
     current = os.environ.get("PYTHONPATH")
     path = source_root if not current else f"{source_root}{os.pathsep}{current}"
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1",
+            ENV_PARENT: str(os.getpid())}
 
 
 class _Managed:

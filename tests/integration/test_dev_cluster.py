@@ -148,3 +148,30 @@ def test_background_cluster_cli_sigint_and_resume(data_dir: Path, tmp_path: Path
         _stop(proc, data_dir, log)
     finally:
         kill_everything(proc, data_dir)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a reparented child may wait a moment to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_children_die_with_a_sigkilled_supervisor(data_dir: Path, tmp_path: Path) -> None:
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        log = tmp_path / "dev.out"
+        proc = _run_until_ready(data_dir, log)
+        pids = recorded_pids(data_dir)
+        assert len(pids) == 6 and all(_running(p) for p in pids), log.read_text()
+        proc.kill()  # no chance to stop anything itself
+        proc.wait(10)
+        deadline = time.monotonic() + 20
+        while any(_running(p) for p in pids):
+            assert time.monotonic() < deadline, "children outlived a SIGKILLed metakraft dev"
+            time.sleep(0.1)
+    finally:
+        kill_everything(proc, data_dir)

@@ -9,11 +9,16 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_agent.delta import MetadataDelta, build_image
+from broker_agent.delta import (
+    MetadataDelta,
+    SnapshotPartition,
+    build_image,
+    build_image_from_bytes,
+)
 from broker_agent.image import MetadataImage, topic_image
 from broker_agent.pmap import PersistentMap
 from controller.metadata import MetadataState
-from controller.records import MetadataRecord
+from controller.records import MetadataRecord, encode_record
 from controller.records.domain import PartitionRegistration
 from tests.unit.broker_agent.records_support import (
     change,
@@ -105,6 +110,13 @@ def test_image_from_deltas_equals_metadata_state_replay(records: list[MetadataRe
     # A snapshot of that state, bulk-built, is the same image.
     snap = build_image(state.snapshot_records(), image.offset)
     assert snap == image
+    # And from the encoded records (the loader's fast path), with the local sink.
+    local: list[SnapshotPartition] = []
+    fast = build_image_from_bytes([encode_record(r) for r in state.snapshot_records()],
+                                  image.offset, 1, local.extend)
+    assert fast == image
+    assert sorted((t.topic_id, i, p) for t, i, p in local) == sorted(
+        (t.topic_id, i, p) for t, i, p in image.iter_partitions() if 1 in p.replicas)
 
 
 def test_changes_name_touched_partitions_and_removed_topics() -> None:
