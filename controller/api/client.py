@@ -166,6 +166,9 @@ class AdminClient:
         self._limits = limits or rpc.RpcLimits()
         self._sleep = sleep
         self._channels: dict[str, grpc.Channel] = {}
+        # One stub per channel: a stub builds a callable for each of the service's
+        # methods, too much to redo on every call.
+        self._stubs: dict[str, Any] = {}
         self._next_bootstrap = 0
         # Addresses whose channel has reached the server (a write needs no probe).
         self._connected: set[str] = set()
@@ -179,6 +182,7 @@ class AdminClient:
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
+        self._stubs.clear()
 
     def __enter__(self) -> AdminClient:
         return self
@@ -205,6 +209,7 @@ class AdminClient:
     def _drop(self, address: str) -> None:
         # A failed channel may sit in reconnect backoff; a fresh one tries at once.
         channel = self._channels.pop(address, None)
+        self._stubs.pop(address, None)
         if channel is not None:
             channel.close()
         self._connected.discard(address)
@@ -244,7 +249,9 @@ class AdminClient:
                 self._drop(target)
             else:
                 try:
-                    stub = apb_grpc.AdminStub(channel)
+                    stub = self._stubs.get(target)
+                    if stub is None:
+                        stub = self._stubs[target] = apb_grpc.AdminStub(channel)
                     response = getattr(stub, method)(request, timeout=remaining)
                     self.leader_address = target
                     self._connected.add(target)

@@ -59,37 +59,75 @@ def place_replicas(
 ) -> list[tuple[int, ...]]:
     """Replica lists for ``partitions`` partitions over the brokers in ``racks``
     (broker id -> rack), numbered from ``first_partition``."""
-    ordered = rack_alternated(racks)
-    n = len(ordered)
-    assert 1 <= replication_factor <= n, (replication_factor, n)
-    ignore_racks = any(rack is None for rack in racks.values())
-    # Without racks everywhere, each broker counts as its own rack.
-    rack_of = {b: f"broker-{b}" if ignore_racks else str(racks[b]) for b in ordered}
-    rack_count = len(set(rack_of.values()))
+    table = _placement_table(tuple(sorted(racks.items(), key=_by_broker)), replication_factor)
+    n = table.brokers
     start = rng.randrange(n)
     shift0 = rng.randrange(n)
-    result: list[tuple[int, ...]] = []
-    for p in range(first_partition, first_partition + partitions):
-        first = (start + p) % n
-        # The shift changes every n partitions so follower sets vary, not just rotate.
-        shift = (shift0 + p // n) % n
-        walk = [ordered[(first + 1 + shift + j) % n] for j in range(n)]
-        chosen = [ordered[first]]
-        used = {rack_of[ordered[first]]}
-        while len(chosen) < replication_factor:
-            before = len(chosen)
-            for broker in walk:
-                if len(chosen) == replication_factor:
-                    break
-                if broker in chosen or (rack_of[broker] in used and len(used) < rack_count):
-                    continue
-                chosen.append(broker)
-                used.add(rack_of[broker])
-                if len(used) == rack_count:
-                    used = set()  # every rack has one; start a new round
-            if len(chosen) == before:
-                # The racks not yet used this round have no unchosen broker left.
-                used = set()
-        assert len(set(chosen)) == replication_factor
-        result.append(tuple(chosen))
-    return result
+    lists = table.lists
+    # The shift changes every n partitions so follower sets vary, not just rotate.
+    return [lists[(start + p) % n][(shift0 + p // n) % n]
+            for p in range(first_partition, first_partition + partitions)]
+
+
+def _by_broker(item: tuple[int, str | None]) -> int:
+    return item[0]
+
+
+class _PlacementTable:
+    """Every replica list placement can produce for one broker set and replication
+    factor: ``lists[first][shift]`` (n x n of them), computed once and reused while
+    the brokers stay the same -- a 100-partition topic then costs 100 lookups."""
+
+    __slots__ = ("brokers", "lists")
+
+    def __init__(self, racks: Mapping[int, str | None], replication_factor: int) -> None:
+        ordered = rack_alternated(racks)
+        n = self.brokers = len(ordered)
+        assert 1 <= replication_factor <= n, (replication_factor, n)
+        ignore_racks = any(rack is None for rack in racks.values())
+        # Without racks everywhere, each broker counts as its own rack.
+        rack_of = {b: f"broker-{b}" if ignore_racks else str(racks[b]) for b in ordered}
+        rack_count = len(set(rack_of.values()))
+        self.lists = [[_place_one(ordered, rack_of, rack_count, first, shift, replication_factor)
+                       for shift in range(n)] for first in range(n)]
+
+
+def _place_one(ordered: list[int], rack_of: Mapping[int, str], rack_count: int, first: int,
+               shift: int, replication_factor: int) -> tuple[int, ...]:
+    n = len(ordered)
+    walk = [ordered[(first + 1 + shift + j) % n] for j in range(n)]
+    chosen = [ordered[first]]
+    used = {rack_of[ordered[first]]}
+    while len(chosen) < replication_factor:
+        before = len(chosen)
+        for broker in walk:
+            if len(chosen) == replication_factor:
+                break
+            if broker in chosen or (rack_of[broker] in used and len(used) < rack_count):
+                continue
+            chosen.append(broker)
+            used.add(rack_of[broker])
+            if len(used) == rack_count:
+                used = set()  # every rack has one; start a new round
+        if len(chosen) == before:
+            # The racks not yet used this round have no unchosen broker left.
+            used = set()
+    assert len(set(chosen)) == replication_factor
+    return tuple(chosen)
+
+
+# (brokers and racks, replication factor) -> table. Small: one entry per broker set
+# seen (brokers come and go rarely); cleared past the bound.
+_TABLES: dict[tuple[tuple[tuple[int, str | None], ...], int], _PlacementTable] = {}
+_TABLES_MAX = 64
+
+
+def _placement_table(racks: tuple[tuple[int, str | None], ...],
+                     replication_factor: int) -> _PlacementTable:
+    key = (racks, replication_factor)
+    table = _TABLES.get(key)
+    if table is None:
+        if len(_TABLES) >= _TABLES_MAX:
+            _TABLES.clear()
+        table = _TABLES[key] = _PlacementTable(dict(racks), replication_factor)
+    return table

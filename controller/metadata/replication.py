@@ -56,6 +56,7 @@ from controller.metadata.topics import (
     collision_key,
 )
 from controller.records import (
+    RECORD_TYPES,
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
@@ -63,11 +64,72 @@ from controller.records import (
     TopicRecord,
     make_record,
 )
-from controller.records.convert import partition_from_record, partition_to_record
-from controller.records.domain import NO_LEADER, PartitionRegistration, Topic
+from controller.records.convert import partition_from_record
+from controller.records.domain import (
+    NO_LEADER,
+    LeaderRecoveryState,
+    PartitionRegistration,
+    Topic,
+)
 from timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet
 
 PartKey = tuple[str, int]  # (topic id, partition index)
+
+# Registrations are frozen values, and a new partition's is one of few: (replicas,
+# ISR, leader) over the brokers, epochs 0. Replay shares one object per distinct
+# value instead of converting every PartitionRecord afresh (creating a 100-partition
+# topic replays 100 of them on every controller; a snapshot load a million). Cleared
+# past the bound so odd values never pile up.
+_REGISTRATIONS: dict[tuple[object, ...], PartitionRegistration] = {}
+_REGISTRATIONS_MAX = 50_000
+_RECOVERED = int(LeaderRecoveryState.RECOVERED)
+
+
+_PARTITION_VERSION = RECORD_TYPES["partition"].version
+
+
+def partition_records(
+    topic_id: str, parts: Sequence[PartitionRegistration], first_id: int = 0
+) -> list[MetadataRecord]:
+    """``make_record(partition_to_record(part, ...))`` for each of ``parts`` (numbered
+    from ``first_id``), built field by field into the envelope: snapshots write a
+    million of these."""
+    records: list[MetadataRecord] = []
+    append = records.append
+    version = _PARTITION_VERSION
+    for partition_id, part in enumerate(parts, first_id):
+        record = MetadataRecord(version=version)
+        msg = record.partition
+        msg.partition_id = partition_id
+        msg.topic_id = topic_id
+        msg.replicas.extend(part.replicas)
+        msg.isr.extend(part.isr)
+        if part.removing_replicas:
+            msg.removing_replicas.extend(part.removing_replicas)
+        if part.adding_replicas:
+            msg.adding_replicas.extend(part.adding_replicas)
+        msg.leader = part.leader
+        if part.leader_recovery_state != _RECOVERED:
+            msg.leader_recovery_state = int(part.leader_recovery_state)  # type: ignore[assignment]
+        msg.leader_epoch = part.leader_epoch
+        msg.partition_epoch = part.partition_epoch
+        append(record)
+    return records
+
+
+def registration_of(record: PartitionRecord) -> PartitionRegistration:
+    """``partition_from_record(record)``, shared with equal earlier ones."""
+    if (record.removing_replicas or record.adding_replicas
+            or record.leader_recovery_state != _RECOVERED):
+        return partition_from_record(record)
+    key = (tuple(record.replicas[:]), tuple(record.isr[:]), record.leader,
+           record.leader_epoch, record.partition_epoch)
+    found = _REGISTRATIONS.get(key)
+    if found is None:
+        if len(_REGISTRATIONS) >= _REGISTRATIONS_MAX:
+            _REGISTRATIONS.clear()
+        found = _REGISTRATIONS[key] = partition_from_record(record)
+    return found
 
 UNCLEAN_KEY = "unclean.leader.election.enable"
 
@@ -98,6 +160,15 @@ class ReplicationControlManager:
         self._out_of_isr: dict[int, TimelineHashSet[PartKey]] = {}
         self._leaderless: TimelineHashSet[PartKey] = TimelineHashSet(registry)
         self._reassigning: TimelineHashSet[PartKey] = TimelineHashSet(registry)
+        # The log offset of the record being replayed (``MetadataState`` sets it), and
+        # topic id -> the offset of the last record that changed the topic or its
+        # partitions. Not history, just a conservative hint for ``partitions_at``: a
+        # topic last changed at or before an epoch reads the same at that epoch as now
+        # (reverts only go back to offsets at or above any epoch still read).
+        self.replay_offset = -1
+        self._changed_at: dict[str, int] = {}
+        # Topics without an entry last changed at or before this offset.
+        self._changed_floor = -1
 
     # -- requests (generation; see topics.py for topic creation and deletion) ---------
 
@@ -234,21 +305,29 @@ class ReplicationControlManager:
         self._topics[record.topic_id] = Topic(record.name, record.topic_id)
         self._topic_ids[record.name] = record.topic_id
         self._counts[record.topic_id] = 0
+        self._changed_at[record.topic_id] = self.replay_offset
         self._collision_keys[collision_key(record.name)] = record.name
 
     def replay_partition(self, record: PartitionRecord) -> None:
-        count = self._counts.get(record.topic_id)
+        topic_id = record.topic_id
+        partition_id = record.partition_id
+        count = self._counts.get(topic_id)
         if count is None:
             raise MetadataReplayError(
-                f"partition {record.partition_id} of unknown topic id {record.topic_id}"
+                f"partition {partition_id} of unknown topic id {topic_id}"
             )
-        key = (record.topic_id, record.partition_id)
-        new = partition_from_record(record)
-        old = self._partitions.get(key)
-        self._partitions[key] = new
-        if record.partition_id >= count:
-            self._counts[record.topic_id] = record.partition_id + 1
-        self._reindex(key, old, new)
+        key = (topic_id, partition_id)
+        new = registration_of(record)
+        partitions = self._partitions
+        old = partitions.get(key)
+        partitions[key] = new
+        if partition_id >= count:
+            self._counts[topic_id] = partition_id + 1
+        self._changed_at[topic_id] = self.replay_offset
+        if old is None:
+            self._index_new(key, new)
+        else:
+            self._reindex(key, old, new)
 
     def replay_partition_change(self, record: PartitionChangeRecord) -> None:
         key = (record.topic_id, record.partition_id)
@@ -259,6 +338,7 @@ class ReplicationControlManager:
             )
         new = old.merge(record)
         self._partitions[key] = new
+        self._changed_at[record.topic_id] = self.replay_offset
         self._reindex(key, old, new)
 
     def replay_remove_topic(self, record: RemoveTopicRecord) -> str:
@@ -266,6 +346,7 @@ class ReplicationControlManager:
         topic = self._topics.get(record.topic_id)
         if topic is None:
             raise MetadataReplayError(f"cannot remove unknown topic id {record.topic_id}")
+        self._changed_at[record.topic_id] = self.replay_offset
         for partition_id in range(self._counts[record.topic_id]):
             key = (record.topic_id, partition_id)
             old = self._partitions.pop(key, None)
@@ -392,6 +473,25 @@ class ReplicationControlManager:
             found.append(part)
         return tuple(found)
 
+    def partitions_at(self, topic_id: str, epoch: int) -> tuple[PartitionRegistration, ...]:
+        """``partitions(topic_id, epoch)``, read from the latest state when the topic
+        has not changed since ``epoch``. Reading a key at a past epoch walks every
+        registry snapshot after it, and a snapshot file being written keeps all of
+        those alive: reading a million partitions that way grows with the writes
+        made meanwhile. This does not."""
+        changed = self._changed_at.get(topic_id, self._changed_floor)
+        if changed > epoch or topic_id not in self._counts:
+            return self.partitions(topic_id, epoch)
+        partitions = self._partitions
+        return tuple(partitions[(topic_id, i)] for i in range(self._counts[topic_id]))
+
+    def forget_changes_up_to(self, offset: int) -> None:
+        """Drop the change hints at or below ``offset``, which no later
+        ``partitions_at`` goes below (it only tells apart changes after its epoch)."""
+        if offset > self._changed_floor:
+            self._changed_floor = offset
+            self._changed_at = {t: o for t, o in self._changed_at.items() if o > offset}
+
     def list_topics(self, epoch: int | None = None) -> tuple[TopicListing, ...]:
         return tuple(
             TopicListing(name, tid) for name, tid in sorted(self._topic_ids.items(epoch=epoch))
@@ -444,10 +544,5 @@ class ReplicationControlManager:
         records = []
         for listing in self.list_topics(epoch):
             records.append(make_record(TopicRecord(name=listing.name, topic_id=listing.topic_id)))
-            for i, part in enumerate(self.partitions(listing.topic_id, epoch)):
-                records.append(
-                    make_record(
-                        partition_to_record(part, topic_id=listing.topic_id, partition_id=i)
-                    )
-                )
+            records += partition_records(listing.topic_id, self.partitions(listing.topic_id, epoch))
         return records

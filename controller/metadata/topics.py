@@ -17,8 +17,8 @@ import attrs
 from controller.metadata.errors import OK, ApiError, ControllerResult, ErrorCode
 from controller.metadata.placement import new_uuid, place_replicas
 from controller.records import (
+    RECORD_TYPES,
     MetadataRecord,
-    PartitionRecord,
     RemoveTopicRecord,
     TopicRecord,
     make_record,
@@ -33,6 +33,7 @@ MAX_TOPIC_NAME_LENGTH = 249
 # A bound on one request's work (the issue: request sizes are bounded).
 MAX_PARTITIONS_PER_TOPIC = 100_000
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+PARTITION_RECORD_VERSION = RECORD_TYPES["partition"].version
 
 
 # -- values ----------------------------------------------------------------------------
@@ -231,22 +232,32 @@ def _check_replication_factor(cluster: ClusterControlManager, factor: int) -> Ap
     return OK
 
 
-def _partition_record(
-    topic_id: str, partition_id: int, replicas: tuple[int, ...], cluster: ClusterControlManager
-) -> MetadataRecord:
-    isr = tuple(r for r in replicas if cluster.is_usable(r))
-    assert isr, "assignments were checked to have a usable replica"
-    return make_record(
-        PartitionRecord(
-            topic_id=topic_id,
-            partition_id=partition_id,
-            replicas=replicas,
-            isr=isr,
-            leader=isr[0],
-            leader_epoch=0,
-            partition_epoch=0,
-        )
-    )
+def _partition_records(
+    topic_id: str,
+    first_id: int,
+    assignments: Sequence[tuple[int, ...]],
+    cluster: ClusterControlManager,
+) -> list[MetadataRecord]:
+    """New PartitionRecords numbered from ``first_id``: the ISR is the usable replicas,
+    the first of them leads. Built field by field into the envelope (no payload copy):
+    this runs for every partition of every topic created."""
+    usable = frozenset(cluster.usable_broker_ids())
+    version = PARTITION_RECORD_VERSION
+    records: list[MetadataRecord] = []
+    append = records.append
+    for partition_id, replicas in enumerate(assignments, first_id):
+        isr = replicas if usable.issuperset(replicas) else tuple(
+            r for r in replicas if r in usable)
+        assert isr, "assignments were checked to have a usable replica"
+        record = MetadataRecord(version=version)
+        part = record.partition
+        part.topic_id = topic_id
+        part.partition_id = partition_id
+        part.replicas.extend(replicas)
+        part.isr.extend(isr)
+        part.leader = isr[0]
+        append(record)
+    return records
 
 
 def _counts(names: Sequence[str]) -> dict[str, int]:
@@ -365,7 +376,7 @@ def _create_one(
         topic_id = new_uuid(manager.rng)
     used_ids.add(topic_id)
     records = [make_record(TopicRecord(name=topic.name, topic_id=topic_id)), *config_records]
-    records += [_partition_record(topic_id, i, r, cluster) for i, r in enumerate(assignments)]
+    records += _partition_records(topic_id, 0, assignments, cluster)
     result = CreateTopicResult(topic.name, OK, topic_id, len(assignments), len(assignments[0]))
     return result, records
 
@@ -456,9 +467,6 @@ def _create_partitions_one(
             rng=manager.rng,
             first_partition=current,
         )
-    records = [
-        _partition_record(topic_id, current + i, replicas, cluster)
-        for i, replicas in enumerate(assignments)
-    ]
+    records = _partition_records(topic_id, current, assignments, cluster)
     assert len(records) == added and all(r.partition.leader != NO_LEADER for r in records)
     return OK, records

@@ -397,19 +397,33 @@ class RaftDriver:
     async def _run(self) -> None:
         inbox = self._inbox
         limit = self.config.max_events_per_ready
+        budget_ns = self.config.max_events_time_ms * 1_000_000
+        monotonic_ns = time.monotonic_ns
         try:
             while True:
                 event = await inbox.get()
                 count = 0
+                started_ns = monotonic_ns()
                 while True:
                     if event is _STOP:
                         return
                     self._apply(event)
                     count += 1
-                    if count >= limit or inbox.empty():
+                    # Also bounded in time: work that re-queues itself (a snapshot
+                    # written in steps) or a few long events must not hold back the
+                    # Ready -- flushes, fetch answers, commits -- for long.
+                    if (count >= limit or inbox.empty()
+                            or monotonic_ns() - started_ns >= budget_ns):
                         break
                     event = inbox.get_nowait()
                 await self._drain_ready()
+                if not inbox.empty():
+                    # `inbox.get()` returns at once while events are queued, so
+                    # without this the task could run on without ever letting the
+                    # loop poll for I/O: work that keeps re-queueing itself (a
+                    # snapshot written in steps) would starve every gRPC call --
+                    # fetches, votes -- and cost the leadership.
+                    await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:

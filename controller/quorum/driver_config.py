@@ -66,6 +66,8 @@ class DriverConfig:
     # in flight to one peer, proposals awaiting commit.
     max_inbox_events: int = 10_000
     max_events_per_ready: int = 512
+    # ... and handled for at most about this long before the Ready is processed.
+    max_events_time_ms: int = 20
     max_inflight_per_peer: int = 32
     max_pending_proposals: int = 20_000
     propose_timeout_ms: int = 30_000
@@ -81,6 +83,7 @@ class DriverConfig:
         if not self.voter_addresses:
             raise ValueError("at least one voter is required")
         for name in ("tick_interval_ms", "max_inbox_events", "max_events_per_ready",
+                     "max_events_time_ms",
                      "max_inflight_per_peer", "max_pending_proposals", "propose_timeout_ms",
                      "reply_slack_ms", "resign_wait_ms"):
             if getattr(self, name) <= 0:

@@ -3,7 +3,9 @@
 Threading. Everything that touches controller state runs on the Raft driver's node
 task: queued events (`QuorumPort.run_on_node_task`) and the commit callbacks
 (`on_commit`, `on_leader_change`, `on_snapshot_loaded`). gRPC handlers only queue
-an event (bounded: a full queue answers busy) and await its future. Running on the
+an event (bounded: a full queue answers busy) and await its future. The events
+queued meanwhile run together in one node-task turn (`_run_queued`), each write
+as its own batch, so one Raft flush and replication round carries them all. Running on the
 node task is what makes a write atomic: nothing happens between reading the offset
 the batch will get, replaying the records there and appending them.
 
@@ -65,6 +67,10 @@ from controller.storage.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
 
 logger = logging.getLogger("metakraft.controller")
 
+# Queued events run in one node-task turn at most (the driver builds a Ready, so
+# flushes and sends, between turns).
+MAX_EVENTS_PER_TURN = 64
+
 class QuorumController(CommitListener):
     def __init__(self, settings: ControllerSettings, *, clock_ms: Callable[[], int],
                  rng: RandomSource) -> None:
@@ -89,6 +95,10 @@ class QuorumController(CommitListener):
         self._last_key: BatchKey | None = None
         self._purgatory = Purgatory()
         self._parked: deque[Event] = deque()
+        # Events accepted and not yet run; they run together, in arrival order, in
+        # one node-task turn (see `_run_queued`).
+        self._inbox: deque[Event] = deque()
+        self._turn_scheduled = False
         self._queued = 0
         self._tick_queued = False
         self._quorum: QuorumPort | None = None
@@ -136,9 +146,11 @@ class QuorumController(CommitListener):
         if self.snapshots is not None:
             await self.snapshots.close()
         self._purgatory.fail_all()
-        for event in self._parked:
+        for event in (*self._parked, *self._inbox):
             settle(event.future, exc=NotControllerError(None, None))
         self._parked.clear()
+        self._queued -= len(self._inbox)
+        self._inbox.clear()
 
     # ------------------------------------------------------------------ status
 
@@ -193,12 +205,14 @@ class QuorumController(CommitListener):
             raise ControllerBusyError(
                 f"the controller has {self.queued_events} requests queued "
                 f"(limit {self.settings.max_queued_events}); retry later")
+        if not self._turn_scheduled:
+            try:
+                quorum.run_on_node_task(self._run_queued)
+            except DriverStoppedError:
+                raise NotControllerError(None, None) from None
+            self._turn_scheduled = True
         self._queued += 1
-        try:
-            quorum.run_on_node_task(lambda access: self._run_event(event, access))
-        except DriverStoppedError:
-            self._queued -= 1
-            raise NotControllerError(None, None) from None
+        self._inbox.append(event)
         try:
             # asyncio.timeout, not wait_for: no extra task per request.
             async with asyncio.timeout(self.settings.request_timeout_ms / 1e3):
@@ -209,6 +223,24 @@ class QuorumController(CommitListener):
                 + ("; the write may still be applied" if event.generate else "")) from None
 
     # ------------------------------------------------------------ on the node task
+
+    def _run_queued(self, access: NodeAccess) -> None:
+        """Run the queued events, oldest first, in one node-task turn (at most
+        `MAX_EVENTS_PER_TURN`; the rest get the next turn).
+
+        Coalescing: every write of the turn is generated, replayed and appended as
+        its own batch -- its own origin, its own purgatory entry and answer, and a
+        replay failure fails only that request -- but the Raft node builds its next
+        Ready only after the turn, so the batches share one log flush and reach the
+        followers in one FetchResponse each (one replication round for all)."""
+        self._turn_scheduled = False
+        inbox = self._inbox
+        for _ in range(min(len(inbox), MAX_EVENTS_PER_TURN)):
+            self._run_event(inbox.popleft(), access)
+        if inbox and not self._turn_scheduled and self._quorum is not None:
+            with contextlib.suppress(DriverStoppedError):
+                self._quorum.run_on_node_task(self._run_queued)
+                self._turn_scheduled = True
 
     def _run_event(self, event: Event, access: NodeAccess) -> None:
         self._queued -= 1
@@ -398,6 +430,12 @@ class QuorumController(CommitListener):
                     leader_id, epoch)
 
     def on_commit(self, batches: Sequence[RecordBatch]) -> None:
+        # Batches replayed here get one registry snapshot, after the last of them
+        # (only the committed offset is ever read or reverted to), not one each: while
+        # a snapshot file is written every registry snapshot after its offset stays,
+        # and each one makes reads at that offset slower. `unsnapped` is the last
+        # offset replayed without one (-1: none).
+        unsnapped = -1
         for batch in batches:
             if batch.base_offset < self._replayed_next:
                 if self._mode is Mode.STANDBY and batch.next_offset <= self._replayed_next:
@@ -407,20 +445,29 @@ class QuorumController(CommitListener):
                     if key is None or not key.matches(batch):
                         # What committed is not what we appended: we lost leadership
                         # without being told yet. Our uncommitted state is wrong.
+                        if unsnapped >= 0:  # the revert target must exist
+                            self.registry.create_snapshot(unsnapped)
                         self._lose_leadership(None, self._clock_ms())
                         self._replay_committed(batch)
+                        unsnapped = batch.last_offset
             else:
                 self._replay_committed(batch)
+                unsnapped = batch.last_offset
             self._committed_next = batch.next_offset
             self._last_committed_epoch = batch.epoch
             self._purgatory.committed(batch)
-            if self.snapshots is not None:
-                self.snapshots.committed(sum(len(r) for r in batch.records),
-                                         self._committed_next, batch.epoch)
+            if self.snapshots is not None and self.snapshots.committed(
+                    sum(len(r) for r in batch.records), self._committed_next, batch.epoch
+            ) and unsnapped == batch.last_offset:
+                # A snapshot job starts here: it reads the registry snapshot at this offset.
+                self.registry.create_snapshot(unsnapped)
+                unsnapped = -1
             if self._mode is Mode.PENDING and batch.epoch == self._epoch:
                 # Our LeaderChange committed: everything before it is replayed.
                 self._epoch_started = True
                 self.request_tick()
+        if unsnapped >= 0:
+            self.registry.create_snapshot(unsnapped)
         if batches:
             self._release_history()
 
@@ -433,6 +480,7 @@ class QuorumController(CommitListener):
         assert self.registry.has_snapshot(keep), self._committed_next
 
     def _replay_committed(self, batch: RecordBatch) -> None:
+        """Replay a committed batch; the caller creates the registry snapshot."""
         assert batch.base_offset == self._replayed_next, (
             f"committed batch at {batch.base_offset} but the state is at {self._replayed_next}")
         try:
@@ -443,7 +491,6 @@ class QuorumController(CommitListener):
             logger.critical("event=replay_failed offset=%d epoch=%d", batch.base_offset,
                             batch.epoch, exc_info=True)
             raise
-        self.registry.create_snapshot(batch.last_offset)
         self._replayed_next = batch.next_offset
 
     def on_snapshot_loaded(self, snapshot_id: SnapshotId, path: Path) -> None:
@@ -478,9 +525,18 @@ class QuorumController(CommitListener):
     def request_tick(self) -> None:
         if self._tick_queued or self._quorum is None:
             return
-        self._tick_queued = True
-        with contextlib.suppress(DriverStoppedError):
+        try:
             self._quorum.run_on_node_task(self._on_tick)
+        except DriverStoppedError:
+            # The node task is gone: a turn scheduled for queued events will never
+            # run. Answer them now (never appended) and schedule afresh next time.
+            self._turn_scheduled = False
+            inbox, self._inbox = self._inbox, deque()
+            self._queued -= len(inbox)
+            for event in inbox:
+                settle(event.future, exc=NotControllerError(None, None))
+            return
+        self._tick_queued = True
 
     def _on_tick(self, access: NodeAccess) -> None:
         self._tick_queued = False

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.metadata import MetadataState
+from controller.metadata.replication import partition_records
 from controller.quorum.service import DriverStoppedError
 from controller.raft.values import SnapshotId
 from controller.records import (
@@ -28,7 +29,6 @@ from controller.records import (
     encode_record,
     make_record,
 )
-from controller.records.convert import partition_to_record
 from controller.storage import snapshot_file as sf
 from controller.storage.snapshot_file import SnapshotReader, SnapshotWriter
 
@@ -54,13 +54,14 @@ def iter_image_chunks(state: MetadataState, epoch: int,
     partitions are never split); between two chunks the caller may do other work,
     as long as the registry snapshot at `epoch` stays."""
     assert chunk_records > 0
+    # Reads at `epoch` only from here on: older change hints can go.
+    state.replication.forget_changes_up_to(epoch)
     pending = state.features.snapshot_records(epoch) + state.cluster.snapshot_records(epoch)
     replication = state.replication
     for listing in replication.list_topics(epoch):
         tid = listing.topic_id
         pending.append(make_record(TopicRecord(name=listing.name, topic_id=tid)))
-        for i, part in enumerate(replication.partitions(tid, epoch)):
-            pending.append(make_record(partition_to_record(part, topic_id=tid, partition_id=i)))
+        pending += partition_records(tid, replication.partitions_at(tid, epoch))
         if len(pending) >= chunk_records:
             yield pending
             pending = []
@@ -134,7 +135,10 @@ class SnapshotScheduler:
         """The offset whose registry snapshot a running job still reads."""
         return None if self._job is None else self._job.last_offset
 
-    def committed(self, batch_bytes: int, committed_next: int, epoch: int) -> None:
+    def committed(self, batch_bytes: int, committed_next: int, epoch: int) -> bool:
+        """Count a committed batch; True if a snapshot job starts at `committed_next - 1`
+        (its first step runs later, on the node task, and reads the registry snapshot
+        there: the caller makes sure one exists)."""
         self._bytes_since += batch_bytes
         if (self._job is None and self._finishing is None
                 and self._bytes_since >= self._interval_bytes and committed_next > 0):
@@ -142,6 +146,8 @@ class SnapshotScheduler:
             self._job = SnapshotJob(self._state, self.directory, committed_next - 1, epoch,
                                     self._chunk_records)
             self._run(self._step)
+            return True
+        return False
 
     def reset(self) -> None:
         """The state was replaced (a snapshot from the leader): drop a running job."""

@@ -50,7 +50,8 @@ class LeaderMixin(NodeState):
         if len(records) > self.config.max_batch_records or size > self.config.max_batch_bytes:
             return ProposeResult(epoch=self.epoch, error=ProposeError.TOO_LARGE)
         base = self.append_batch(records, False, origin)
-        self.answer_parked_fetches()
+        # Parked fetches get it when the Ready is built (see `proposed_since_ready`).
+        self.proposed_since_ready = True
         return ProposeResult(base_offset=base, epoch=self.epoch)
 
     # ------------------------------------------------------------------ Fetch

@@ -67,6 +67,9 @@ class RaftNode(LeaderMixin, FollowerMixin):
 
     def ready(self) -> Ready:
         """Everything to do since the last call (see `Ready`)."""
+        if self.proposed_since_ready:
+            self.proposed_since_ready = False
+            self.answer_parked_fetches()
         return self.build_ready()
 
     def tick(self, now_ms: int) -> None:

@@ -107,6 +107,11 @@ class NodeState:
 
         # --- the Ready being accumulated ---------------------------------------
         self._messages: list[Message] = []
+        # Proposals appended since the last Ready: parked fetches are answered once,
+        # when the Ready is built, so every batch proposed in between goes out in one
+        # FetchResponse per follower (one replication round) instead of the first
+        # batch alone answering them and the rest waiting for the next fetch.
+        self.proposed_since_ready = False
         self._reported_role: Role | None = None
         self._reported_leader: LeaderAndEpoch | None = None
         self._reported_hw = -1

@@ -112,3 +112,53 @@ def test_reassignment_completes_when_adding_replicas_are_in_sync() -> None:
     after = moving.merge(done)
     assert after.replicas == (3, 4) and after.isr == (3, 4) and after.leader == 3
     assert after.adding_replicas == () and after.removing_replicas == ()
+
+
+def _reference_placement(racks: dict[int, str | None], partitions: int, rf: int,
+                         rng: random.Random, first_partition: int) -> list[tuple[int, ...]]:
+    """The placement walk computed partition by partition (no table), as specified in
+    placement.py's docstring: the table must give exactly these lists."""
+    ordered = rack_alternated(racks)
+    n = len(ordered)
+    ignore = any(r is None for r in racks.values())
+    rack_of = {b: f"broker-{b}" if ignore else str(racks[b]) for b in ordered}
+    rack_count = len(set(rack_of.values()))
+    start, shift0 = rng.randrange(n), rng.randrange(n)
+    out = []
+    for p in range(first_partition, first_partition + partitions):
+        first, shift = (start + p) % n, (shift0 + p // n) % n
+        walk = [ordered[(first + 1 + shift + j) % n] for j in range(n)]
+        chosen, used = [ordered[first]], {rack_of[ordered[first]]}
+        while len(chosen) < rf:
+            before = len(chosen)
+            for broker in walk:
+                if len(chosen) == rf:
+                    break
+                if broker in chosen or (rack_of[broker] in used and len(used) < rack_count):
+                    continue
+                chosen.append(broker)
+                used.add(rack_of[broker])
+                if len(used) == rack_count:
+                    used = set()
+            if len(chosen) == before:
+                used = set()
+        out.append(tuple(chosen))
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(racks=st.dictionaries(st.integers(0, 40), st.sampled_from(["a", "b", "c", None]),
+                             min_size=1, max_size=12), data=st.data())
+def test_placement_table_gives_the_walks_lists(
+    racks: dict[int, str | None], data: st.DataObject
+) -> None:
+    rf = data.draw(st.integers(1, len(racks)))
+    partitions = data.draw(st.integers(1, 40))
+    first = data.draw(st.integers(0, 30))
+    seed = data.draw(st.integers(0, 1000))
+    # Twice: the second call reuses the cached table.
+    for _ in range(2):
+        got = place_replicas(racks, partitions=partitions, replication_factor=rf,
+                             rng=random.Random(seed), first_partition=first)
+        want = _reference_placement(racks, partitions, rf, random.Random(seed), first)
+        assert got == want

@@ -14,7 +14,8 @@ from controller.metadata import (
 )
 from controller.metadata.config_schema import ResourceType
 from controller.metadata.configs import AlterConfigOp, AlterConfigsResource, ConfigResource, OpType
-from controller.records import record_type
+from controller.metadata.errors import ControllerResult
+from controller.records import make_record, record_type
 from controller.records.domain import LeaderRecoveryState
 from tests.unit.metadata.support import SESSION_MS, Harness
 
@@ -444,4 +445,87 @@ def test_names_colliding_on_dot_and_underscore_are_refused(h: Harness) -> None:
     # Once the colliding topic is gone the name is free again.
     h.apply(h.state.replication.delete_topics(["a.b"]))
     h.create("a_b")
+    h.check()
+
+
+def test_new_partitions_share_registrations_and_changes_stay_their_own(h: Harness) -> None:
+    h.create("shared", partitions=12, rf=3)
+    parts = [h.part("shared", p) for p in range(12)]
+    # 3 brokers, RF 3: few distinct (replicas, ISR, leader) values, each replayed once.
+    assert len({id(p) for p in parts}) == len(set(parts)) < 12
+    twin = next(p for p in range(1, 12) if parts[p] is parts[0])
+    tid = h.state.replication.topic_id("shared")
+    assert tid is not None
+    change = h.state.replication.change_record(
+        tid, 0, parts[0], isr=parts[0].replicas[:2])
+    assert change is not None
+    h.apply(ControllerResult((make_record(change),), None))
+    assert h.part("shared", 0).isr == parts[0].replicas[:2]
+    assert h.part("shared", twin) is parts[twin] and parts[twin].isr == parts[twin].replicas
+    h.check()
+
+
+
+def test_partition_records_equal_the_generic_conversion() -> None:
+    from controller.metadata.replication import partition_records
+    from controller.records import encode_record
+    from controller.records.convert import partition_to_record
+    from controller.records.domain import PartitionRegistration
+
+    parts = [
+        PartitionRegistration(replicas=(1, 2, 3), isr=(1, 2, 3), leader=1),
+        PartitionRegistration(replicas=(4, 5), isr=(5,), leader=5, leader_epoch=3,
+                              partition_epoch=7),
+        PartitionRegistration(replicas=(1, 2, 3, 4), isr=(1, 2), removing_replicas=(3,),
+                              adding_replicas=(4,), leader=2, leader_epoch=1, partition_epoch=2),
+        PartitionRegistration(replicas=(6,), isr=(6,), leader=-1,
+                              leader_recovery_state=LeaderRecoveryState.RECOVERING),
+    ]
+    got = partition_records("tid-1", parts, first_id=5)
+    want = [make_record(partition_to_record(p, topic_id="tid-1", partition_id=5 + i))
+            for i, p in enumerate(parts)]
+    assert got == want
+    assert [encode_record(r) for r in got] == [encode_record(r) for r in want]
+
+
+def test_partitions_at_a_past_epoch_read_from_the_latest_state_only_when_unchanged(
+    h: Harness,
+) -> None:
+    replication = h.state.replication
+    for name in ("a", "b", "c", "d"):
+        h.create(name, partitions=3, rf=2)
+    epoch = h.committed  # a live registry snapshot (Harness makes one per apply)
+    ids = {n: replication.topic_id(n) for n in ("a", "b", "c", "d")}
+    before = {n: replication.partitions(t, epoch) for n, t in ids.items() if t}
+
+    def check() -> None:
+        for name, tid in ids.items():
+            assert tid is not None
+            assert replication.partitions_at(tid, epoch) == before[name], name
+
+    # Changes after the epoch: a partition change ("a"), new partitions ("b"), a
+    # deleted topic ("c"), a new topic; "d" is untouched and read from the latest state.
+    tid_a = ids["a"]
+    assert tid_a is not None
+    part = replication.partition(tid_a, 0)
+    assert part is not None
+    change = replication.change_record(tid_a, 0, part, isr=part.replicas[:1])
+    assert change is not None
+    h.apply(ControllerResult((make_record(change),), None))
+    h.apply(replication.create_partitions([CreatePartitionsTopic("b", 5)]))
+    h.apply(replication.delete_topics(["c"]))
+    h.create("e", partitions=2, rf=2)
+    check()
+    # A revert to an offset after the epoch keeps it right, and so does forgetting the
+    # hints at or below the epoch.
+    reverted_to = h.committed
+    h.create("f", partitions=2, rf=2)
+    h.apply(replication.delete_topics(["d"]))
+    h.state.registry.revert_to_snapshot(reverted_to)
+    h.next_offset = reverted_to + 1
+    h.log = h.log[: reverted_to + 1]
+    h.resync()
+    check()
+    replication.forget_changes_up_to(epoch)
+    check()
     h.check()

@@ -311,3 +311,33 @@ async def test_new_node_behind_the_log_start_gets_the_snapshot(c: Cluster) -> No
         assert all(b.base_offset >= sid.end_offset for b in listener.batches)
     finally:
         await observer.stop()
+
+
+@run
+async def test_work_that_requeues_itself_does_not_starve_the_loop(c: Cluster) -> None:
+    """Node-task work re-queueing itself (as a snapshot written in steps does) keeps the
+    inbox from ever being empty; the node must still let the loop poll for I/O and run
+    other tasks, or its peers would hear nothing and elect someone else."""
+    for node_id in c.addresses:
+        await c.start(node_id)
+    await _propose_via_leader(c, [b"warm-up"])
+    leader = c.leader()
+    assert leader is not None
+    driver = c.members[leader].driver
+    steps = [0]
+    stop = [False]
+
+    def step(_access: object) -> None:
+        steps[0] += 1
+        if not stop[0]:
+            driver.run_on_node_task(step)
+
+    driver.run_on_node_task(step)
+    others = 0
+    while others < 20:  # another task gets turns while the work keeps re-queueing
+        await asyncio.sleep(0)
+        others += 1
+    # ... and a proposal, which needs gRPC round trips to the followers, commits.
+    await driver.propose([b"while-stepping"], timeout_s=10)
+    stop[0] = True
+    assert steps[0] > 20

@@ -444,3 +444,144 @@ def test_image_chunks_concatenate_to_snapshot_records() -> None:
         assert [r for c in chunks for r in c] == state.snapshot_records(epoch)
 
     run(main)
+
+
+# ------------------------------------------------------------------ coalescing
+
+
+class TurnCounter:
+    """Counts the node-task turns the controller schedules on a fake node."""
+
+    def __init__(self, env: Env, node_id: int) -> None:
+        node = env.quorum.nodes[node_id]
+        self.turns = 0
+        inner = node.run_on_node_task
+
+        def counted(work: Callable[[Any], None]) -> None:
+            self.turns += 1
+            inner(work)
+
+        node.run_on_node_task = counted  # type: ignore[method-assign]
+
+
+def test_coalesced_writes_run_in_one_turn_each_with_its_own_batch_origin_and_answer() -> None:
+    async def main() -> None:
+        env = Env(auto_commit=True)
+        await env.elect(1)
+        await env.register_brokers(1, [0, 1, 2])
+        env.quorum.auto_commit = False
+        counter = TurnCounter(env, 1)
+        before = len(env.quorum.log)
+        calls = [spawn(env.api[1].create_topics(
+            [topic(f"co{i}", 2, 3)], validate_only=False,
+            origin=Origin(f"user{i}", f"ipv4:10.0.0.{i}:1", f"req-co{i}"))) for i in range(5)]
+        await settle()
+        assert counter.turns == 1, "the queued writes ran in one node-task turn"
+        batches = env.quorum.log[before:]
+        assert len(batches) == 5, "one batch per request"
+        for i, batch in enumerate(batches):
+            assert (batch.origin.principal, batch.origin.client_address,
+                    batch.origin.request_id) == (f"user{i}", f"ipv4:10.0.0.{i}:1", f"req-co{i}")
+            assert record_types(batch) == ["topic", "partition", "partition"]
+        assert not any(c.done() for c in calls), "answered before commit"
+        # Commit the first three only: exactly their callers are answered.
+        env.quorum.commit(batches[2].next_offset)
+        await settle()
+        assert [c.done() for c in calls] == [True, True, True, False, False]
+        env.quorum.commit()
+        await settle()
+        for i, call in enumerate(calls):
+            (result,) = call.result()
+            assert result.name == f"co{i}" and result.error.ok
+
+    run(main)
+
+
+def test_replay_failure_in_one_coalesced_request_fails_only_that_request() -> None:
+    from controller.metadata import ControllerResult
+    from controller.metadata.errors import MetadataReplayError
+    from controller.records import PartitionRecord, make_record
+    from controller.storage.batch import BatchOrigin
+
+    async def main() -> None:
+        env = Env(auto_commit=True)
+        await env.elect(1)
+        await env.register_brokers(1, [0])
+        ctrl = env.ctrl[1]
+        before = len(env.quorum.log)
+
+        def bad(_next: int, _now: int) -> ControllerResult[str]:
+            # A partition of a topic that does not exist: replay refuses it.
+            record = make_record(PartitionRecord(topic_id="no-such-topic", partition_id=0,
+                                                 replicas=[0], isr=[0], leader=0))
+            return ControllerResult((record,), "bad")
+
+        good1 = spawn(env.api[1].create_topics([topic("g1")], validate_only=False,
+                                               origin=ORIGIN))
+        broken = spawn(ctrl.write("bad", bad, BatchOrigin("mallory", "x", "req-bad")))
+        good2 = spawn(env.api[1].create_topics([topic("g2")], validate_only=False,
+                                               origin=ORIGIN))
+        await asyncio.wait([good1, broken, good2])
+        assert isinstance(broken.exception(), MetadataReplayError)
+        assert good1.result()[0].error.ok and good2.result()[0].error.ok
+        origins = [b.origin.request_id for b in env.quorum.log[before:]]
+        assert origins == ["req-1", "req-1"], "the refused request left no batch"
+        assert {t.name for t in await env.api[1].list_topics(origin=ORIGIN)} == {"g1", "g2"}
+        assert ctrl.state.to_image() == committed_state(env.quorum).to_image()
+
+    run(main)
+
+
+@pytest.mark.parametrize("keep_uncommitted", [False, True])
+def test_leadership_lost_with_several_coalesced_batches_in_flight(keep_uncommitted: bool) -> None:
+    async def main() -> None:
+        env = Env(auto_commit=True)
+        await env.elect(1)
+        await env.register_brokers(1, [0, 1, 2])
+        env.quorum.auto_commit = False
+        counter = TurnCounter(env, 1)
+        before = len(env.quorum.log)
+        calls = [spawn(env.api[1].create_topics([topic(f"lf{i}", 3, 2)], validate_only=False,
+                                                origin=ORIGIN)) for i in range(4)]
+        await settle()
+        assert counter.turns == 1 and len(env.quorum.log) == before + 4
+        env.quorum.resign()
+        await env.elect(2, keep_uncommitted=keep_uncommitted)
+        env.quorum.commit()
+        await settle()
+        if keep_uncommitted:
+            assert all(c.result()[0].error.ok for c in calls)
+        else:
+            for call in calls:
+                exc = call.exception()
+                assert isinstance(exc, NotControllerError) and exc.leader_id == 2
+        names = {t.name for t in await env.api[2].list_topics(origin=ORIGIN)}
+        assert names == ({f"lf{i}" for i in range(4)} if keep_uncommitted else set())
+        want = committed_state(env.quorum).to_image()
+        for node_id in (1, 2, 3):
+            assert env.ctrl[node_id].state.to_image() == want, node_id
+
+    run(main)
+
+
+def test_queued_events_fail_fast_once_the_node_task_is_gone() -> None:
+    async def main() -> None:
+        env = Env(auto_commit=True)
+        await env.elect(1)
+        node = env.quorum.nodes[1]
+        # A turn is scheduled and then lost with the node task (the driver stopped).
+        lost: list[Callable[[Any], None]] = []
+        node.run_on_node_task = lost.append  # type: ignore[method-assign,assignment]
+        call = spawn(env.api[1].list_topics(origin=ORIGIN))
+        await settle()
+        assert len(lost) == 1 and not call.done()
+        node.stopped = True
+        del node.run_on_node_task  # back to the real method, which now refuses
+        env.ctrl[1].request_tick()
+        await settle()
+        assert isinstance(call.exception(), NotControllerError)
+        with pytest.raises(NotControllerError):
+            await env.api[1].list_topics(origin=ORIGIN)
+        assert env.ctrl[1].queued_events == 0
+
+    run(main)

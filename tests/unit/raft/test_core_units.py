@@ -181,3 +181,27 @@ def test_replica_progress_reports_the_leaders_view_without_counting_observers() 
     # Reporting observers changes nothing the leader decides.
     assert state.high_watermark_candidate(own_flushed_offset=8) == 7
     assert 9 not in state.fetch_offsets and 9 not in state.last_contact_ms
+
+
+def test_proposals_between_two_readies_reach_a_parked_follower_in_one_fetch_response() -> None:
+    from controller.raft import messages as msgs
+    from tests.raft.harness import Script
+
+    script = Script()
+    script.cmd_cluster("voters=1,2,3")
+    script.cmd_run("300")
+    leader = script.raft(1)
+    assert leader.role is Role.LEADER
+    end = leader.log.end_offset
+    script.sent = []
+    # The followers' fetches are parked at the leader (caught up, nothing new).
+    for batch in (b"a", b"b", b"c"):
+        assert leader.propose([batch], script.now_ms).ok
+    ready = leader.ready()
+    answers = [m for m in ready.messages if isinstance(m, msgs.FetchResponse)]
+    assert sorted(m.dst for m in answers) == [2, 3]
+    for answer in answers:
+        assert [b.base_offset for b in answer.batches] == [end, end + 1, end + 2]
+        assert [b.records for b in answer.batches] == [(b"a",), (b"b",), (b"c",)]
+    # Nothing more to tell them until something changes.
+    assert not any(isinstance(m, msgs.FetchResponse) for m in leader.ready().messages)
