@@ -135,47 +135,6 @@ def topic_lifecycle(df: DataFrame) -> DataFrame:
 # -------------------------------------------------------------------- partitions
 
 
-_CANONICAL_CHANGE = '{"type":"partition_change","version":'
-
-
-def change_fields() -> list[Column]:
-    """A PartitionChangeRecord's fields as `_replicas`, `_isr`, `_adding`, `_removing`
-    (arrays of broker ids), `_leader` and `_recovery`; null = not set by the record.
-
-    PartitionChange records are most of a busy log, and `from_json` on each costs more
-    than the rest of `partition_states` together. The data source writes their JSON
-    in one canonical form (compact, `json.dumps` of `record_to_dict`), so the fields
-    are cut out with plain string functions: a key pattern such as `"isr":{"ids":[`
-    cannot occur inside a JSON string value (its quotes would be escaped), so the
-    first match is the field. Any other form (no canonical prefix) is parsed with
-    `from_json`, evaluated only for such rows.
-    """
-    j = F.col("record_json")
-    canonical = j.startswith(_CANONICAL_CHANGE)
-    parsed = F.from_json(j, CHANGE_JSON)["fields"]
-
-    def after(pattern: str) -> Column:
-        return F.substring_index(j, pattern, -1)
-
-    def ids(key: str) -> Column:
-        pattern = f'"{key}":{{"ids":['
-        text = F.substring_index(after(pattern), "]", 1)
-        fast = F.when(j.contains(pattern), F.when(text == "", F.array().cast("array<int>"))
-                      .otherwise(F.split(text, ",").cast("array<int>")))
-        return F.when(canonical, fast).otherwise(parsed[key]["ids"])
-
-    leader = F.substring_index(F.substring_index(after('"leader":'), ",", 1), "}", 1)
-    recovery = F.substring_index(after('"leader_recovery_state":"'), '"', 1)
-    return [
-        ids("replicas").alias("_replicas"), ids("isr").alias("_isr"),
-        ids("adding_replicas").alias("_adding"), ids("removing_replicas").alias("_removing"),
-        F.when(canonical, F.when(j.contains('"leader":'), leader.cast("int")))
-        .otherwise(parsed["leader"]).alias("_leader"),
-        F.when(canonical, F.when(j.contains('"leader_recovery_state":"'), recovery))
-        .otherwise(parsed["leader_recovery_state"]).alias("_recovery"),
-    ]
-
-
 def partition_states(df: DataFrame) -> DataFrame:
     """The full state of a partition after each of its Partition/PartitionChange records.
 
@@ -186,64 +145,69 @@ def partition_states(df: DataFrame) -> DataFrame:
     record is not a change).
 
     One shuffle and one sort (by partition, then offset); every window below uses
-    that same order, so Spark adds no further exchange or sort. Partition records'
-    JSON is parsed once each; PartitionChange records' fields are cut out of their
-    canonical JSON (`change_fields`).
+    that same order, so Spark adds no further exchange or sort. The records' fields
+    come from the data source's typed partition columns (no JSON parsing), and only
+    what the windows need goes through the shuffle: topic names are joined to the
+    result afterwards (a broadcast of the Topic records), not carried through the sort.
     The result is large and the other partition audits all start from it: compute
     it once and pass it as `states=` (the report persists it).
     """
-    rows = log_rows(resolve_topic_names(df))
+    rows = log_rows(df).where(F.col("record_type").isin("partition", "partition_change"))
     keep = ["offset", "append_time", "epoch", "principal", "record_type", "topic_id",
-            "topic_name", "partition_id"]
-    parts = with_fields(rows.where(F.col("record_type") == "partition"), PARTITION_JSON)
-    p = fields()
-    parts = parts.select(
-        *keep, p["replicas"].alias("_replicas"), p["isr"].alias("_isr"),
-        p["adding_replicas"].alias("_adding"), p["removing_replicas"].alias("_removing"),
-        p["leader"].alias("_leader"), p["leader_recovery_state"].alias("_recovery"),
-        p["leader_epoch"].alias("_base_le"), p["partition_epoch"].alias("_base_pe"),
-        F.col("offset").alias("_lineage"))
-    changes = rows.where(F.col("record_type") == "partition_change").select(
-        *keep, *change_fields(),
-        F.lit(None).cast("int").alias("_base_le"), F.lit(None).cast("int").alias("_base_pe"),
-        F.lit(None).cast("long").alias("_lineage"))
+            "partition_id"]
+    rows = rows.select(
+        *keep, F.col("replicas").alias("_replicas"), F.col("isr").alias("_isr"),
+        F.col("adding_replicas").alias("_adding"),
+        F.col("removing_replicas").alias("_removing"), F.col("leader").alias("_leader"),
+        F.col("leader_recovery_state").alias("_recovery"),
+        # Change records carry no epochs (null): replay derives them.
+        F.col("leader_epoch").alias("_base_le"), F.col("partition_epoch").alias("_base_pe"))
     is_part = F.col("record_type") == "partition"
-    w = (Window.partitionBy("topic_id", "partition_id").orderBy("offset")
-         .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    wl = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
+    by_partition = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
+    w = by_partition.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    # The rows before this one: the previous state's leader and ISR are the last
+    # values set before it (what `lag` of the state would give, one window earlier).
+    before = by_partition.rowsBetween(Window.unboundedPreceding, -1)
 
     def since_lineage_start(counted: str) -> Column:
         # Counted rows since the latest Partition record (the lineage start): the
         # running count minus its value at that record (which is not itself counted).
         return F.col(counted) - F.last(F.when(is_part, F.col(counted)), ignorenulls=True).over(w)
 
-    state = parts.unionByName(changes).select(
+    # Three window passes over the one sort: (1) the state, the previous leader and
+    # ISR, the running change count; (2) leader moves; (3) their count at the
+    # lineage start.
+    state = rows.select(
         *keep,
         *[F.last(F.col("_" + n), ignorenulls=True).over(w).alias(n)
           for n in ("replicas", "isr", "adding", "removing", "leader", "recovery",
                     "base_le", "base_pe")],
+        F.last("_leader", ignorenulls=True).over(before).alias("prev_leader"),
+        F.last("_isr", ignorenulls=True).over(before).alias("prev_isr"),
         F.col("_leader").isNotNull().alias("_sets_leader"),
         F.sum((~is_part).cast("int")).over(w).alias("_changes"),
     )
-    state = state.select(
-        "*", F.lag("leader").over(wl).alias("prev_leader"),
-        F.lag("isr").over(wl).alias("prev_isr"),
-        since_lineage_start("_changes").alias("_pe_delta"))
     state = state.withColumn(
         "leader_changed",
         (F.col("record_type") == "partition_change") & F.col("_sets_leader")
         & (F.col("leader") != F.col("prev_leader")))
-    state = state.withColumn(
-        "_moves", F.sum(F.when(F.col("leader_changed"), 1).otherwise(0)).over(w))
-    return state.select(
+    state = state.select(
+        "*", since_lineage_start("_changes").alias("_pe_delta"),
+        F.sum(F.when(F.col("leader_changed"), 1).otherwise(0)).over(w).alias("_moves"))
+    state = state.select(
         "offset", "append_time", "epoch", "principal", "record_type", "topic_id",
-        "topic_name", "partition_id", "replicas", "isr",
+        "partition_id", "replicas", "isr",
         F.col("adding").alias("adding_replicas"), F.col("removing").alias("removing_replicas"),
         "leader", F.coalesce("recovery", F.lit("LEADER_RECOVERY_STATE_RECOVERED"))
         .alias("recovery_state"),
         (F.col("base_le") + since_lineage_start("_moves")).cast("int").alias("leader_epoch"),
         (F.col("base_pe") + F.col("_pe_delta")).cast("int").alias("partition_epoch"),
         "prev_leader", "prev_isr", "leader_changed")
+    names = topic_names(df)
+    named = state.join(F.broadcast(names), state["topic_id"] == names["_tid"], "left")
+    return named.select(
+        "offset", "append_time", "epoch", "principal", "record_type", "topic_id",
+        F.col("_tname").alias("topic_name"), *state.columns[6:])
 
 
 def _states(df: DataFrame, states: DataFrame | None) -> DataFrame:
@@ -295,16 +259,12 @@ def isr_changes(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
 
 def unclean_elections(df: DataFrame) -> DataFrame:
     """Leader elections outside the ISR: the record sets recovery state RECOVERING."""
-    # The substring test is a cheap pre-filter (most records are not parsed at all);
-    # the parsed field decides.
-    rows = with_fields(resolve_topic_names(log_rows(df)).where(
+    # The record's own fields (the typed columns): null = not set by the change.
+    rows = resolve_topic_names(log_rows(df)).where(
         (F.col("record_type") == "partition_change")
-        & F.col("record_json").contains(RECOVERING)), CHANGE_JSON)
-    f = fields()
-    rows = rows.where(f["leader_recovery_state"] == RECOVERING)
+        & (F.col("leader_recovery_state") == RECOVERING))
     return rows.select("topic_name", "topic_id", "partition_id", "offset", "append_time", "epoch",
-                       *WHO, f["leader"].alias("leader"), f["isr"]["ids"].alias("isr")
-                       ).orderBy("offset")
+                       *WHO, "leader", "isr").orderBy("offset")
 
 
 def reassignments(df: DataFrame, states: DataFrame | None = None) -> DataFrame:

@@ -7,8 +7,10 @@ the unit tests drive it directly.
 
 Batch-level columns are one value per log batch, expanded with an Arrow `take`;
 the record-level ones come from `analytics.rows.rows_of` as one tuple per record
-and are transposed in C with `zip(*rows)`. The garbage collector is paused while a
-batch is built (see `read_file`).
+and are transposed in C with `zip(*rows)`. The typed partition columns are built once
+per distinct value in an Arrow batch (records with equal bytes share one value object,
+see `analytics.rows`) and expanded with a `take` too. The garbage collector is paused
+while a batch is built (see `read_file`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import attrs
 import pyarrow as pa
 
 from analytics.rows import record_columns, rows_of
-from analytics.schema import CORRUPT_COLUMN, arrow_schema
+from analytics.schema import CORRUPT_COLUMN, PARTITION_FIELD_COLUMNS, arrow_schema
 from controller.records.codec import RecordDecodeError
 from controller.storage.batch import decode_batch
 from controller.storage.errors import CorruptBatchError, TruncatedBatchError
@@ -121,7 +123,7 @@ class _Builder:
 
     def flush(self) -> pa.RecordBatch:
         n = len(self.records)
-        record_cols = list(zip(*self.records, strict=True)) if n else [()] * 9
+        record_cols = list(zip(*self.records, strict=True)) if n else [()] * 10
         schema = self.schema
         take = pa.array(self.run_of_row, pa.int32())
         runs = self.runs if self.permissive else self.runs[:-1]
@@ -136,11 +138,33 @@ class _Builder:
             pa.repeat(pa.scalar(self.source, pa.string()), n),
             pa.repeat(pa.scalar(self.file, pa.string()), n),
             pa.array(record_cols[8], pa.string()),
+            *_partition_arrays(record_cols[9]),
         ]
         if self.permissive:
             arrays.append(per_run[7])
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_FIELD_TYPES = tuple(arrow_schema().field(name).type for name in PARTITION_FIELD_COLUMNS)
+_NO_FIELDS = (None,) * len(PARTITION_FIELD_COLUMNS)
+
+
+def _partition_arrays(values: tuple[object, ...]) -> list[pa.Array]:
+    """The typed partition columns from each row's `PartitionFields` (or None).
+
+    Rows of records with equal bytes share one value object (the caches in
+    `analytics.rows`), so the columns are built from the distinct objects only (by
+    identity, in C: `map(id, ...)` and a dict) and expanded with one `take`.
+    """
+    ids = list(map(id, values))
+    distinct = dict(zip(ids, values, strict=True))
+    position = {key: i for i, key in enumerate(distinct)}
+    take = pa.array(list(map(position.__getitem__, ids)), pa.int32())
+    rows = [_NO_FIELDS if v is None else v for v in distinct.values()]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(_FIELD_TYPES)
+    return [pa.array(col, type=typ).take(take)
+            for col, typ in zip(columns, _FIELD_TYPES, strict=True)]
 
 
 _RUN_TYPES = tuple(arrow_schema(permissive=True).field(name).type for name in (
@@ -190,7 +214,7 @@ def _read_file(piece: FileSlice, permissive: bool) -> Iterator[pa.RecordBatch]:
             if not permissive:
                 raise MetakraftCorruptLogError(message) from exc
             out.add([offset], offset, -1, 0, (None, None, None), False,
-                     [(None,) * 9], corrupt=message)
+                     [(None,) * 10], corrupt=message)
             break
         pos += size
         if piece.kind == "snapshot":
@@ -218,7 +242,7 @@ def _read_file(piece: FileSlice, permissive: bool) -> Iterator[pa.RecordBatch]:
             out.add(list(offsets[:bad]), batch.base_offset, batch.epoch,
                     batch.append_time_ms, _origin(batch.origin), batch.is_control, good)
             out.add([at], batch.base_offset, batch.epoch, batch.append_time_ms,
-                    _origin(batch.origin), batch.is_control, [(None,) * 9], corrupt=message)
+                    _origin(batch.origin), batch.is_control, [(None,) * 10], corrupt=message)
             break
         out.add(offsets, batch.base_offset, batch.epoch, batch.append_time_ms,
                 _origin(batch.origin), batch.is_control, rows)

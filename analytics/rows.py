@@ -1,7 +1,14 @@
 """One record's bytes -> the record-level columns of a row (key columns and JSON).
 
 `record_columns(data)` returns `(record_type, version, topic_id, topic_name,
-partition_id, broker_id, resource_type, resource_name, record_json)`.
+partition_id, broker_id, resource_type, resource_name, record_json, partition_fields)`,
+where `partition_fields` is None except on Partition and PartitionChange records:
+`(leader, isr, replicas, adding_replicas, removing_replicas, leader_recovery_state,
+leader_epoch, partition_epoch)` as the record sets them (None = not set by a change
+record; id lists are tuples). The reader turns them into typed columns, so the audit
+reads partition state without parsing JSON. Records with equal bytes share one
+`partition_fields` object (the caches below), which the reader uses to build those
+columns once per distinct value.
 
 Why not `record_to_dict` + `json.dumps` for every record: protobuf's `MessageToDict`
 costs tens of microseconds a record, which alone would cap a scan near 50k records/s
@@ -27,9 +34,18 @@ from controller.records.codec import RecordDecodeError
 from controller.records.jsonify import record_to_dict
 from controller.records.registry import RECORD_TYPES
 
-RecordColumns = tuple[
-    str, int, str | None, str | None, int | None, int | None, str | None, str | None, str
+Ids = tuple[int, ...]
+# leader, isr, replicas, adding, removing, recovery state, leader epoch, partition epoch.
+PartitionFields = tuple[
+    int | None, Ids | None, Ids | None, Ids | None, Ids | None, str | None, int | None,
+    int | None
 ]
+RecordColumns = tuple[
+    str, int, str | None, str | None, int | None, int | None, str | None, str | None, str,
+    PartitionFields | None
+]
+# Positions in PartitionFields of the BrokerIdList fields of a PartitionChangeRecord.
+_LIST_SLOT = {"isr": 1, "replicas": 2, "adding_replicas": 3, "removing_replicas": 4}
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _VERSIONS = {name: t.version for name, t in RECORD_TYPES.items()}
@@ -94,6 +110,7 @@ def _partition_change(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     p = rec.partition_change
     parts = [_head("partition_change", version),
              f'{{"partition_id":{p.partition_id},"topic_id":{_q(p.topic_id)}']
+    typed: list[Any] = [None] * 8
     # ListFields: one C call listing just the present fields, in field-number order
     # (cheaper than a HasField per optional field on the hottest record type).
     for field, value in p.ListFields():
@@ -101,13 +118,16 @@ def _partition_change(rec: pb.MetadataRecord, version: int) -> RecordColumns:
         prefix = _ID_LISTS.get(name)
         if prefix is not None:
             parts.append(prefix + _ids(value.ids) + "}")
+            typed[_LIST_SLOT[name]] = tuple(value.ids)
         elif name == "leader":
             parts.append(f',"leader":{value}')
+            typed[0] = value
         elif name == "leader_recovery_state":
             parts.append(f',"leader_recovery_state":"{_RECOVERY[value]}"')
+            typed[5] = _RECOVERY[value]
     parts.append("}}")
     return ("partition_change", version, p.topic_id, None, p.partition_id, None, None, None,
-            "".join(parts))
+            "".join(parts), _partition_fields(typed))
 
 
 def _partition(rec: pb.MetadataRecord, version: int) -> RecordColumns:
@@ -119,7 +139,17 @@ def _partition(rec: pb.MetadataRecord, version: int) -> RecordColumns:
             f',"adding_replicas":{_ids(p.adding_replicas)},"leader":{p.leader}'
             f',"leader_recovery_state":"{_RECOVERY[p.leader_recovery_state]}"'
             f',"leader_epoch":{p.leader_epoch},"partition_epoch":{p.partition_epoch}}}}}')
-    return ("partition", version, p.topic_id, None, p.partition_id, None, None, None, text)
+    typed: PartitionFields = (
+        p.leader, tuple(p.isr), tuple(p.replicas), tuple(p.adding_replicas),
+        tuple(p.removing_replicas), _RECOVERY[p.leader_recovery_state], p.leader_epoch,
+        p.partition_epoch)
+    return ("partition", version, p.topic_id, None, p.partition_id, None, None, None, text,
+            typed)
+
+
+def _partition_fields(values: list[Any]) -> PartitionFields:
+    leader, isr, replicas, adding, removing, recovery, leader_epoch, partition_epoch = values
+    return (leader, isr, replicas, adding, removing, recovery, leader_epoch, partition_epoch)
 
 
 def _registration_change(rec: pb.MetadataRecord, version: int) -> RecordColumns:
@@ -129,24 +159,24 @@ def _registration_change(rec: pb.MetadataRecord, version: int) -> RecordColumns:
             f',"fenced":"{_FENCE[c.fenced]}"'
             f',"in_controlled_shutdown":"{_SHUTDOWN[c.in_controlled_shutdown]}"}}}}')
     return ("broker_registration_change", version, None, None, None, c.broker_id, None, None,
-            text)
+            text, None)
 
 
 def _no_op(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     return ("no_op", version, None, None, None, None, None, None,
-            _head("no_op", version) + "{}}")
+            _head("no_op", version) + "{}}", None)
 
 
 def _topic(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     t = rec.topic
     text = _head("topic", version) + f'{{"name":{_dumps(t.name)},"topic_id":{_q(t.topic_id)}}}}}'
-    return ("topic", version, t.topic_id, t.name, None, None, None, None, text)
+    return ("topic", version, t.topic_id, t.name, None, None, None, None, text, None)
 
 
 def _remove_topic(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     tid = rec.remove_topic.topic_id
     text = _head("remove_topic", version) + f'{{"topic_id":{_q(tid)}}}}}'
-    return ("remove_topic", version, tid, None, None, None, None, None, text)
+    return ("remove_topic", version, tid, None, None, None, None, None, text, None)
 
 
 def _config(rec: pb.MetadataRecord, version: int) -> RecordColumns:
@@ -159,31 +189,34 @@ def _config(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     topic_name = c.resource_name if kind == "topic" else None
     broker_id = (int(c.resource_name) if kind == "broker" and c.resource_name.isdigit()
                  else None)
-    return ("config", version, None, topic_name, None, broker_id, kind, c.resource_name, text)
+    return ("config", version, None, topic_name, None, broker_id, kind, c.resource_name, text,
+            None)
 
 
 def _broker_only(field: str) -> Callable[[pb.MetadataRecord, int], RecordColumns]:
     def columns(rec: pb.MetadataRecord, version: int) -> RecordColumns:
         payload = getattr(rec, field)
-        return (field, version, None, None, None, payload.broker_id, None, None, _generic(rec))
+        return (field, version, None, None, None, payload.broker_id, None, None, _generic(rec),
+                None)
     return columns
 
 
 def _feature_level(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     name = rec.feature_level.name
-    return ("feature_level", version, None, None, None, None, "feature", name, _generic(rec))
+    return ("feature_level", version, None, None, None, None, "feature", name, _generic(rec),
+            None)
 
 
 def _acl(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     a = rec.access_control_entry
     return ("access_control_entry", version, None, None, None, None,
             "acl_" + _ACL_RESOURCE.get(a.resource_type, "unspecified"), a.resource_name,
-            _generic(rec))
+            _generic(rec), None)
 
 
 def _plain(field: str) -> Callable[[pb.MetadataRecord, int], RecordColumns]:
     def columns(rec: pb.MetadataRecord, version: int) -> RecordColumns:
-        return (field, version, None, None, None, None, None, None, _generic(rec))
+        return (field, version, None, None, None, None, None, None, _generic(rec), None)
     return columns
 
 
@@ -244,35 +277,41 @@ _CACHE_LIMIT = 100_000
 _MEMO_KINDS = frozenset({"no_op", "broker_registration_change", "unregister_broker",
                          "feature_level", "leader_change"})
 _MEMO: dict[bytes, RecordColumns] = {}
-_FRAGMENTS: dict[bytes, str] = {}
+# The JSON of a change's fields after topic_id, and those fields typed.
+_FRAGMENTS: dict[bytes, tuple[str, PartitionFields]] = {}
 _TOPIC_IDS: dict[bytes, tuple[str, str]] = {}
 _PC_VERSION = _VERSIONS["partition_change"]
 _PC_HEADS = [f'{_head("partition_change", v)}{{"partition_id":' for v in range(_PC_VERSION + 1)]
 _PC_TAG = 0x7A  # field 15 (partition_change), wire type 2
 
 
-def _change_fragment(rest: bytes) -> str | None:
-    """JSON of a PartitionChangeRecord's fields after topic_id, or None (slow path)."""
+def _change_fragment(rest: bytes) -> tuple[str, PartitionFields] | None:
+    """JSON of a PartitionChangeRecord's fields after topic_id and those fields typed,
+    or None (slow path)."""
     try:
         p = pb.PartitionChangeRecord.FromString(rest)
     except Exception:  # malformed: the slow path raises the proper error
         return None
     parts: list[str] = []
+    typed: list[Any] = [None] * 8
     for field, value in p.ListFields():
         name = field.name
         prefix = _ID_LISTS.get(name)
         if prefix is not None:
             parts.append(prefix + _ids(value.ids) + "}")
+            typed[_LIST_SLOT[name]] = tuple(value.ids)
         elif name == "leader":
             parts.append(f',"leader":{value}')
+            typed[0] = value
         elif name == "leader_recovery_state" and value in _RECOVERY:
             parts.append(f',"leader_recovery_state":"{_RECOVERY[value]}"')
+            typed[5] = _RECOVERY[value]
         else:  # partition_id/topic_id restated, or a field this code does not print
             return None
-    text = "".join(parts)
+    out = ("".join(parts), _partition_fields(typed))
     if len(_FRAGMENTS) < _CACHE_LIMIT:
-        _FRAGMENTS[rest] = text
-    return text
+        _FRAGMENTS[rest] = out
+    return out
 
 
 def rows_of(records: Sequence[bytes]) -> list[RecordColumns]:
@@ -311,7 +350,8 @@ def rows_of(records: Sequence[bytes]) -> list[RecordColumns]:
                     fragment = _change_fragment(rest)
                 if topic is not None and fragment is not None:
                     append(("partition_change", version, topic[0], None, pid, None, None,
-                            None, f'{heads[version]}{pid},"topic_id":{topic[1]}{fragment}}}}}'))
+                            None, f'{heads[version]}{pid},"topic_id":{topic[1]}{fragment[0]}}}}}',
+                            fragment[1]))
                     continue
         append(memo(data) or _slow_columns(data))
     return out

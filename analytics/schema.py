@@ -37,7 +37,21 @@ _COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("source", pa.string(), "STRING"),
     ("file", pa.string(), "STRING"),
     ("record_json", pa.string(), "STRING"),
+    # Partition and PartitionChange records' fields, typed (null on other records, and
+    # on a change record for a field it does not set): partition state without JSON.
+    ("leader", pa.int32(), "INT"),
+    ("isr", pa.list_(pa.int32()), "ARRAY<INT>"),
+    ("replicas", pa.list_(pa.int32()), "ARRAY<INT>"),
+    ("adding_replicas", pa.list_(pa.int32()), "ARRAY<INT>"),
+    ("removing_replicas", pa.list_(pa.int32()), "ARRAY<INT>"),
+    ("leader_recovery_state", pa.string(), "STRING"),
+    ("leader_epoch", pa.int32(), "INT"),
+    ("partition_epoch", pa.int32(), "INT"),
 )
+# The typed partition columns, in the order of `analytics.rows.PartitionFields`.
+PARTITION_FIELD_COLUMNS: tuple[str, ...] = (
+    "leader", "isr", "replicas", "adding_replicas", "removing_replicas",
+    "leader_recovery_state", "leader_epoch", "partition_epoch")
 
 CORRUPT_COLUMN = "_corrupt"
 

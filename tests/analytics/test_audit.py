@@ -159,18 +159,27 @@ def test_records_per_type_over_time(df: Any, log_dir: tuple[Path, Known]) -> Non
     assert len({r.bucket_start for r in rows}) >= 2
 
 
-def test_partition_states_same_from_canonical_and_other_json(df: Any) -> None:
-    """PartitionChange fields are cut from the canonical JSON with string functions;
-    JSON in any other form (here: a space after the first colon) goes through
-    `from_json`. Both give the same states, empty id lists and leader -1 included."""
+def test_typed_partition_columns_equal_the_json(df: Any) -> None:
+    """The data source's typed partition columns (what `partition_states` reads) hold
+    the values of the record's JSON on every Partition/PartitionChange record (null
+    where a change record does not set the field), and null on every other record."""
     from pyspark.sql import functions as F
 
-    other = df.withColumn("record_json", F.regexp_replace(
-        "record_json", '^[{]"type":"partition_change"', '{"type": "partition_change"'))
-    assert other.where(F.col("record_json").startswith('{"type": "partition_change"')).count()
-    cols = ["offset", "replicas", "isr", "adding_replicas", "removing_replicas", "leader",
-            "recovery_state", "leader_epoch", "partition_epoch"]
-    fast = audit.partition_states(df).select(*cols).orderBy("offset").collect()
-    slow = audit.partition_states(other).select(*cols).orderBy("offset").collect()
-    assert fast == slow
-    assert any(r.leader == -1 for r in fast) and any(r.adding_replicas == [] for r in fast)
+    from analytics.schema import PARTITION_FIELD_COLUMNS
+
+    part = F.from_json("record_json", audit.PARTITION_JSON)["fields"]
+    change = F.from_json("record_json", audit.CHANGE_JSON)["fields"]
+    kind = F.col("record_type")
+    want = []
+    for name in PARTITION_FIELD_COLUMNS:
+        from_change = (change[name]["ids"] if name.endswith("replicas") or name == "isr"
+                       else change[name] if name in ("leader", "leader_recovery_state")
+                       else F.lit(None))
+        want.append(F.when(kind == "partition", part[name])
+                    .when(kind == "partition_change", from_change).alias(name))
+    cols = ["offset", *PARTITION_FIELD_COLUMNS]
+    got = df.select(*cols).orderBy("offset").collect()
+    expected = df.select("offset", *want).orderBy("offset").collect()
+    assert [tuple(r) for r in got] == [tuple(r) for r in expected]
+    assert any(r.leader == -1 for r in got) and any(r.adding_replicas == [] for r in got)
+    assert any(r.leader_recovery_state == audit.RECOVERING for r in got)

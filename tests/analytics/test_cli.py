@@ -42,3 +42,30 @@ def test_audit_report_and_exit_1_on_violation(spark: Any, log_dir: tuple[Path, K
         "records_per_type.png", "leader_changes_per_broker.png",
         "broker_fencing_timeline.png", "invariant_violations.png"}
     assert "VIOLATED  leader_in_isr_subset_replicas" in result.output
+
+
+@pytest.mark.spark
+def test_report_cache_gives_the_same_answers(spark: Any, log_dir: tuple[Path, Known]) -> None:
+    """The report caches the log without PartitionChange JSON and unused columns
+    (`report._compact`); every section and check answers the same on it."""
+    import analytics
+    from analytics import audit
+    from analytics.invariants import INVARIANTS, USES_STATES
+    from analytics.report import SECTIONS, SECTIONS_USING_STATES, _compact
+
+    raw = analytics.read_log(spark, str(log_dir[0]))
+    compact = _compact(raw)
+    assert compact.where("record_type = 'partition_change' AND record_json IS NOT NULL"
+                         ).count() == 0
+    assert compact.where("record_type = 'config' AND record_json IS NULL").count() == 0
+    answers = []
+    for frame in (raw, compact):
+        df = audit.resolve_topic_names(frame)
+        states = audit.partition_states(df)
+        got = [sorted(map(str, (fn(df, states) if fn in SECTIONS_USING_STATES else fn(df))
+                          .collect())) for _, fn in SECTIONS]
+        got += [sorted(map(str, (check(df, states) if name in USES_STATES else check(df))
+                           .collect())) for name, check in INVARIANTS.items()]
+        answers.append(got)
+    assert answers[0] == answers[1]
+    assert any(answers[0])

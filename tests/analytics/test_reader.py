@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,22 @@ def test_fast_json_equals_record_to_dict_for_every_record(log_dir: tuple[Path, K
         rec = decode_record(raw)
         assert json.loads(cols[8]) == record_to_dict(rec), cols[0]
         assert cols[0] == rec.WhichOneof("record") and cols[1] == rec.version
+        assert cols[9] == _typed_from_json(json.loads(cols[8])), cols[8]
+
+
+def _typed_from_json(record: dict[str, Any]) -> tuple[object, ...] | None:
+    """The typed partition fields, as read from the record's JSON (the reference)."""
+    f = record["fields"]
+    if record["type"] == "partition":
+        return (f["leader"], tuple(f["isr"]), tuple(f["replicas"]),
+                tuple(f["adding_replicas"]), tuple(f["removing_replicas"]),
+                f["leader_recovery_state"], f["leader_epoch"], f["partition_epoch"])
+    if record["type"] == "partition_change":
+        def ids(key: str) -> tuple[int, ...] | None:
+            return tuple(f[key]["ids"]) if key in f else None
+        return (f.get("leader"), ids("isr"), ids("replicas"), ids("adding_replicas"),
+                ids("removing_replicas"), f.get("leader_recovery_state"), None, None)
+    return None
 
 
 def test_files_are_planned_per_segment_and_pruned_by_offset(log_dir: tuple[Path, Known]) -> None:
@@ -125,6 +142,7 @@ def test_fast_paths_equal_the_protobuf_path_on_edge_cases() -> None:
     for raw in raws:
         cols = rows_of([raw])[0]
         assert json.loads(str(cols[8])) == record_to_dict(decode_record(raw))
+        assert cols[9] == _typed_from_json(json.loads(str(cols[8])))
 
 
 def test_unreadable_partition_change_is_still_an_error() -> None:
