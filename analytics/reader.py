@@ -80,7 +80,14 @@ def plan_files(log_dir: str, *, snapshots: bool = False, start: int = 0,
             if start <= sid.end_offset - 1 < end:
                 out.append(FileSlice(str(path), "snapshot", start, end, sid.end_offset - 1))
     if not out and not bases:
-        raise FileNotFoundError(f"{log_dir}: no segment files (*.log) found in {seg_dir}")
+        hint = ""
+        nested = sorted(str(d.parent) for d in root.glob("*/metadata") if d.is_dir())
+        if nested:  # e.g. a `metakraft dev` process dir: DATA_DIR/controller-N/data
+            hint = f" (a log directory below it: {', '.join(nested)})"
+        raise FileNotFoundError(
+            f"{log_dir}: no segment files (*.log) found in {seg_dir}; --log-dir must be a "
+            f"controller's data directory (holding metadata/) or its metadata/ directory"
+            + hint)
     return out
 
 

@@ -24,6 +24,18 @@ def _java_problem() -> str | None:
     return None
 
 
+def _log_dir_problem(log_dir: str, snapshots: bool) -> str | None:
+    # Checked here, before Spark starts: inside Spark the same error arrives wrapped
+    # in a JVM traceback.
+    from analytics.reader import plan_files
+
+    try:
+        plan_files(log_dir, snapshots=snapshots)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
 @click.command()
 @click.option("--log-dir", "log_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="A controller's data directory (holding metadata/) or its metadata/ dir.")
@@ -42,7 +54,7 @@ def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
 
     Exits 1 when an invariant is violated, 2 when the audit could not run.
     """
-    problem = _java_problem()
+    problem = _log_dir_problem(log_dir, snapshots) or _java_problem()
     if problem is not None:
         click.echo(f"error: {problem}", err=True)
         sys.exit(2)

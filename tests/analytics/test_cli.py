@@ -24,6 +24,20 @@ def test_audit_is_registered_and_cli_import_does_not_load_spark() -> None:
     assert result.exit_code == 0 and "--log-dir" in result.output and "--master" in result.output
 
 
+def test_a_directory_without_a_log_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    # The layout `metakraft dev` leaves: DATA_DIR/controller-N/{config.toml,data/metadata/}.
+    process_dir = tmp_path / "controller-3000"
+    (process_dir / "data" / "metadata").mkdir(parents=True)
+    (process_dir / "config.toml").write_text("")
+    result = CliRunner().invoke(cli, ["audit", "--log-dir", str(process_dir),
+                                      "--out", str(tmp_path / "report")])
+    assert result.exit_code == 2, result.output
+    assert "no segment files" in result.output
+    assert f"a log directory below it: {process_dir / 'data'}" in result.output
+    assert "starting Spark" not in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "report").exists()
+
+
 @pytest.mark.spark
 def test_audit_report_and_exit_1_on_violation(spark: Any, log_dir: tuple[Path, Known],
                                               tmp_path: Path) -> None:
