@@ -113,8 +113,10 @@ class SnapshotScheduler:
 
     def __init__(self, state: MetadataState, directory: Path, *, interval_bytes: int,
                  chunk_records: int, run_on_node_task: RunOnNodeTask, compact: Compact,
-                 release_history: Callable[[], None], keep: int = 2) -> None:
+                 release_history: Callable[[], None], keep: int = 2,
+                 phase_bytes: int = 0) -> None:
         assert interval_bytes > 0 and chunk_records > 0 and keep >= 1
+        assert 0 <= phase_bytes < interval_bytes
         self._state = state
         self.directory = directory
         self._interval_bytes = interval_bytes
@@ -124,7 +126,9 @@ class SnapshotScheduler:
         # Lets the controller drop the timeline history the job no longer reads.
         self._release_history = release_history
         self._keep = keep
-        self._bytes_since = 0
+        # The first snapshot comes `phase_bytes` later than the interval says; later
+        # ones every interval after it (see `QuorumController.enable_snapshots`).
+        self._bytes_since = -phase_bytes
         self._job: SnapshotJob | None = None
         self._finishing: asyncio.Task[None] | None = None
         self.snapshots_written = 0

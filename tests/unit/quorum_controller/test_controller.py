@@ -386,6 +386,32 @@ def test_stale_brokers_are_fenced_by_the_controller_itself() -> None:
     run(main)
 
 
+def test_voters_snapshot_at_different_offsets(tmp_path: Path) -> None:
+    # A commit needs a majority: voters that all pause for a snapshot at the same
+    # offset slow every request, so each voter starts k/n of an interval later.
+    async def main() -> None:
+        env = Env(snapshot_interval_bytes=3_000, snapshot_chunk_records=50)
+        assert [env.ctrl[n].snapshot_phase_bytes() for n in (1, 2, 3)] == [0, 1_000, 2_000]
+        for node_id, ctrl in env.ctrl.items():
+            ctrl.enable_snapshots(tmp_path / f"snapshots-{node_id}")
+        await env.elect(1)
+        await env.register_brokers(1, [0, 1, 2])
+        for i in range(60):
+            res = await env.api[1].create_topics([topic(f"st{i}", 3, 3)], validate_only=False,
+                                                 origin=ORIGIN)
+            assert res[0].error.ok
+        deadline = asyncio.get_running_loop().time() + 5
+        while not all(env.quorum.nodes[n].compacted for n in (1, 2, 3)):
+            assert asyncio.get_running_loop().time() < deadline, "a voter wrote no snapshot"
+            await asyncio.sleep(0.01)
+        firsts = [env.quorum.nodes[n].compacted[0].end_offset for n in (1, 2, 3)]
+        assert firsts[0] < firsts[1] < firsts[2], firsts
+        for ctrl in env.ctrl.values():
+            await ctrl.stop()
+
+    run(main)
+
+
 def test_snapshots_written_in_steps_while_serving_and_load_into_equal_image(
         tmp_path: Path) -> None:
     async def main() -> None:
