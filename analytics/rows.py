@@ -106,10 +106,16 @@ _ID_LISTS = {
 }
 
 
-def _partition_change(rec: pb.MetadataRecord, version: int) -> RecordColumns:
-    p = rec.partition_change
-    parts = [_head("partition_change", version),
-             f'{{"partition_id":{p.partition_id},"topic_id":{_q(p.topic_id)}']
+_CHANGE_KEYS = frozenset({"partition_id", "topic_id"})
+
+
+def _change_tail(p: pb.PartitionChangeRecord, *,
+                 keys_allowed: bool) -> tuple[str, PartitionFields] | None:
+    """The JSON of a PartitionChangeRecord's fields after topic_id, and those fields
+    typed; None for a field this code does not print (an unknown recovery state, or
+    partition_id/topic_id when not `keys_allowed`: the wire fast path has already
+    read them, and a restated one would override them)."""
+    parts: list[str] = []
     typed: list[Any] = [None] * 8
     # ListFields: one C call listing just the present fields, in field-number order
     # (cheaper than a HasField per optional field on the hottest record type).
@@ -122,12 +128,24 @@ def _partition_change(rec: pb.MetadataRecord, version: int) -> RecordColumns:
         elif name == "leader":
             parts.append(f',"leader":{value}')
             typed[0] = value
-        elif name == "leader_recovery_state":
+        elif name == "leader_recovery_state" and value in _RECOVERY:
             parts.append(f',"leader_recovery_state":"{_RECOVERY[value]}"')
             typed[5] = _RECOVERY[value]
-    parts.append("}}")
+        elif not (keys_allowed and name in _CHANGE_KEYS):
+            return None
+    return "".join(parts), _partition_fields(typed)
+
+
+def _partition_change(rec: pb.MetadataRecord, version: int) -> RecordColumns:
+    p = rec.partition_change
+    tail = _change_tail(p, keys_allowed=True)
+    if tail is None:
+        raise RecordDecodeError(f"partition_change: unknown leader_recovery_state "
+                                f"{p.leader_recovery_state}")
+    text = (f'{_head("partition_change", version)}{{"partition_id":{p.partition_id},'
+            f'"topic_id":{_q(p.topic_id)}{tail[0]}}}}}')
     return ("partition_change", version, p.topic_id, None, p.partition_id, None, None, None,
-            "".join(parts), _partition_fields(typed))
+            text, tail[1])
 
 
 def _partition(rec: pb.MetadataRecord, version: int) -> RecordColumns:
@@ -292,23 +310,9 @@ def _change_fragment(rest: bytes) -> tuple[str, PartitionFields] | None:
         p = pb.PartitionChangeRecord.FromString(rest)
     except Exception:  # malformed: the slow path raises the proper error
         return None
-    parts: list[str] = []
-    typed: list[Any] = [None] * 8
-    for field, value in p.ListFields():
-        name = field.name
-        prefix = _ID_LISTS.get(name)
-        if prefix is not None:
-            parts.append(prefix + _ids(value.ids) + "}")
-            typed[_LIST_SLOT[name]] = tuple(value.ids)
-        elif name == "leader":
-            parts.append(f',"leader":{value}')
-            typed[0] = value
-        elif name == "leader_recovery_state" and value in _RECOVERY:
-            parts.append(f',"leader_recovery_state":"{_RECOVERY[value]}"')
-            typed[5] = _RECOVERY[value]
-        else:  # partition_id/topic_id restated, or a field this code does not print
-            return None
-    out = ("".join(parts), _partition_fields(typed))
+    out = _change_tail(p, keys_allowed=False)
+    if out is None:
+        return None
     if len(_FRAGMENTS) < _CACHE_LIMIT:
         _FRAGMENTS[rest] = out
     return out

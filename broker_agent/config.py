@@ -11,7 +11,6 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -21,6 +20,7 @@ from controller.storage.meta_properties import check_meta_properties
 from controller.toml_config import (
     ConfigError,
     host_port,
+    id_address_table,
     reject_unknown,
     require_int,
     require_str,
@@ -99,23 +99,6 @@ class BrokerConfig:
 
 
 
-def _controllers(doc: Mapping[str, Any]) -> dict[int, str]:
-    if "controllers" not in doc:
-        raise BrokerConfigError(
-            'missing [controllers] table: id = "host:port" for every controller voter')
-    out: dict[int, str] = {}
-    for key, address in sub_table(doc, "controllers").items():
-        if not key.isdigit():
-            raise BrokerConfigError(f"controllers.{key}: a controller id must be a "
-                                    "non-negative integer")
-        if not isinstance(address, str):
-            raise BrokerConfigError(f'controllers.{key}: expected "host:port", got {address!r}')
-        out[int(key)] = host_port(address, f"controllers.{key}")
-    if not out:
-        raise BrokerConfigError("[controllers] is empty: list every controller voter")
-    return out
-
-
 def parse_config(text: str, path: Path) -> BrokerConfig:
     """Validate a config document (no file system checks)."""
     try:
@@ -133,7 +116,7 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
         data_dir = (path.parent / data_dir).resolve()
     listen = host_port(require_str(doc, "listen"), "listen")
     rack = require_str(doc, "rack") if "rack" in doc else None
-    controllers = _controllers(doc)
+    controllers = id_address_table(doc, "controllers", "controller")
     if broker_id in controllers:
         raise BrokerConfigError(
             f"broker_id {broker_id} is also a controller voter id ({sorted(controllers)}): "

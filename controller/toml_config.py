@@ -50,3 +50,21 @@ def host_port(text: str, where: str) -> str:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"{where}: expected HOST:PORT, got {text!r}")
     return text
+
+
+def id_address_table(doc: Mapping[str, Any], key: str, what: str) -> dict[int, str]:
+    """The required table `[key]` of `id = "host:port"` entries (at least one), e.g.
+    the controller voters; `what` names an entry in messages ("controller")."""
+    if key not in doc:
+        raise ConfigError(f'missing [{key}] table: id = "host:port" for every {what}')
+    out: dict[int, str] = {}
+    for name, address in sub_table(doc, key).items():
+        if not name.isdigit():
+            raise ConfigError(f"{key}.{name}: a {what} id must be a non-negative integer")
+        if not isinstance(address, str):
+            raise ConfigError(f'{key}.{name}: expected "host:port", got {address!r}')
+        out[int(name)] = host_port(address, f"{key}.{name}")
+    if not out:
+        raise ConfigError(f'[{key}] is empty: list every {what} as id = "host:port"')
+    return out
+

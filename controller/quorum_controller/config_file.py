@@ -10,7 +10,6 @@ layer's message and the command that fixes it.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from controller.storage.meta_properties import check_meta_properties
 from controller.toml_config import (
     ConfigError,
     host_port,
+    id_address_table,
     reject_unknown,
     require_int,
     require_str,
@@ -105,22 +105,6 @@ class DaemonConfig:
 
 
 
-def _voters(doc: Mapping[str, Any]) -> dict[int, str]:
-    if "voters" not in doc:
-        raise ConfigError("missing [voters] table: id = \"host:port\" for every controller")
-    table = sub_table(doc, "voters")
-    voters: dict[int, str] = {}
-    for key, address in table.items():
-        if not key.isdigit():
-            raise ConfigError(f"voters.{key}: a voter id must be a non-negative integer")
-        if not isinstance(address, str):
-            raise ConfigError(f"voters.{key}: expected \"host:port\", got {address!r}")
-        voters[int(key)] = host_port(address, f"voters.{key}")
-    if not voters:
-        raise ConfigError("[voters] is empty: list every controller as id = \"host:port\"")
-    return voters
-
-
 def parse_config(text: str, path: Path) -> DaemonConfig:
     """Validate a config document (no file system checks)."""
     try:
@@ -136,7 +120,7 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
     data_dir = Path(require_str(doc, "data_dir"))
     if not data_dir.is_absolute():
         data_dir = (path.parent / data_dir).resolve()
-    voters = _voters(doc)
+    voters = id_address_table(doc, "voters", "controller")
     if node_id not in voters:
         raise ConfigError(
             f"node_id {node_id} is not among the voters {sorted(voters)}: a controller must "
