@@ -72,6 +72,23 @@ class TimelineHashSet(Revertable, MutableSet[T]):
             cur[element] = False
         data.add(element)
 
+    def add_all(self, elements: Iterable[T]) -> None:
+        """``add`` each of ``elements``, in one call: replaying a topic's partitions
+        adds a run of keys to each broker's index, and a method call per key cost
+        more than the adds themselves."""
+        data = self._data
+        new = [e for e in elements if e not in data]
+        if not new:
+            return
+        cur = self._cur
+        if cur is None:
+            cur = self._sync()
+        if cur is not False:
+            for element in new:
+                if element not in cur:
+                    cur[element] = False
+        data.update(new)
+
     def discard(self, element: T) -> None:
         """Remove ``element`` from the latest state (no-op if absent)."""
         data = self._data

@@ -30,7 +30,9 @@ from controller.records import (
     MetadataRecord,
     RecordPayload,
     RemoveAccessControlEntryRecord,
+    decode_record,
     make_record,
+    partition_wire,
     record_type,
 )
 from controller.records.domain import NO_LEADER, BrokerRegistration, PartitionRegistration
@@ -208,6 +210,65 @@ class MetadataState:
             if pending:
                 self._last_offset.set(offset - 1)
         return offset
+
+    def replay_encoded(self, records: Iterable[bytes], base_offset: int, *,
+                       step: int = 1) -> int:
+        """``replay_batch`` of the decoded ``records``, which is how the controller
+        replays a batch it appends or that commits, and loads a snapshot (``step=0``:
+        every record at ``base_offset``). Returns the next offset.
+
+        PartitionRecords in the layout the controller writes skip protobuf
+        (``partition_wire``: the registration comes from a cache keyed by its bytes),
+        and a topic's run of them is replayed in one call
+        (``replay_registrations``); every other record, and any bytes the fast path
+        does not take, is decoded (``RecordDecodeError`` if unreadable) and replayed
+        as usual. On an error the records before the bad one stay applied."""
+        last = self._last_offset.get()
+        if base_offset < last:
+            raise MetadataReplayError(f"replay at offset {base_offset} after offset {last}")
+        offset = base_offset
+        replay = self.replay
+        split_partition = partition_wire.split_partition
+        registrations = partition_wire.registration_cache()
+        # The run of fast-path PartitionRecords not yet replayed, all of `topic_id`
+        # (decoded from `topic_key`; one str per topic keeps a million keys small).
+        run: list[tuple[int, PartitionRegistration]] = []
+        topic_key, topic_id = b"", ""
+        for data in records:
+            split = split_partition(data)
+            if split is not None:
+                pid, key, tail = split
+                new = registrations.get(tail) or partition_wire.registration_from_tail(tail)
+                if new is not None:
+                    if key != topic_key:
+                        if run:
+                            self._replay_run(topic_id, run, offset - step)
+                            run = []
+                        try:
+                            topic_id = key.decode("utf-8")
+                        except UnicodeDecodeError:
+                            topic_id = ""
+                        topic_key = key if topic_id else b""
+                    if topic_id:
+                        run.append((pid, new))
+                        offset += step
+                        continue
+            if run:
+                self._replay_run(topic_id, run, offset - step)
+                run = []
+            replay(decode_record(data), offset)
+            offset += step
+        if run:
+            self._replay_run(topic_id, run, offset - step)
+        return offset
+
+    def _replay_run(self, topic_id: str, run: list[tuple[int, PartitionRegistration]],
+                    last_offset: int) -> None:
+        """A run of one topic's PartitionRecords ending at ``last_offset``."""
+        self.replication.replay_offset = last_offset
+        self.replication.replay_registrations(topic_id, run)
+        if self._last_offset.get() != last_offset:
+            self._last_offset.set(last_offset)
 
     def revert_to_committed(self, committed_offset: int) -> None:
         """On losing leadership: durable state back to ``committed_offset`` (a live

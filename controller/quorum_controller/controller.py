@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +59,9 @@ from controller.quorum_controller.events import (
 from controller.quorum_controller.metrics import ControllerMetrics, StateCounts
 from controller.quorum_controller.ports import ControllerSettings, NodeAccess, QuorumPort
 from controller.quorum_controller.purgatory import BatchKey, Purgatory, Waiter
-from controller.quorum_controller.snapshots import SnapshotScheduler, iter_snapshot_records
+from controller.quorum_controller.snapshots import SnapshotScheduler, iter_snapshot_bytes
 from controller.raft.values import SnapshotId
-from controller.records import MetadataRecord, decode_record, encode_record
+from controller.records import MetadataRecord, encode_record
 from controller.storage import snapshot_file as sf
 from controller.storage.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
 
@@ -143,7 +143,7 @@ class QuorumController(CommitListener):
         snapshot in `directory` (if any), so the state must too."""
         latest = sf.latest_snapshot(directory)
         if latest is not None:
-            records = iter_snapshot_records(directory / latest.file_name)
+            records = iter_snapshot_bytes(directory / latest.file_name)
             self.load_snapshot(latest.end_offset, latest.epoch, records)
 
     def start(self) -> None:
@@ -311,7 +311,8 @@ class QuorumController(CommitListener):
         assert base == self._replayed_next, (base, self._replayed_next)
         last = base + len(encoded) - 1
         try:
-            self.state.replay_batch(records, base)
+            # From the bytes, as the followers replay them (the same fast path).
+            self.state.replay_encoded(encoded, base)
         except MetadataReplayError as exc:
             self.registry.revert_to_snapshot(base - 1)
             logger.error("event=replay_refused offset=%d error=%r", base, str(exc))
@@ -497,8 +498,7 @@ class QuorumController(CommitListener):
         assert batch.base_offset == self._replayed_next, (
             f"committed batch at {batch.base_offset} but the state is at {self._replayed_next}")
         try:
-            records = [decode_record(r) for r in batch.records]
-            self.state.replay_batch(records, batch.base_offset)
+            self.state.replay_encoded(batch.records, batch.base_offset)
         except Exception:
             # The committed log does not fit our state: stop rather than diverge.
             logger.critical("event=replay_failed offset=%d epoch=%d", batch.base_offset,
@@ -508,20 +508,24 @@ class QuorumController(CommitListener):
 
     def on_snapshot_loaded(self, snapshot_id: SnapshotId, path: Path) -> None:
         self.load_snapshot(snapshot_id.end_offset, snapshot_id.epoch,
-                           iter_snapshot_records(path))
+                           iter_snapshot_bytes(path))
 
-    def load_snapshot(self, end_offset: int, epoch: int,
-                      records: Iterable[MetadataRecord]) -> None:
-        """Replace the whole state with a snapshot's records covering [0, end_offset)."""
+    def load_snapshot(self, end_offset: int, epoch: int, records: Iterable[bytes]) -> None:
+        """Replace the whole state with a snapshot's encoded records covering
+        [0, end_offset), all replayed at its last offset."""
         assert self._mode is Mode.STANDBY, "a leader never loads a snapshot"
         if self.snapshots is not None:
             self.snapshots.reset()
         self.registry.reset()
         count = 0
-        replay, offset = self.state.replay, end_offset - 1
-        for record in records:
-            replay(record, offset)
-            count += 1
+
+        def counted() -> Iterator[bytes]:
+            nonlocal count
+            for record in records:
+                count += 1
+                yield record
+
+        self.state.replay_encoded(counted(), end_offset - 1, step=0)
         self.registry.create_snapshot(end_offset - 1)
         self._committed_next = self._replayed_next = end_offset
         self._last_committed_epoch = epoch

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from controller.metadata import MetadataState
-from controller.metadata.replication import partition_records
 from controller.quorum.service import DriverStoppedError
 from controller.raft.values import SnapshotId
 from controller.records import (
@@ -29,6 +28,7 @@ from controller.records import (
     encode_record,
     make_record,
 )
+from controller.records.partition_wire import encode_partitions
 from controller.storage import snapshot_file as sf
 from controller.storage.snapshot_file import SnapshotReader, SnapshotWriter
 
@@ -37,36 +37,38 @@ logger = logging.getLogger("metakraft.controller")
 
 def read_snapshot_records(path: Path) -> list[MetadataRecord]:
     """Every image record of a snapshot file (CRCs and footer checked by the reader)."""
-    return list(iter_snapshot_records(path))
+    return [decode_record(data) for data in iter_snapshot_bytes(path)]
 
 
-def iter_snapshot_records(path: Path) -> Iterator[MetadataRecord]:
-    """The image records one at a time: loading 1M partitions must not hold a million
-    decoded messages at once. The whole file (CRCs, footer) is verified here, before
+def iter_snapshot_bytes(path: Path) -> Iterator[bytes]:
+    """The encoded image records one at a time: loading 1M partitions must not hold a
+    million records at once. The whole file (CRCs, footer) is verified here, before
     this returns, so a damaged file fails before the caller resets its state."""
-    reader = SnapshotReader.open(path)
-    return (decode_record(data) for data in reader.records())
+    return SnapshotReader.open(path).records()
 
 
 def iter_image_chunks(state: MetadataState, epoch: int,
-                      chunk_records: int) -> Iterator[list[MetadataRecord]]:
-    """The image at `epoch` as record lists of about `chunk_records` each (a topic's
-    partitions are never split); between two chunks the caller may do other work,
-    as long as the registry snapshot at `epoch` stays."""
+                      chunk_records: int) -> Iterator[list[bytes]]:
+    """The image at `epoch` as encoded record lists of about `chunk_records` each (a
+    topic's partitions are never split); between two chunks the caller may do other
+    work, as long as the registry snapshot at `epoch` stays. PartitionRecords, nearly
+    all of a snapshot, are encoded without messages (`encode_partitions`)."""
     assert chunk_records > 0
     # Reads at `epoch` only from here on: older change hints can go.
     state.replication.forget_changes_up_to(epoch)
-    pending = state.features.snapshot_records(epoch) + state.cluster.snapshot_records(epoch)
+    head = state.features.snapshot_records(epoch) + state.cluster.snapshot_records(epoch)
+    pending = [encode_record(r) for r in head]
     replication = state.replication
     for listing in replication.list_topics(epoch):
         tid = listing.topic_id
-        pending.append(make_record(TopicRecord(name=listing.name, topic_id=tid)))
-        pending += partition_records(tid, replication.partitions_at(tid, epoch))
+        pending.append(encode_record(make_record(TopicRecord(name=listing.name, topic_id=tid))))
+        pending += encode_partitions(tid, replication.partitions_at(tid, epoch))
         if len(pending) >= chunk_records:
             yield pending
             pending = []
-    pending += state.configs.snapshot_records(epoch)
-    pending += [make_record(acl.to_record()) for acl in state.acls(epoch)]
+    tail = state.configs.snapshot_records(epoch)
+    tail += [make_record(acl.to_record()) for acl in state.acls(epoch)]
+    pending += [encode_record(r) for r in tail]
     yield pending
 
 
@@ -88,7 +90,7 @@ class SnapshotJob:
         chunk = next(self._chunks, None)
         if chunk is None:
             return True
-        self._writer.append(encode_record(r) for r in chunk)
+        self._writer.append(chunk)
         self.record_count += len(chunk)
         return False
 

@@ -133,3 +133,13 @@ class Harness:
             from_snapshot.replay(record, self.committed)
         assert from_snapshot.to_image() == image
         assert from_snapshot.snapshot_records() == self.state.snapshot_records()
+        # The controller's replay: from the bytes (the PartitionRecord fast path).
+        from_bytes = new_state(97)
+        from_bytes.replay_encoded([encode_record(r) for r in self.log], 0)
+        assert from_bytes.to_image() == image
+        from_bytes.replication.check_indexes()
+        loaded = new_state(96)
+        loaded.replay_encoded([encode_record(r) for r in self.state.snapshot_records()],
+                              self.committed, step=0)
+        assert loaded.to_image() == image
+        loaded.replication.check_indexes()

@@ -28,7 +28,7 @@ from controller.quorum_controller.events import Mode
 from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
 from controller.quorum_controller.snapshots import iter_image_chunks
-from controller.records import decode_record
+from controller.records import decode_record, encode_record
 from controller.storage.batch import EMPTY_ORIGIN, RecordBatch
 from tests.support.controller_fake_quorum import FakeQuorum
 
@@ -467,7 +467,8 @@ def test_image_chunks_concatenate_to_snapshot_records() -> None:
         epoch = env.ctrl[1].committed_offset - 1
         chunks = list(iter_image_chunks(state, epoch, 3))
         assert len(chunks) > 3
-        assert [r for c in chunks for r in c] == state.snapshot_records(epoch)
+        assert [r for c in chunks for r in c] == [
+            encode_record(r) for r in state.snapshot_records(epoch)]
 
     run(main)
 

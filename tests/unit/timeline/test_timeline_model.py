@@ -78,6 +78,11 @@ class TimelineModel(RuleBasedStateMachine):
         self.set.add(x)
         self.latest["set"].add(x)
 
+    @rule(xs=st.lists(KEYS, max_size=5))
+    def add_all(self, xs: list[int]) -> None:
+        self.set.add_all(xs)
+        self.latest["set"].update(xs)
+
     @rule(x=KEYS)
     def discard(self, x: int) -> None:
         self.set.discard(x)

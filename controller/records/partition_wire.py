@@ -1,0 +1,167 @@
+"""PartitionRecord envelopes on the wire without protobuf objects on the hot paths.
+
+Creating a 100-partition topic writes 100 PartitionRecords, every controller
+replays them, and a snapshot writes one per partition of the cluster: building a
+protobuf message per record, and reading it back field by field, cost more than the
+replay itself. But a PartitionRecord is two per-partition fields followed by the
+registration, and registrations are few distinct values (replica sets over the
+brokers, epochs 0 when new), so:
+
+- `encode_partitions` writes `08 <version> 72 <len>` + `08 <partition_id>` (absent
+  when 0) + `12 <len> <topic_id>` + the registration's fields 3..10, the last part
+  serialised by protobuf once per registration and cached. Protobuf writes fields in
+  number order and omits proto3 defaults, so the bytes equal ``encode_record`` of the
+  same record (tests/unit/records/test_partition_wire.py checks it);
+- `split_partition` reads that layout back, strictly (anything else: None, and the
+  caller takes the protobuf path, which raises the proper error on bad bytes), and
+  `registration_from_tail` maps the trailing bytes to a shared registration through
+  a cache keyed by those bytes (exact: equal bytes decode to equal registrations).
+
+Caches stop growing at `_CACHE_LIMIT` entries (cleared then; a miss is the slow path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from controller.records import metadata_pb2 as pb
+from controller.records.convert import partition_from_record
+from controller.records.domain import PartitionRegistration
+from controller.records.registry import RECORD_TYPES
+
+VERSION = RECORD_TYPES["partition"].version
+_ENVELOPE_TAG = 0x72  # MetadataRecord field 14 (partition), wire type 2
+_CACHE_LIMIT = 50_000
+# id(registration) -> (registration, its fields 3..10 serialised). Keyed by id, not
+# by value: hashing a registration hashes all its fields; the entry keeps the object
+# alive, so its id cannot be reused while cached.
+_TAILS: dict[int, tuple[PartitionRegistration, bytes]] = {}
+# Fields 3..10 serialised -> the registration they state.
+_REGISTRATIONS: dict[bytes, PartitionRegistration] = {}
+
+assert VERSION < 0x80, "the envelope's version is one varint byte"
+
+
+def _varint(value: int) -> bytes:
+    """A non-negative int as a protobuf varint."""
+    assert value >= 0
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def registration_tail(part: PartitionRegistration) -> bytes:
+    """``part``'s PartitionRecord fields after topic_id (3..10), as protobuf writes them."""
+    entry = _TAILS.get(id(part))
+    if entry is not None and entry[0] is part:
+        return entry[1]
+    tail = pb.PartitionRecord(
+        replicas=part.replicas,
+        isr=part.isr,
+        removing_replicas=part.removing_replicas,
+        adding_replicas=part.adding_replicas,
+        leader=part.leader,
+        leader_recovery_state=int(part.leader_recovery_state),  # type: ignore[arg-type]
+        leader_epoch=part.leader_epoch,
+        partition_epoch=part.partition_epoch,
+    ).SerializeToString(deterministic=True)
+    if len(_TAILS) >= _CACHE_LIMIT:
+        _TAILS.clear()
+    _TAILS[id(part)] = (part, tail)
+    return tail
+
+
+def encode_partitions(
+    topic_id: str, parts: Sequence[PartitionRegistration], first_id: int = 0
+) -> list[bytes]:
+    """``encode_record(make_record(partition_to_record(part, ...)))`` for each of
+    ``parts`` (numbered from ``first_id``): equal bytes, built without messages."""
+    assert first_id >= 0
+    tid = topic_id.encode("utf-8")
+    topic_field = b"\x12" + _varint(len(tid)) + tid if tid else b""
+    head = bytes((0x08, VERSION, _ENVELOPE_TAG))
+    out: list[bytes] = []
+    append = out.append
+    tails, tail_of = _TAILS, registration_tail
+    for partition_id, part in enumerate(parts, first_id):
+        entry = tails.get(id(part))
+        tail = entry[1] if entry is not None and entry[0] is part else tail_of(part)
+        if partition_id == 0:
+            payload = topic_field + tail
+        elif partition_id < 0x80:
+            payload = bytes((0x08, partition_id)) + topic_field + tail
+        else:
+            payload = b"\x08" + _varint(partition_id) + topic_field + tail
+        size = len(payload)
+        if size < 0x80:
+            append(head + bytes((size,)) + payload)
+        else:
+            append(head + _varint(size) + payload)
+    return out
+
+
+def split_partition(data: bytes) -> tuple[int, bytes, bytes] | None:
+    """(partition_id, topic id bytes, fields 3..10) of a PartitionRecord envelope in
+    the layout `encode_partitions` writes, with a version this code reads; None for
+    anything else (the caller decodes it with protobuf)."""
+    n = len(data)
+    if n < 6 or data[0] != 0x08 or data[2] != _ENVELOPE_TAG or not 1 <= data[1] <= VERSION:
+        return None
+    size = data[3]
+    i = 4
+    if size & 0x80:
+        size = (size & 0x7F) | (data[4] << 7)
+        i = 5
+        if data[4] & 0x80 or size < 0x80:
+            return None
+    if i + size != n:
+        return None
+    pid = 0
+    if data[i] == 0x08:
+        i += 1
+        shift = 0
+        while True:  # a non-negative int32: at most 5 varint bytes
+            if i >= n or shift > 28:
+                return None
+            byte = data[i]
+            pid |= (byte & 0x7F) << shift
+            i += 1
+            if not byte & 0x80:
+                break
+            shift += 7
+        if pid == 0 or pid >= 1 << 31:
+            return None  # proto3 never writes a default; a negative is 10 bytes
+    if i + 2 > n or data[i] != 0x12 or data[i + 1] & 0x80:
+        return None
+    end = i + 2 + data[i + 1]
+    if end > n or end == i + 2:
+        return None
+    return pid, data[i + 2:end], data[end:]
+
+
+def registration_cache() -> dict[bytes, PartitionRegistration]:
+    """The tail -> registration cache itself, for a hot loop's first lookup (a miss
+    goes through `registration_from_tail`)."""
+    return _REGISTRATIONS
+
+
+def registration_from_tail(tail: bytes) -> PartitionRegistration | None:
+    """The registration that PartitionRecord fields 3..10 (``tail``) state, or None if
+    they are not only those fields or do not decode (the protobuf path decides)."""
+    found = _REGISTRATIONS.get(tail)
+    if found is not None:
+        return found
+    try:
+        msg = pb.PartitionRecord.FromString(tail)
+        if msg.partition_id != 0 or msg.topic_id:
+            return None  # a repeated field 1 or 2: protobuf's last-one-wins applies
+        found = partition_from_record(msg)
+    except Exception:  # malformed, or an unknown recovery state: the slow path says
+        return None
+    if len(_REGISTRATIONS) >= _CACHE_LIMIT:
+        _REGISTRATIONS.clear()
+    _REGISTRATIONS[tail] = found
+    return found

@@ -1,0 +1,102 @@
+"""`MetadataState.replay_encoded` (the controller's replay, from the bytes) against
+record-by-record `replay` of the decoded records, including the records its
+PartitionRecord fast path does not take, and its errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.metadata.errors import MetadataReplayError
+from controller.records import (
+    MetadataRecord,
+    PartitionRecord,
+    RecordDecodeError,
+    TopicRecord,
+    decode_record,
+    encode_record,
+    make_record,
+)
+from tests.unit.metadata.support import Harness, new_state
+
+T1, T2 = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"
+
+
+def partition(tid: str, pid: int, replicas: tuple[int, ...], leader: int | None = None,
+              isr: tuple[int, ...] | None = None) -> MetadataRecord:
+    return make_record(PartitionRecord(
+        topic_id=tid, partition_id=pid, replicas=replicas,
+        isr=replicas if isr is None else isr,
+        leader=replicas[0] if leader is None else leader))
+
+
+def base_log() -> list[MetadataRecord]:
+    h = Harness()
+    h.add_brokers([1, 2, 3, 4])
+    return [*h.log, make_record(TopicRecord(name="t1", topic_id=T1)),
+            make_record(TopicRecord(name="t2", topic_id=T2))]
+
+
+def replayed_one_by_one(records: list[bytes]) -> object:
+    state = new_state()
+    for offset, data in enumerate(records):
+        state.replay(decode_record(data), offset)
+    state.replication.check_indexes()
+    return state.to_image()
+
+
+def test_runs_across_topics_and_rewrites_replay_like_one_record_at_a_time() -> None:
+    records = [encode_record(r) for r in [
+        *base_log(),
+        partition(T1, 0, (1, 2, 3)), partition(T1, 1, (2, 3, 4)),
+        partition(T2, 0, (3, 4, 1), isr=(3,)),
+        partition(T1, 2, (4, 1, 2), leader=-1, isr=(4,)),
+        # The same partition twice in one run: the second replaces the first.
+        partition(T1, 3, (1, 2, 3)), partition(T1, 3, (2, 3, 4), leader=3),
+        partition(T1, 0, (1, 2, 4)),
+    ]]
+    state = new_state()
+    assert state.replay_encoded(records, 0) == len(records)
+    state.replication.check_indexes()
+    assert state.to_image() == replayed_one_by_one(records)
+    assert state.last_applied_offset() == len(records) - 1
+
+
+def test_layouts_the_fast_path_does_not_take_decode_the_same() -> None:
+    log = [encode_record(r) for r in base_log()]
+    canonical = encode_record(partition(T1, 1, (1, 2, 3)))
+    payload = canonical[4:]
+    tid_field = b"\x12\x16" + T1.encode()
+    # The same record with topic_id written before partition_id.
+    reordered = canonical[:4] + tid_field + b"\x08\x01" + payload[2 + len(tid_field):]
+    assert decode_record(reordered) == decode_record(canonical)
+    records = [*log, reordered, encode_record(partition(T1, 0, (2, 3, 4)))]
+    state = new_state()
+    state.replay_encoded(records, 0)
+    state.replication.check_indexes()
+    assert state.to_image() == replayed_one_by_one(records)
+    assert state.replication.partition_count(T1) == 2
+
+
+def test_a_partition_of_an_unknown_topic_fails_after_the_records_before_it() -> None:
+    log = [encode_record(r) for r in base_log()]
+    records = [*log, encode_record(partition(T1, 0, (1, 2, 3))),
+               encode_record(partition("CCCCCCCCCCCCCCCCCCCCCC", 0, (1, 2, 3)))]
+    state = new_state()
+    with pytest.raises(MetadataReplayError, match="unknown topic id"):
+        state.replay_encoded(records, 0)
+    assert state.replication.partition_count(T1) == 1
+    assert state.last_applied_offset() == len(log)
+
+
+def test_unreadable_bytes_are_a_decode_error() -> None:
+    state = new_state()
+    with pytest.raises(RecordDecodeError):
+        state.replay_encoded([b"\x08\x01\x72\x05garbage"], 0)
+
+
+def test_a_snapshot_load_replays_every_record_at_one_offset() -> None:
+    records = [encode_record(r) for r in [*base_log(), partition(T1, 0, (1, 2, 3))]]
+    state = new_state()
+    state.replay_encoded(records, 41, step=0)
+    assert state.last_applied_offset() == 41
+    assert state.to_image() == replayed_one_by_one(records)
