@@ -32,6 +32,9 @@ from controller.storage.leader_epoch import LeaderEpochCheckpoint
 from controller.storage.log import LogConfig, SegmentedLog
 from controller.storage.meta_properties import DataDir
 
+# How many appended batches `DurableRaftLog` keeps to serve reads of the tail.
+RECENT_BATCHES = 1024
+
 
 def _to_storage_id(s: SnapshotId) -> sf.SnapshotId:
     return sf.SnapshotId(s.end_offset, s.epoch)
@@ -51,6 +54,12 @@ class DurableRaftLog:
         self._checkpoint = checkpoint
         self._snapshot = snapshot_id
         self.cache = cache if cache is not None else StoredBatchCache()
+        # The batches appended last, by base offset (insertion order = log order):
+        # reads of the log's tail (the followers' fetches, the commit of what was
+        # just appended) are served from them instead of re-reading and decoding
+        # the bytes just written. Every entry is the batch the log holds at its
+        # offset: truncation drops those at or above it, a reset drops all.
+        self._recent: dict[int, tuple[RecordBatch, int]] = {}
         if log.start_offset > snapshot_id.end_offset:
             raise LogCorruptionError(str(log.directory), f"log starts at {log.start_offset} "
                                      f"but the newest snapshot ends at {snapshot_id.end_offset}: "
@@ -114,7 +123,12 @@ class DurableRaftLog:
             raise ValueError("empty batch")
         # Followers append the bytes they fetched (remembered by the wire layer);
         # the leader encodes its own batch once and serves those bytes to fetchers.
-        self._log.append(self.cache.encode(batch))
+        data = self.cache.encode(batch)
+        self._log.append(data)
+        recent = self._recent
+        recent[batch.base_offset] = (batch, len(data))
+        if len(recent) > RECENT_BATCHES:
+            del recent[next(iter(recent))]
 
     def read(self, from_offset: int, max_batches: int, max_bytes: int) -> list[RecordBatch]:
         if not self.start_offset <= from_offset <= self.end_offset:
@@ -122,6 +136,8 @@ class DurableRaftLog:
                              f"{self.end_offset}]")
         if from_offset == self.end_offset or max_batches <= 0:
             return []
+        if from_offset in self._recent:
+            return self._read_recent(from_offset, max_batches, max_bytes)
         out: list[RecordBatch] = []
         # SegmentedLog.read starts with the batch containing `from_offset`, as the
         # contract asks.
@@ -131,17 +147,41 @@ class DurableRaftLog:
             out.append(batch)
         return out
 
+    def _read_recent(self, from_offset: int, max_batches: int,
+                     max_bytes: int) -> list[RecordBatch]:
+        """`read` from the recent batches (the limits as `SegmentedLog.read` applies
+        them); fewer batches when the recent ones stop before the end of the log."""
+        recent, end = self._recent, self.end_offset
+        out: list[RecordBatch] = []
+        offset, total = from_offset, 0
+        while offset < end and len(out) < max_batches:
+            entry = recent.get(offset)
+            if entry is None:
+                break
+            batch, size = entry
+            if out and total + size > max_bytes:
+                break
+            out.append(batch)
+            total += size
+            if total >= max_bytes:
+                break
+            offset = batch.next_offset
+        return out
+
     def truncate_to(self, offset: int) -> None:
         if offset >= self.end_offset:
             return
         if offset < self.start_offset:
             raise ValueError(f"truncate to {offset} below the log start {self.start_offset}")
+        for base in [b for b in self._recent if b >= offset]:
+            del self._recent[base]
         try:
             self._log.truncate_to(offset)
         except StorageError as exc:
             raise ValueError(str(exc)) from None
 
     def reset_to_snapshot(self, snapshot_id: SnapshotId) -> None:
+        self._recent.clear()
         self._log.truncate_fully_and_start_at(snapshot_id.end_offset)
         self._snapshot = snapshot_id
         self._sync_checkpoint()

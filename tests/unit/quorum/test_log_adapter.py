@@ -195,6 +195,29 @@ def _observe(log: RaftLog) -> tuple[object, ...]:
             tuple(log.read(log.start_offset, 1000, 10**6)))
 
 
+def _check_tail_reads(log: DurableRaftLog) -> None:
+    """Reads served from the recently appended batches equal reads of the stored
+    bytes (the recent batches set aside), at every boundary and with tight limits."""
+    recent = log._recent
+    boundaries = _boundaries(log)
+    for offset in boundaries:
+        complete = all(b in recent for b in boundaries if b >= offset)
+        for max_batches, max_bytes in [(1, 10**6), (2, 10**6), (1000, 1), (1000, 12),
+                                       (1000, 10**6)]:
+            served = log.read(offset, max_batches, max_bytes)
+            log._recent = {}
+            try:
+                stored = log.read(offset, max_batches, max_bytes)
+            finally:
+                log._recent = recent
+            # The recent batches may stop early (never past the stored ones).
+            assert served == stored[:len(served)] and served, (offset, served, stored)
+            if complete:
+                assert served == stored
+            if offset in recent:
+                assert served[0] is recent[offset][0]
+
+
 def _boundaries(log: RaftLog) -> list[int]:
     return [b.base_offset for b in log.read(log.start_offset, 1000, 10**6)]
 
@@ -233,6 +256,7 @@ def test_durable_log_matches_the_memory_log(script: list[tuple[str, int, int]]) 
                 else:
                     durable.flush()
                 assert _observe(durable) == _observe(model)
+                _check_tail_reads(durable)
             # Reopening after a flush gives the same log back.
             durable.flush()
             before = _observe(durable)
