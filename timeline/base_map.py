@@ -20,7 +20,15 @@ Not thread-safe; the past is read-only (writes always go to the latest state).
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, KeysView, MutableMapping, ValuesView
+from collections.abc import (
+    Callable,
+    ItemsView,
+    Iterable,
+    Iterator,
+    KeysView,
+    MutableMapping,
+    ValuesView,
+)
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from timeline.delta import ABSENT, MapDelta, overlay
@@ -72,6 +80,27 @@ class BaseTimelineMap(Revertable, MutableMapping[K, V]):
         if cur is not False and key not in cur:
             cur[key] = data[key] if key in data else ABSENT  # noqa: SIM401 (faster than .get)
         data[key] = value
+
+    def put_all(self, items: Iterable[tuple[K, V]]) -> None:
+        """``self[key] = value`` for each pair, in order, in one call (replaying a
+        topic's partitions writes a run of keys; a method call per key cost more
+        than the writes)."""
+        cur = self._cur
+        if cur is None:
+            cur = self._sync()
+        data = self._data
+        if cur is False:
+            data.update(items)
+            return
+        for key, value in items:
+            if key not in cur:
+                cur[key] = data[key] if key in data else ABSENT  # noqa: SIM401
+            data[key] = value
+
+    def latest_get(self) -> Callable[[K], V | None]:
+        """The latest state's ``dict.get`` itself: a lookup without a Python-level
+        call, for hot loops (it reads whatever is latest when called)."""
+        return self._data.get
 
     def __delitem__(self, key: K) -> None:
         cur = self._cur

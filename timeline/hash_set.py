@@ -74,19 +74,24 @@ class TimelineHashSet(Revertable, MutableSet[T]):
 
     def add_all(self, elements: Iterable[T]) -> None:
         """``add`` each of ``elements``, in one call: replaying a topic's partitions
-        adds a run of keys to each broker's index, and a method call per key cost
-        more than the adds themselves."""
+        adds a run of new keys to each broker's index, and a method call per key
+        cost more than the adds themselves."""
         data = self._data
-        new = [e for e in elements if e not in data]
+        new = list(elements)
+        if not data.isdisjoint(new):
+            new = [e for e in new if e not in data]
         if not new:
             return
         cur = self._cur
         if cur is None:
             cur = self._sync()
         if cur is not False:
-            for element in new:
-                if element not in cur:
-                    cur[element] = False
+            if cur.keys().isdisjoint(new):
+                cur.update(dict.fromkeys(new, False))
+            else:
+                for element in new:
+                    if element not in cur:
+                        cur[element] = False
         data.update(new)
 
     def discard(self, element: T) -> None:

@@ -337,22 +337,28 @@ class ReplicationControlManager:
                 )
             return
         partitions = self._partitions
+        current = partitions.latest_get()
+        # New partitions not yet written (distinct keys, absent from the map).
         fresh: list[tuple[PartKey, PartitionRegistration]] = []
+        fresh_ids: set[int] = set()
         top = count
         for partition_id, new in parts:
             key = (topic_id, partition_id)
-            old = partitions.get(key)
-            partitions[key] = new
             if partition_id >= top:
                 top = partition_id + 1
-            if old is None:
+            if partition_id not in fresh_ids and current(key) is None:
                 fresh.append((key, new))
-            else:
-                # In log order: a partition created earlier in the run is indexed first.
-                self._index_fresh(fresh)
-                fresh = []
-                self._reindex(key, old, new)
-        self._index_fresh(fresh)
+                fresh_ids.add(partition_id)
+                continue
+            # In log order: the new partitions before this one are written and
+            # indexed first (one of them may be this very key).
+            self._put_fresh(fresh)
+            fresh = []
+            fresh_ids.clear()
+            old = current(key)
+            partitions[key] = new
+            self._reindex(key, old, new)
+        self._put_fresh(fresh)
         if top != count:
             self._counts[topic_id] = top
         self._changed_at[topic_id] = self.replay_offset
@@ -413,6 +419,12 @@ class ReplicationControlManager:
             self._reassigning.add(key)
         else:
             self._reassigning.discard(key)
+
+    def _put_fresh(self, fresh: list[tuple[PartKey, PartitionRegistration]]) -> None:
+        """New partitions (distinct keys, none present): written and indexed."""
+        if fresh:
+            self._partitions.put_all(fresh)
+            self._index_fresh(fresh)
 
     def _index_new(self, key: PartKey, new: PartitionRegistration) -> None:
         """`_reindex` for a partition that did not exist: only additions."""

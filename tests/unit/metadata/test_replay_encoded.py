@@ -50,8 +50,9 @@ def test_runs_across_topics_and_rewrites_replay_like_one_record_at_a_time() -> N
         partition(T1, 0, (1, 2, 3)), partition(T1, 1, (2, 3, 4)),
         partition(T2, 0, (3, 4, 1), isr=(3,)),
         partition(T1, 2, (4, 1, 2), leader=-1, isr=(4,)),
-        # The same partition twice in one run: the second replaces the first.
-        partition(T1, 3, (1, 2, 3)), partition(T1, 3, (2, 3, 4), leader=3),
+        # The same new partition twice in one run: the second replaces the first.
+        partition(T1, 3, (1, 2, 3)), partition(T1, 4, (1, 2, 3)),
+        partition(T1, 3, (2, 3, 4), leader=3), partition(T1, 4, (3, 4, 1)),
         partition(T1, 0, (1, 2, 4)),
     ]]
     state = new_state()

@@ -55,6 +55,15 @@ class TimelineModel(RuleBasedStateMachine):
         self.smap[key] = value
         self.latest["smap"][key] = value
 
+    @rule(items=st.lists(st.tuples(KEYS, VALUES), max_size=5))
+    def put_all(self, items: list[tuple[int, int | None]]) -> None:
+        self.map.put_all(items)
+        self.latest["map"].update(items)
+
+    @rule(key=KEYS)
+    def latest_get(self, key: int) -> None:
+        assert self.map.latest_get()(key) == self.latest["map"].get(key)
+
     @rule(key=KEYS)
     def delete(self, key: int) -> None:
         if key in self.latest["map"]:
