@@ -74,6 +74,9 @@ class ControllerResult(Generic[R]):
 
     records: tuple[MetadataRecord, ...]
     response: R
+    # The records' bytes when the manager wrote those first (``encode_record`` of each,
+    # exactly), so the controller need not encode them again; None: not given.
+    encoded: tuple[bytes, ...] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 class MetadataReplayError(ValueError):

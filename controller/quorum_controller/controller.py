@@ -289,15 +289,21 @@ class QuorumController(CommitListener):
             logger.exception("event=generate_failed name=%s", event.name)
             settle(event.future, exc=exc)
             return
-        self._append(generated.records, generated.response, event.origin, access, event.future)
+        self._append(generated.records, generated.response, event.origin, access, event.future,
+                     generated.encoded)
 
     def _append(self, records: Sequence[MetadataRecord], response: Any, origin: BatchOrigin,
-                access: NodeAccess, fut: asyncio.Future[Any] | None) -> None:
+                access: NodeAccess, fut: asyncio.Future[Any] | None,
+                encoded: Sequence[bytes] | None = None) -> None:
+        """Replay and append `records` (`encoded`: their bytes, if the manager wrote
+        those already)."""
         assert self._mode is Mode.ACTIVE
         if not records:
             self._answer_after_last(response, fut)
             return
-        encoded = [encode_record(r) for r in records]
+        if encoded is None:
+            encoded = [encode_record(r) for r in records]
+        assert len(encoded) == len(records)
         size = sum(len(r) for r in encoded)
         limits = self.settings
         if len(encoded) > limits.max_records_per_batch or size > limits.max_batch_bytes:

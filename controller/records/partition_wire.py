@@ -36,6 +36,8 @@ _CACHE_LIMIT = 50_000
 # by value: hashing a registration hashes all its fields; the entry keeps the object
 # alive, so its id cannot be reused while cached.
 _TAILS: dict[int, tuple[PartitionRegistration, bytes]] = {}
+# (replicas, ISR) of a new partition -> its fields 3..10 serialised.
+_NEW_TAILS: dict[tuple[tuple[int, ...], tuple[int, ...]], bytes] = {}
 # Fields 3..10 serialised -> the registration they state.
 _REGISTRATIONS: dict[bytes, PartitionRegistration] = {}
 
@@ -79,16 +81,43 @@ def encode_partitions(
 ) -> list[bytes]:
     """``encode_record(make_record(partition_to_record(part, ...)))`` for each of
     ``parts`` (numbered from ``first_id``): equal bytes, built without messages."""
+    tails, tail_of = _TAILS, registration_tail
+    out: list[bytes] = []
+    for part in parts:
+        entry = tails.get(id(part))
+        out.append(entry[1] if entry is not None and entry[0] is part else tail_of(part))
+    return _envelopes(topic_id, first_id, out)
+
+
+def encode_new_partitions(
+    topic_id: str, first_id: int, placements: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]
+) -> list[bytes]:
+    """`encode_partitions` of new partitions given as (replicas, ISR) pairs: the first
+    of the ISR leads, epochs 0 (what creating topics and partitions writes)."""
+    tails = _NEW_TAILS
+    out: list[bytes] = []
+    for placement in placements:
+        tail = tails.get(placement)
+        if tail is None:
+            replicas, isr = placement
+            tail = registration_tail(PartitionRegistration(replicas, isr, leader=isr[0]))
+            if len(tails) >= _CACHE_LIMIT:
+                tails.clear()
+            tails[placement] = tail
+        out.append(tail)
+    return _envelopes(topic_id, first_id, out)
+
+
+def _envelopes(topic_id: str, first_id: int, tails: list[bytes]) -> list[bytes]:
+    """The envelopes of PartitionRecords of ``topic_id`` numbered from ``first_id``,
+    each with its registration's fields (``tails``)."""
     assert first_id >= 0
     tid = topic_id.encode("utf-8")
     topic_field = b"\x12" + _varint(len(tid)) + tid if tid else b""
     head = bytes((0x08, VERSION, _ENVELOPE_TAG))
     out: list[bytes] = []
     append = out.append
-    tails, tail_of = _TAILS, registration_tail
-    for partition_id, part in enumerate(parts, first_id):
-        entry = tails.get(id(part))
-        tail = entry[1] if entry is not None and entry[0] is part else tail_of(part)
+    for partition_id, tail in enumerate(tails, first_id):
         if partition_id == 0:
             payload = topic_field + tail
         elif partition_id < 0x80:

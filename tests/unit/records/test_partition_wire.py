@@ -12,6 +12,7 @@ from controller.records.convert import partition_from_record, partition_to_recor
 from controller.records.domain import LeaderRecoveryState, PartitionRegistration
 from controller.records.partition_wire import (
     VERSION,
+    encode_new_partitions,
     encode_partitions,
     registration_from_tail,
     registration_tail,
@@ -106,3 +107,15 @@ def test_a_tail_decodes_as_protobuf_reads_the_whole_record() -> None:
     assert split is not None
     assert registration_from_tail(split[2]) == partition_from_record(
         decode_record(data).partition)
+
+
+@given(placements=st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=4, unique=True)
+                           .flatmap(lambda r: st.tuples(st.just(tuple(r)), st.sampled_from(
+                               [tuple(r), tuple(r[:1]), tuple(r[-1:])]))), max_size=4),
+       first_id=st.sampled_from([0, 1, 200]))
+def test_new_partitions_are_led_by_the_first_of_the_isr_at_epoch_zero(
+    placements: list[tuple[tuple[int, ...], tuple[int, ...]]], first_id: int
+) -> None:
+    expected = [PartitionRegistration(replicas, isr, leader=isr[0]) for replicas, isr in placements]
+    assert encode_new_partitions(TID, first_id, placements) == encode_partitions(
+        TID, expected, first_id)
