@@ -21,14 +21,15 @@ Not thread-safe; the past is read-only (writes always go to the latest state).
 from __future__ import annotations
 
 from collections.abc import (
-    Callable,
     ItemsView,
     Iterable,
     Iterator,
     KeysView,
+    Mapping,
     MutableMapping,
     ValuesView,
 )
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from timeline.delta import ABSENT, MapDelta, overlay
@@ -97,10 +98,11 @@ class BaseTimelineMap(Revertable, MutableMapping[K, V]):
                 cur[key] = data[key] if key in data else ABSENT  # noqa: SIM401
             data[key] = value
 
-    def latest_get(self) -> Callable[[K], V | None]:
-        """The latest state's ``dict.get`` itself: a lookup without a Python-level
-        call, for hot loops (it reads whatever is latest when called)."""
-        return self._data.get
+    def latest(self) -> Mapping[K, V]:
+        """A read-only view of the latest state whose lookups (``get``, ``[]``,
+        ``in``) run without a Python-level call, for hot loops. It stays live: it
+        shows whatever is latest when read."""
+        return MappingProxyType(self._data)
 
     def __delitem__(self, key: K) -> None:
         cur = self._cur

@@ -337,7 +337,7 @@ class ReplicationControlManager:
                 )
             return
         partitions = self._partitions
-        current = partitions.latest_get()
+        current = partitions.latest().get
         # New partitions not yet written (distinct keys, absent from the map).
         fresh: list[tuple[PartKey, PartitionRegistration]] = []
         fresh_ids: set[int] = set()
@@ -533,8 +533,9 @@ class ReplicationControlManager:
         changed = self._changed_at.get(topic_id, self._changed_floor)
         if changed > epoch or topic_id not in self._counts:
             return self.partitions(topic_id, epoch)
-        partitions = self._partitions
-        return tuple(partitions[(topic_id, i)] for i in range(self._counts[topic_id]))
+        latest = self._partitions.latest()
+        return tuple(map(latest.__getitem__,
+                         [(topic_id, i) for i in range(self._counts[topic_id])]))
 
     def forget_changes_up_to(self, offset: int) -> None:
         """Drop the change hints at or below ``offset``, which no later

@@ -114,22 +114,21 @@ def _envelopes(topic_id: str, first_id: int, tails: list[bytes]) -> list[bytes]:
     assert first_id >= 0
     tid = topic_id.encode("utf-8")
     topic_field = b"\x12" + _varint(len(tid)) + tid if tid else b""
-    head = bytes((0x08, VERSION, _ENVELOPE_TAG))
+    heads, pids, join = _HEADS, _PID_FIELDS, b"".join
     out: list[bytes] = []
     append = out.append
     for partition_id, tail in enumerate(tails, first_id):
-        if partition_id == 0:
-            payload = topic_field + tail
-        elif partition_id < 0x80:
-            payload = bytes((0x08, partition_id)) + topic_field + tail
-        else:
-            payload = b"\x08" + _varint(partition_id) + topic_field + tail
-        size = len(payload)
-        if size < 0x80:
-            append(head + bytes((size,)) + payload)
-        else:
-            append(head + _varint(size) + payload)
+        pid = pids[partition_id] if partition_id < 0x80 else b"\x08" + _varint(partition_id)
+        size = len(pid) + len(topic_field) + len(tail)
+        head = heads[size] if size < 0x80 else _HEADS[0][:3] + _varint(size)
+        append(join((head, pid, topic_field, tail)))
     return out
+
+
+# The envelope up to the payload for each one-byte payload size, and the
+# partition_id field for each one-byte id (absent for 0, the proto3 default).
+_HEADS = [bytes((0x08, VERSION, _ENVELOPE_TAG, size)) for size in range(0x80)]
+_PID_FIELDS = [b"", *(bytes((0x08, pid)) for pid in range(1, 0x80))]
 
 
 def split_partition(data: bytes) -> tuple[int, bytes, bytes] | None:

@@ -110,14 +110,36 @@ class SnapshotWriter:
             self._pending_bytes = 0
 
     def append(self, records: Iterable[bytes]) -> None:
+        """Add records; a batch is cut once it holds `records_per_batch` records or
+        `batch_bytes` bytes."""
         assert not self._raw, "append() on a raw snapshot writer"
-        for record in records:
-            self._pending.append(record)
-            self._pending_bytes += len(record)
-            self.record_count += 1
-            if (len(self._pending) >= self._records_per_batch
-                    or self._pending_bytes >= self._batch_bytes):
-                self._flush_pending()
+        todo = records if isinstance(records, list) else list(records)
+        i = 0
+        while i < len(todo):
+            # Whole slices that fill neither limit go in at once (a snapshot is a
+            # million records); the slice that would is taken record by record.
+            room = self._records_per_batch - len(self._pending)
+            part = todo[i:i + room]
+            size = sum(map(len, part))
+            if self._pending_bytes + size < self._batch_bytes:
+                self._pending += part
+                self._pending_bytes += size
+                self.record_count += len(part)
+                i += len(part)
+                if len(self._pending) >= self._records_per_batch:
+                    self._flush_pending()
+                continue
+            for record in part:
+                self._pending.append(record)
+                self._pending_bytes += len(record)
+                self.record_count += 1
+                i += 1
+                if self._pending_bytes >= self._batch_bytes:
+                    self._flush_pending()
+                    break
+            else:
+                if len(self._pending) >= self._records_per_batch:
+                    self._flush_pending()
 
     def append_raw(self, chunk: bytes) -> None:
         """Write bytes of a snapshot file as received (FetchSnapshot)."""

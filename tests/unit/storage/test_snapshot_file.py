@@ -155,3 +155,29 @@ def test_raw_writer_validates_before_commit(tmp_path: Path) -> None:
         bad.freeze()
     assert list_snapshots(dest) == [SnapshotId(77, 2)]
     assert not list(dest.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_batches_are_cut_at_either_limit(tmp_path: Path, seed: int) -> None:
+    """Whatever the calls, a batch closes as soon as it holds `records_per_batch`
+    records or `batch_bytes` bytes (the rule, applied record by record)."""
+    rng = random.Random(seed)
+    recs = [os.urandom(rng.randint(1, 40)) for _ in range(rng.randint(0, 300))]
+    per_batch, limit = rng.randint(1, 20), rng.randint(1, 400)
+    expected: list[list[bytes]] = [[]]
+    for rec in recs:
+        expected[-1].append(rec)
+        if len(expected[-1]) >= per_batch or sum(map(len, expected[-1])) >= limit:
+            expected.append([])
+    expected = [b for b in expected if b]
+    sid = SnapshotId(10, 1)
+    with SnapshotWriter(tmp_path, sid, records_per_batch=per_batch,
+                        batch_bytes=limit) as writer:
+        i = 0
+        while i < len(recs):
+            step = rng.randint(1, 50)
+            writer.append(recs[i:i + step] if rng.random() < 0.5 else iter(recs[i:i + step]))
+            i += step
+        path = writer.freeze()
+    batches = list(SnapshotReader.open(path).batches())
+    assert [list(b.records) for b in batches[1:-1]] == expected

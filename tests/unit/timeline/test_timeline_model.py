@@ -61,8 +61,10 @@ class TimelineModel(RuleBasedStateMachine):
         self.latest["map"].update(items)
 
     @rule(key=KEYS)
-    def latest_get(self, key: int) -> None:
-        assert self.map.latest_get()(key) == self.latest["map"].get(key)
+    def latest_view(self, key: int) -> None:
+        view = self.map.latest()
+        assert view.get(key) == self.latest["map"].get(key)
+        assert dict(view) == self.latest["map"]
 
     @rule(key=KEYS)
     def delete(self, key: int) -> None:
