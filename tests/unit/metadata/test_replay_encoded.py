@@ -101,3 +101,24 @@ def test_a_snapshot_load_replays_every_record_at_one_offset() -> None:
     state.replay_encoded(records, 41, step=0)
     assert state.last_applied_offset() == 41
     assert state.to_image() == replayed_one_by_one(records)
+
+
+def test_a_revert_undoes_a_run_exactly() -> None:
+    log = [encode_record(r) for r in [*base_log(), partition(T1, 0, (1, 2, 3)),
+                                      partition(T2, 0, (2, 3, 4), isr=(2,))]]
+    state = new_state()
+    committed = state.replay_encoded(log, 0) - 1
+    state.registry.create_snapshot(committed)
+    before = state.to_image()
+    state.replay_encoded([encode_record(r) for r in [
+        partition(T1, 1, (2, 3, 4), leader=-1, isr=(2,)), partition(T1, 2, (1, 2, 3)),
+        partition(T1, 1, (3, 4, 1)), partition(T1, 0, (4, 1, 2), isr=(4,)),
+        partition(T2, 0, (1, 2, 3)), partition(T2, 1, (1, 2, 3)),
+    ]], committed + 1)
+    state.registry.create_snapshot(committed + 6)
+    state.replication.check_indexes()
+    assert state.to_image() != before
+    state.registry.revert_to_snapshot(committed)
+    assert state.to_image() == before
+    state.replication.check_indexes()
+    assert state.last_applied_offset() == committed
