@@ -3,12 +3,8 @@
 Durable state (timeline maps, registered with the shared registry):
 - topic id -> ``Topic``; topic name -> topic id; topic id -> partition count;
 - (topic id, partition index) -> ``PartitionRegistration``.
-Derived indexes, kept by replay in timeline sets so they revert with the rest:
-- broker -> partitions it is a replica of (ISR shrink/expansion without a full scan);
-- broker -> partitions it is a replica of but not in the ISR (ISR expansion);
-- partitions without a leader (offline) and partitions being reassigned.
-The broker index is a plain dict of timeline sets that only ever gains keys: an empty
-set means the same as a missing one, so the dict itself needs no history.
+Derived indexes (broker -> partitions, offline and reassigning partitions) are kept
+by replay in a ``PartitionIndex`` (partition_index.py) on the same registry.
 
 Simplification of Kafka's AlterPartition (brokers reporting their ISR): a replica is
 taken to be in sync as soon as its broker is usable (registered, unfenced, not in
@@ -37,7 +33,9 @@ from controller.metadata.errors import (
     MetadataReplayError,
 )
 from controller.metadata.partition_change import Election, build_partition_change
+from controller.metadata.partition_index import PartitionIndex, PartKey
 from controller.metadata.placement import RandomSource
+from controller.metadata.registrations import partition_records, registration_of
 from controller.metadata.topics import (
     CreatableTopic,
     CreatePartitionsResult,
@@ -56,7 +54,6 @@ from controller.metadata.topics import (
     collision_key,
 )
 from controller.records import (
-    RECORD_TYPES,
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
@@ -64,72 +61,12 @@ from controller.records import (
     TopicRecord,
     make_record,
 )
-from controller.records.convert import partition_from_record
 from controller.records.domain import (
     NO_LEADER,
-    LeaderRecoveryState,
     PartitionRegistration,
     Topic,
 )
-from timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet
-
-PartKey = tuple[str, int]  # (topic id, partition index)
-
-# Registrations are frozen values, and a new partition's is one of few: (replicas,
-# ISR, leader) over the brokers, epochs 0. Replay shares one object per distinct
-# value instead of converting every PartitionRecord afresh (creating a 100-partition
-# topic replays 100 of them on every controller; a snapshot load a million). Cleared
-# past the bound so odd values never pile up.
-_REGISTRATIONS: dict[tuple[object, ...], PartitionRegistration] = {}
-_REGISTRATIONS_MAX = 50_000
-_RECOVERED = int(LeaderRecoveryState.RECOVERED)
-
-
-_PARTITION_VERSION = RECORD_TYPES["partition"].version
-
-
-def partition_records(
-    topic_id: str, parts: Sequence[PartitionRegistration], first_id: int = 0
-) -> list[MetadataRecord]:
-    """``make_record(partition_to_record(part, ...))`` for each of ``parts`` (numbered
-    from ``first_id``), built field by field into the envelope: snapshots write a
-    million of these."""
-    records: list[MetadataRecord] = []
-    append = records.append
-    version = _PARTITION_VERSION
-    for partition_id, part in enumerate(parts, first_id):
-        record = MetadataRecord(version=version)
-        msg = record.partition
-        msg.partition_id = partition_id
-        msg.topic_id = topic_id
-        msg.replicas.extend(part.replicas)
-        msg.isr.extend(part.isr)
-        if part.removing_replicas:
-            msg.removing_replicas.extend(part.removing_replicas)
-        if part.adding_replicas:
-            msg.adding_replicas.extend(part.adding_replicas)
-        msg.leader = part.leader
-        if part.leader_recovery_state != _RECOVERED:
-            msg.leader_recovery_state = int(part.leader_recovery_state)  # type: ignore[assignment]
-        msg.leader_epoch = part.leader_epoch
-        msg.partition_epoch = part.partition_epoch
-        append(record)
-    return records
-
-
-def registration_of(record: PartitionRecord) -> PartitionRegistration:
-    """``partition_from_record(record)``, shared with equal earlier ones."""
-    if (record.removing_replicas or record.adding_replicas
-            or record.leader_recovery_state != _RECOVERED):
-        return partition_from_record(record)
-    key = (tuple(record.replicas[:]), tuple(record.isr[:]), record.leader,
-           record.leader_epoch, record.partition_epoch)
-    found = _REGISTRATIONS.get(key)
-    if found is None:
-        if len(_REGISTRATIONS) >= _REGISTRATIONS_MAX:
-            _REGISTRATIONS.clear()
-        found = _REGISTRATIONS[key] = partition_from_record(record)
-    return found
+from timeline import SnapshotRegistry, TimelineHashMap
 
 UNCLEAN_KEY = "unclean.leader.election.enable"
 
@@ -143,7 +80,6 @@ class ReplicationControlManager:
         configs: ConfigurationControlManager,
         rng: RandomSource,
     ) -> None:
-        self._registry = registry
         self.cluster = cluster
         self.configs = configs
         self.rng = rng
@@ -156,10 +92,7 @@ class ReplicationControlManager:
         self._partitions: TimelineHashMap[PartKey, PartitionRegistration] = TimelineHashMap(
             registry
         )
-        self._replica_of: dict[int, TimelineHashSet[PartKey]] = {}
-        self._out_of_isr: dict[int, TimelineHashSet[PartKey]] = {}
-        self._leaderless: TimelineHashSet[PartKey] = TimelineHashSet(registry)
-        self._reassigning: TimelineHashSet[PartKey] = TimelineHashSet(registry)
+        self._index = PartitionIndex(registry)
         # The log offset of the record being replayed (``MetadataState`` sets it), and
         # topic id -> the offset of the last record that changed the topic or its
         # partitions. Not history, just a conservative hint for ``partitions_at``: a
@@ -208,7 +141,7 @@ class ReplicationControlManager:
     def leaving_brokers_changes(self, broker_ids: frozenset[int]) -> list[MetadataRecord]:
         keys: set[PartKey] = set()
         for broker_id in broker_ids:
-            index = self._replica_of.get(broker_id)
+            index = self._index.replica_of.get(broker_id)
             if index is not None:
                 keys.update(index)
 
@@ -227,14 +160,14 @@ class ReplicationControlManager:
         return records
 
     def ready_broker_changes(self, broker_id: int) -> list[MetadataRecord]:
-        keys = set(self._out_of_isr.get(broker_id, ()))
+        keys = set(self._index.out_of_isr.get(broker_id, ()))
         # Offline partitions it is a replica of: walk the smaller of the two sets (this
         # runs on every heartbeat).
-        replica_of = self._replica_of.get(broker_id, ())
-        if len(self._leaderless) <= len(replica_of):
-            keys.update(k for k in self._leaderless if k in replica_of)
+        replica_of = self._index.replica_of.get(broker_id, ())
+        if len(self._index.leaderless) <= len(replica_of):
+            keys.update(k for k in self._index.leaderless if k in replica_of)
         else:
-            keys.update(k for k in replica_of if k in self._leaderless)
+            keys.update(k for k in replica_of if k in self._index.leaderless)
 
         def usable(other: int) -> bool:
             return other == broker_id or self.cluster.is_usable(other)
@@ -253,7 +186,7 @@ class ReplicationControlManager:
         return records
 
     def leads_any(self, broker_id: int) -> bool:
-        index = self._replica_of.get(broker_id, ())
+        index = self._index.replica_of.get(broker_id, ())
         return any(self._partitions[key].leader == broker_id for key in index)
 
     def change_record(
@@ -357,7 +290,7 @@ class ReplicationControlManager:
             fresh_ids.clear()
             old = current(key)
             partitions[key] = new
-            self._reindex(key, old, new)
+            self._index.reindex(key, old, new)
         self._put_fresh(fresh)
         if top != count:
             self._counts[topic_id] = top
@@ -373,7 +306,7 @@ class ReplicationControlManager:
         new = old.merge(record)
         self._partitions[key] = new
         self._changed_at[record.topic_id] = self.replay_offset
-        self._reindex(key, old, new)
+        self._index.reindex(key, old, new)
 
     def replay_remove_topic(self, record: RemoveTopicRecord) -> str:
         """Removes the topic and its partitions; returns its name (for its configs)."""
@@ -385,7 +318,7 @@ class ReplicationControlManager:
             key = (record.topic_id, partition_id)
             old = self._partitions.pop(key, None)
             if old is not None:
-                self._reindex(key, old, None)
+                self._index.reindex(key, old, None)
         del self._topics[record.topic_id]
         del self._topic_ids[topic.name]
         if self._collision_keys.get(collision_key(topic.name)) == topic.name:
@@ -393,93 +326,15 @@ class ReplicationControlManager:
         del self._counts[record.topic_id]
         return topic.name
 
-    def _reindex(
-        self, key: PartKey, old: PartitionRegistration | None, new: PartitionRegistration | None
-    ) -> None:
-        if old is None and new is not None:
-            self._index_new(key, new)
-            return
-        old_replicas = set(old.replicas) if old else set()
-        new_replicas = set(new.replicas) if new else set()
-        for broker_id in old_replicas - new_replicas:
-            self._replica_of[broker_id].discard(key)
-        for broker_id in new_replicas - old_replicas:
-            self._index_set(self._replica_of, broker_id).add(key)
-        old_out = old_replicas - set(old.isr) if old else set()
-        new_out = new_replicas - set(new.isr) if new else set()
-        for broker_id in old_out - new_out:
-            self._out_of_isr[broker_id].discard(key)
-        for broker_id in new_out - old_out:
-            self._index_set(self._out_of_isr, broker_id).add(key)
-        if new is not None and new.leader == NO_LEADER:
-            self._leaderless.add(key)
-        else:
-            self._leaderless.discard(key)
-        if new is not None and (new.adding_replicas or new.removing_replicas):
-            self._reassigning.add(key)
-        else:
-            self._reassigning.discard(key)
-
     def _put_fresh(self, fresh: list[tuple[PartKey, PartitionRegistration]]) -> None:
         """New partitions (distinct keys, none present): written and indexed."""
         if fresh:
             self._partitions.put_all(fresh)
-            self._index_fresh(fresh)
-
-    def _index_new(self, key: PartKey, new: PartitionRegistration) -> None:
-        """`_reindex` for a partition that did not exist: only additions."""
-        self._index_fresh(((key, new),))
-
-    def _index_fresh(self, fresh: Iterable[tuple[PartKey, PartitionRegistration]]) -> None:
-        """`_index_new` of each of ``fresh`` (the hot path of creating topics and of
-        loading a snapshot): keys gathered per broker, one ``add_all`` each."""
-        by_broker: dict[int, list[PartKey]] = {}
-        out_of_isr: dict[int, list[PartKey]] = {}
-        for key, new in fresh:
-            for broker_id in new.replicas:
-                found = by_broker.get(broker_id)
-                if found is None:
-                    by_broker[broker_id] = [key]
-                else:
-                    found.append(key)
-            if new.isr != new.replicas:
-                for broker_id in set(new.replicas) - set(new.isr):
-                    out_of_isr.setdefault(broker_id, []).append(key)
-            if new.leader == NO_LEADER:
-                self._leaderless.add(key)
-            if new.adding_replicas or new.removing_replicas:
-                self._reassigning.add(key)
-        for broker_id, keys in by_broker.items():
-            self._index_set(self._replica_of, broker_id).add_all(keys)
-        for broker_id, keys in out_of_isr.items():
-            self._index_set(self._out_of_isr, broker_id).add_all(keys)
-
-    def _index_set(
-        self, index: dict[int, TimelineHashSet[PartKey]], broker_id: int
-    ) -> TimelineHashSet[PartKey]:
-        found = index.get(broker_id)
-        if found is None:
-            found = index[broker_id] = TimelineHashSet(self._registry)
-        return found
+            self._index.add_new(fresh)
 
     def check_indexes(self) -> None:
         """Assert the derived indexes agree with the partitions (for tests)."""
-        replica_of: dict[int, set[PartKey]] = {}
-        out_of_isr: dict[int, set[PartKey]] = {}
-        for key, part in self._partitions.items():
-            for broker_id in part.replicas:
-                replica_of.setdefault(broker_id, set()).add(key)
-                if broker_id not in part.isr:
-                    out_of_isr.setdefault(broker_id, set()).add(key)
-        for index, expected in ((self._replica_of, replica_of), (self._out_of_isr, out_of_isr)):
-            actual = {b: set(s) for b, s in index.items() if s}
-            assert actual == expected, (actual, expected)
-        leaderless = {k for k, p in self._partitions.items() if p.leader == NO_LEADER}
-        assert set(self._leaderless) == leaderless
-        moving = {
-            k for k, p in self._partitions.items() if p.adding_replicas or p.removing_replicas
-        }
-        assert set(self._reassigning) == moving
+        self._index.check(self._partitions.items())
         assert sum(self._counts.values()) == len(self._partitions)
 
     # -- queries -----------------------------------------------------------------------
@@ -571,7 +426,7 @@ class ReplicationControlManager:
 
     def list_reassignments(self, epoch: int | None = None) -> tuple[OngoingReassignment, ...]:
         found = []
-        for tid, partition_id in self._reassigning.elements(epoch):
+        for tid, partition_id in self._index.reassigning.elements(epoch):
             topic = self.topic(tid, epoch)
             part = self.partition(tid, partition_id, epoch)
             assert topic is not None and part is not None
@@ -587,7 +442,7 @@ class ReplicationControlManager:
         return tuple(sorted(found, key=lambda r: (r.topic, r.partition)))
 
     def offline_partition_count(self, epoch: int | None = None) -> int:
-        return self._leaderless.size(epoch)
+        return self._index.leaderless.size(epoch)
 
     def total_partition_count(self, epoch: int | None = None) -> int:
         return self._partitions.size(epoch)

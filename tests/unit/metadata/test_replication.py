@@ -467,7 +467,7 @@ def test_new_partitions_share_registrations_and_changes_stay_their_own(h: Harnes
 
 
 def test_partition_records_equal_the_generic_conversion() -> None:
-    from controller.metadata.replication import partition_records
+    from controller.metadata.registrations import partition_records
     from controller.records import encode_record
     from controller.records.convert import partition_to_record
     from controller.records.domain import PartitionRegistration

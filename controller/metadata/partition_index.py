@@ -1,0 +1,108 @@
+"""Derived indexes over the partitions, kept by replay in timeline sets.
+
+- broker -> partitions it is a replica of (ISR shrink/expansion without a full scan);
+- broker -> partitions it is a replica of but not in the ISR (ISR expansion);
+- partitions without a leader (offline) and partitions being reassigned.
+
+They live on the same ``SnapshotRegistry`` as the partitions, so a revert undoes them
+with the rest. The broker indexes are plain dicts of timeline sets that only ever
+gain keys: an empty set means the same as a missing one, so the dicts themselves
+need no history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from controller.records.domain import NO_LEADER, PartitionRegistration
+from timeline import SnapshotRegistry, TimelineHashSet
+
+PartKey = tuple[str, int]  # (topic id, partition index)
+
+
+class PartitionIndex:
+    def __init__(self, registry: SnapshotRegistry) -> None:
+        self._registry = registry
+        self.replica_of: dict[int, TimelineHashSet[PartKey]] = {}
+        self.out_of_isr: dict[int, TimelineHashSet[PartKey]] = {}
+        self.leaderless: TimelineHashSet[PartKey] = TimelineHashSet(registry)
+        self.reassigning: TimelineHashSet[PartKey] = TimelineHashSet(registry)
+
+    def reindex(
+        self, key: PartKey, old: PartitionRegistration | None, new: PartitionRegistration | None
+    ) -> None:
+        """Partition ``key`` went from ``old`` to ``new`` (None: absent)."""
+        if old is None and new is not None:
+            self.add_new(((key, new),))
+            return
+        old_replicas = set(old.replicas) if old else set()
+        new_replicas = set(new.replicas) if new else set()
+        for broker_id in old_replicas - new_replicas:
+            self.replica_of[broker_id].discard(key)
+        for broker_id in new_replicas - old_replicas:
+            self._index_set(self.replica_of, broker_id).add(key)
+        old_out = old_replicas - set(old.isr) if old else set()
+        new_out = new_replicas - set(new.isr) if new else set()
+        for broker_id in old_out - new_out:
+            self.out_of_isr[broker_id].discard(key)
+        for broker_id in new_out - old_out:
+            self._index_set(self.out_of_isr, broker_id).add(key)
+        if new is not None and new.leader == NO_LEADER:
+            self.leaderless.add(key)
+        else:
+            self.leaderless.discard(key)
+        if new is not None and (new.adding_replicas or new.removing_replicas):
+            self.reassigning.add(key)
+        else:
+            self.reassigning.discard(key)
+
+    def add_new(self, fresh: Iterable[tuple[PartKey, PartitionRegistration]]) -> None:
+        """`reindex` of each of ``fresh``, partitions that did not exist (the hot path
+        of creating topics and of loading a snapshot): only additions, keys gathered
+        per broker, one ``add_all`` each."""
+        by_broker: dict[int, list[PartKey]] = {}
+        out_of_isr: dict[int, list[PartKey]] = {}
+        for key, new in fresh:
+            for broker_id in new.replicas:
+                found = by_broker.get(broker_id)
+                if found is None:
+                    by_broker[broker_id] = [key]
+                else:
+                    found.append(key)
+            if new.isr != new.replicas:
+                for broker_id in set(new.replicas) - set(new.isr):
+                    out_of_isr.setdefault(broker_id, []).append(key)
+            if new.leader == NO_LEADER:
+                self.leaderless.add(key)
+            if new.adding_replicas or new.removing_replicas:
+                self.reassigning.add(key)
+        for broker_id, keys in by_broker.items():
+            self._index_set(self.replica_of, broker_id).add_all(keys)
+        for broker_id, keys in out_of_isr.items():
+            self._index_set(self.out_of_isr, broker_id).add_all(keys)
+
+    def _index_set(
+        self, index: dict[int, TimelineHashSet[PartKey]], broker_id: int
+    ) -> TimelineHashSet[PartKey]:
+        found = index.get(broker_id)
+        if found is None:
+            found = index[broker_id] = TimelineHashSet(self._registry)
+        return found
+
+    def check(self, partitions: Iterable[tuple[PartKey, PartitionRegistration]]) -> None:
+        """Assert the indexes agree with ``partitions``, every one of them (for tests)."""
+        items = list(partitions)
+        replica_of: dict[int, set[PartKey]] = {}
+        out_of_isr: dict[int, set[PartKey]] = {}
+        for key, part in items:
+            for broker_id in part.replicas:
+                replica_of.setdefault(broker_id, set()).add(key)
+                if broker_id not in part.isr:
+                    out_of_isr.setdefault(broker_id, set()).add(key)
+        for index, expected in ((self.replica_of, replica_of), (self.out_of_isr, out_of_isr)):
+            actual = {b: set(s) for b, s in index.items() if s}
+            assert actual == expected, (actual, expected)
+        leaderless = {k for k, p in items if p.leader == NO_LEADER}
+        assert set(self.leaderless) == leaderless
+        moving = {k for k, p in items if p.adding_replicas or p.removing_replicas}
+        assert set(self.reassigning) == moving
