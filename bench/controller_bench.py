@@ -174,7 +174,11 @@ def run_create(args: argparse.Namespace) -> None:
             for clients in args.clients:
                 procs = min(args.procs, clients)
                 out: mp.Queue[object] = ctx.Queue()
-                pids = [n.proc.pid for n in cluster.nodes.values() if n.proc is not None]
+                active = cluster.active_node()
+                # The active controller first: its share is printed apart.
+                pids = [n.proc.pid for n in sorted(cluster.nodes.values(),
+                                                   key=lambda n: n is not active)
+                        if n.proc is not None]
                 start_at = time.time() + args.startup + args.warmup
                 stop_at = start_at + args.seconds
                 prefix = f"t{partitions}c{clients}"
@@ -187,11 +191,12 @@ def run_create(args: argparse.Namespace) -> None:
                     w.start()
                 # The controllers' CPU over the measured window only.
                 time.sleep(max(0.0, start_at - time.time()))
-                cpu_start = sum(proc_cpu_s(p) for p in pids)
+                cpu_start = [proc_cpu_s(p) for p in pids]
                 spies = start_profilers(args.profile, cluster, args.seconds,
                                         f"c{clients}p{partitions}", workers[0].pid)
                 time.sleep(max(0.0, stop_at - time.time()))
-                cpu_ctrl = sum(proc_cpu_s(p) for p in pids) - cpu_start
+                cpu_each = [proc_cpu_s(p) - c for p, c in zip(pids, cpu_start, strict=True)]
+                cpu_ctrl = sum(cpu_each)
                 for spy in spies:
                     spy.wait(60)
                 results = [cast(ClientReport, out.get(timeout=120)) for _ in workers]
@@ -207,6 +212,8 @@ def run_create(args: argparse.Namespace) -> None:
                 print(f"{clients:7d} {partitions:10d} {rate:9.0f} {rate * (partitions + 1):10.0f} "
                       f"{p50:7.1f} {p99:7.1f} {cpu_ctrl:11.1f} {client_cpu:13.1f}  {len(errs)}"
                       f"{' ' + errs[0] if errs else ''}", flush=True)
+                print(f"#   ctrl cpu s: active {cpu_each[0]:.1f}, standbys "
+                      f"{', '.join(f'{c:.1f}' for c in cpu_each[1:])}", flush=True)
         sizes = {n: sum(f.stat().st_size for f in (root / f"c{n}").rglob("*") if f.is_file())
                  for n in cluster.nodes}
         print(f"# data dirs after the run: {sizes}")
