@@ -1724,3 +1724,115 @@ class UpdateFeaturesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateFeaturesResponse: _TypeAlias = UpdateFeaturesResponse  # noqa: Y015
+
+@_typing.final
+class StreamRequest(_message.Message):
+    """---- the multiplexed stream ------------------------------------------------------
+
+    `Stream` carries any of the unary methods above, many per stream, so a busy client
+    pays one stream message per request instead of one call (much cheaper for both
+    sides). Each request is handled exactly as the unary call of the same name would
+    be (same validation, limits, origin, errors); only the framing differs:
+     - every request has a caller-chosen `id`, unique among the stream's requests in
+       flight; its answer carries the same id. Answers may come in any order.
+     - the unary call's final status becomes the answer's `status_code` /
+       `status_details`, and its trailing metadata (leader id/address, busy) becomes
+       `trailing`; `payload` is the unary response message when the code is OK (0).
+     - an unknown `method` is answered UNIMPLEMENTED, a payload that does not decode
+       INVALID_ARGUMENT; the stream goes on.
+     - `timeout_ms` bounds the request like a unary call's deadline: past it the
+       answer is DEADLINE_EXCEEDED (a write's outcome is then unknown).
+    The stream itself ends with a status only when it cannot go on: a message that
+    does not decode as a StreamRequest or reuses an id in flight (INVALID_ARGUMENT),
+    a message over the size limit (RESOURCE_EXHAUSTED, from gRPC), or the connection
+    or the server going away. Requests in flight when a stream ends that way have no
+    answer: for writes the outcome is UNKNOWN (check before retrying).
+    At most 128 requests are handled at once per stream; more wait, unread, in the
+    stream (HTTP/2 flow control pushes back to the sender).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    method: _builtins.str
+    """A unary method's name, e.g. "CreateTopics"."""
+    payload: _builtins.bytes
+    """That method's serialized request message (e.g. a CreateTopicsRequest)."""
+    timeout_ms: _builtins.int
+    """The caller's deadline for this request, in ms; 0: none besides the stream's."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        method: _builtins.str = ...,
+        payload: _builtins.bytes = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "method", b"method", "payload", b"payload", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamRequest: _TypeAlias = StreamRequest  # noqa: Y015
+
+@_typing.final
+class StreamResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TrailingEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    STATUS_CODE_FIELD_NUMBER: _builtins.int
+    STATUS_DETAILS_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    TRAILING_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    status_code: _builtins.int
+    """A grpc.StatusCode value: 0 (OK) means `payload` holds the method's response."""
+    status_details: _builtins.str
+    payload: _builtins.bytes
+    @_builtins.property
+    def trailing(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """What the unary call would carry as trailing metadata (x-metakraft-leader-id,
+        x-metakraft-leader-address, x-metakraft-busy).
+        """
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        status_code: _builtins.int = ...,
+        status_details: _builtins.str = ...,
+        payload: _builtins.bytes = ...,
+        trailing: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "payload", b"payload", "status_code", b"status_code", "status_details", b"status_details", "trailing", b"trailing"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamResponse: _TypeAlias = StreamResponse  # noqa: Y015

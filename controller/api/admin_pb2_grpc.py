@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class AdminStub:
-    """Every RPC is unary. Reads are answered at the committed offset.
+    """Reads are answered at the committed offset.
     """
 
     def __init__(self, channel):
@@ -110,10 +110,15 @@ class AdminStub:
                 request_serializer=controller_dot_api_dot_admin__pb2.UpdateFeaturesRequest.SerializeToString,
                 response_deserializer=controller_dot_api_dot_admin__pb2.UpdateFeaturesResponse.FromString,
                 _registered_method=True)
+        self.Stream = channel.stream_stream(
+                '/metakraft.admin.v1.Admin/Stream',
+                request_serializer=controller_dot_api_dot_admin__pb2.StreamRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_admin__pb2.StreamResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
-    """Every RPC is unary. Reads are answered at the committed offset.
+    """Reads are answered at the committed offset.
     """
 
     def CreateTopics(self, request, context):
@@ -206,6 +211,13 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Stream(self, request_iterator, context):
+        """Any of the unary methods above, multiplexed (see StreamRequest).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -284,6 +296,11 @@ def add_AdminServicer_to_server(servicer, server):
                     request_deserializer=controller_dot_api_dot_admin__pb2.UpdateFeaturesRequest.FromString,
                     response_serializer=controller_dot_api_dot_admin__pb2.UpdateFeaturesResponse.SerializeToString,
             ),
+            'Stream': grpc.stream_stream_rpc_method_handler(
+                    servicer.Stream,
+                    request_deserializer=controller_dot_api_dot_admin__pb2.StreamRequest.FromString,
+                    response_serializer=controller_dot_api_dot_admin__pb2.StreamResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'metakraft.admin.v1.Admin', rpc_method_handlers)
@@ -293,7 +310,7 @@ def add_AdminServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Admin:
-    """Every RPC is unary. Reads are answered at the committed offset.
+    """Reads are answered at the committed offset.
     """
 
     @staticmethod
@@ -691,6 +708,33 @@ class Admin:
             '/metakraft.admin.v1.Admin/UpdateFeatures',
             controller_dot_api_dot_admin__pb2.UpdateFeaturesRequest.SerializeToString,
             controller_dot_api_dot_admin__pb2.UpdateFeaturesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/metakraft.admin.v1.Admin/Stream',
+            controller_dot_api_dot_admin__pb2.StreamRequest.SerializeToString,
+            controller_dot_api_dot_admin__pb2.StreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

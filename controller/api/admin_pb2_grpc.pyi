@@ -61,7 +61,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AdminStub:
-    """Every RPC is unary. Reads are answered at the committed offset."""
+    """Reads are answered at the committed offset."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -82,10 +82,12 @@ class AdminStub:
     DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeQuorumRequest, _admin_pb2.DescribeQuorumResponse]
     DescribeFeatures: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeFeaturesRequest, _admin_pb2.DescribeFeaturesResponse]
     UpdateFeatures: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UpdateFeaturesRequest, _admin_pb2.UpdateFeaturesResponse]
+    Stream: _grpc.StreamStreamMultiCallable[_admin_pb2.StreamRequest, _admin_pb2.StreamResponse]
+    """Any of the unary methods above, multiplexed (see StreamRequest)."""
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
-    """Every RPC is unary. Reads are answered at the committed offset."""
+    """Reads are answered at the committed offset."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]  # type: ignore[assignment]
@@ -103,9 +105,11 @@ class AdminAsyncStub(AdminStub):
     DescribeQuorum: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeQuorumRequest, _admin_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
     DescribeFeatures: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeFeaturesRequest, _admin_pb2.DescribeFeaturesResponse]  # type: ignore[assignment]
     UpdateFeatures: _aio.UnaryUnaryMultiCallable[_admin_pb2.UpdateFeaturesRequest, _admin_pb2.UpdateFeaturesResponse]  # type: ignore[assignment]
+    Stream: _aio.StreamStreamMultiCallable[_admin_pb2.StreamRequest, _admin_pb2.StreamResponse]  # type: ignore[assignment]
+    """Any of the unary methods above, multiplexed (see StreamRequest)."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
-    """Every RPC is unary. Reads are answered at the committed offset."""
+    """Reads are answered at the committed offset."""
 
     @_abc_1.abstractmethod
     def CreateTopics(
@@ -211,5 +215,13 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.UpdateFeaturesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.UpdateFeaturesResponse, _abc.Awaitable[_admin_pb2.UpdateFeaturesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Stream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_admin_pb2.StreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admin_pb2.StreamResponse], _abc.AsyncIterator[_admin_pb2.StreamResponse]]:
+        """Any of the unary methods above, multiplexed (see StreamRequest)."""
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

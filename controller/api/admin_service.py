@@ -15,14 +15,17 @@ from grpc_health.v1 import _async as health_async
 
 from controller import rpc
 from controller.api import admin_pb2 as apb
-from controller.api import admin_pb2_grpc as apb_grpc
 from controller.api import convert as cv
 from controller.api.broker_service import BrokerLifecycleService
-from controller.api.handlers import Context, guarded, origin_of, register_service
+from controller.api.handlers import guarded, origin_of, register_service
 from controller.api.seam import ControllerFacade
+from controller.api.stream import Context
 
 
-class AdminService(apb_grpc.AdminServicer):
+class AdminService:
+    """The unary Admin methods (registered from the descriptor by `register_service`,
+    which also serves them multiplexed on `Stream`)."""
+
     def __init__(self, facade: ControllerFacade) -> None:
         self._facade = facade
 
@@ -245,7 +248,12 @@ def add_api_services(
     to a server only once, so this call does it for everyone.
     """
     names = [
-        register_service(server, apb.DESCRIPTOR.services_by_name["Admin"], AdminService(facade)),
+        register_service(
+            server,
+            apb.DESCRIPTOR.services_by_name["Admin"],
+            AdminService(facade),
+            stream_method="Stream",
+        ),
         register_service(server, BrokerLifecycleService.DESCRIPTOR, BrokerLifecycleService(facade)),
     ]
     return rpc.add_health_and_reflection(server, [*names, *other_service_names])

@@ -13,9 +13,9 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from controller.api import broker_convert as bcv
 from controller.api import broker_pb2 as bpb
-from controller.api import broker_pb2_grpc as bpb_grpc
-from controller.api.handlers import Context, guarded
+from controller.api.handlers import guarded
 from controller.api.seam import ControllerFacade, Origin
+from controller.api.stream import Context
 from controller.metadata import ApiError, ErrorCode
 
 
@@ -36,7 +36,7 @@ def _origin(broker_id: int, context: Context) -> Origin:
     return Origin(principal=f"broker-{broker_id}", client_address=context.peer() or "")
 
 
-class BrokerLifecycleService(bpb_grpc.BrokerLifecycleServicer):
+class BrokerLifecycleService:
     DESCRIPTOR: ServiceDescriptor = bpb.DESCRIPTOR.services_by_name["BrokerLifecycle"]
 
     def __init__(self, facade: ControllerFacade) -> None:

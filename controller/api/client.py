@@ -19,6 +19,12 @@ What is retried (until ``timeout_ms`` runs out):
   A busy controller refused the write before queueing it: ``ControllerOverloadedError``,
   not retried (the caller decides when to try again).
 One request id is generated per call and kept across its retries.
+
+Transport. Requests go over one multiplexed ``Admin/Stream`` per controller
+(``stream_client.AdminStream``), far cheaper per request than a unary call for
+both sides; the rules above are the same because the stream carries one request
+at a time and a stream failure is judged like the failure of that unary call. A
+controller without ``Stream`` (UNIMPLEMENTED) is then called unary.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from controller import rpc
@@ -37,6 +44,7 @@ from controller.api import admin_pb2_grpc as apb_grpc
 from controller.api import convert as cv
 from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY
 from controller.api.seam import ClusterDescription, QuorumDescription
+from controller.api.stream_client import AdminStream, StreamItemError
 from controller.metadata import (
     AlterConfigsResource,
     AlterConfigsResult,
@@ -68,6 +76,10 @@ _BACKOFF_MAX_MS = 1_000
 # Redirects followed back to back before backing off (a leader change in progress
 # can bounce a request between two nodes for a moment).
 _FREE_REDIRECTS = 3
+_RESPONSE_CLASSES = {
+    m.name: message_factory.GetMessageClass(m.output_type)
+    for m in apb.DESCRIPTOR.services_by_name["Admin"].methods
+}
 
 
 class AdminClientError(Exception):
@@ -169,6 +181,9 @@ class AdminClient:
         # One stub per channel: a stub builds a callable for each of the service's
         # methods, too much to redo on every call.
         self._stubs: dict[str, Any] = {}
+        self._streams: dict[str, AdminStream] = {}
+        # Controllers that answered UNIMPLEMENTED to Stream: called unary.
+        self._unary_only: set[str] = set()
         self._next_bootstrap = 0
         # Addresses whose channel has reached the server (a write needs no probe).
         self._connected: set[str] = set()
@@ -179,6 +194,9 @@ class AdminClient:
         self.last_request_id = ""
 
     def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
@@ -208,12 +226,47 @@ class AdminClient:
 
     def _drop(self, address: str) -> None:
         # A failed channel may sit in reconnect backoff; a fresh one tries at once.
+        self._close_stream(address)
         channel = self._channels.pop(address, None)
         self._stubs.pop(address, None)
         if channel is not None:
             channel.close()
         self._connected.discard(address)
         self._skip(address)
+
+    def _close_stream(self, address: str) -> None:
+        stream = self._streams.pop(address, None)
+        if stream is not None:
+            stream.close()
+
+    def _forget_dead_stream(self, address: str) -> None:
+        """A stream that ended (its server went away, or a deadline cancelled it) is
+        replaced; the address must prove it is reachable again before a write."""
+        stream = self._streams.get(address)
+        if stream is not None and not stream.usable():
+            self._close_stream(address)
+            self._connected.discard(address)
+
+    def streaming_to(self, address: str) -> bool:
+        """Whether this client holds a live stream to ``address`` (diagnostics, tests).
+
+        A write sent on a stream whose end the client has not yet seen (gRPC records
+        it on its own thread) gets no answer and is reported ``OutcomeUnknownError``,
+        never silently resent, even if the server was gone before it was sent."""
+        stream = self._streams.get(address)
+        return stream is not None and stream.usable()
+
+    def _send(self, target: str, method: str, request: Any, timeout_s: float) -> Any:
+        if target in self._unary_only:
+            stub = self._stubs.get(target)
+            if stub is None:
+                stub = self._stubs[target] = apb_grpc.AdminStub(self._channel(target))
+            return getattr(stub, method)(request, timeout=timeout_s)
+        stream = self._streams.get(target)
+        if stream is None:
+            stream = self._streams[target] = AdminStream(self._channel(target))
+        payload = stream.call(method, request.SerializeToString(), timeout_s)
+        return _RESPONSE_CLASSES[method].FromString(payload)
 
     def _target(self) -> str:
         if self.leader_address is not None:
@@ -237,6 +290,7 @@ class AdminClient:
                     f"(tried {', '.join(self._bootstrap)}); last problem: {problem}"
                 )
             target = self._target()
+            self._forget_dead_stream(target)
             channel = self._channel(target)
             retry_now = False
             if (
@@ -249,16 +303,42 @@ class AdminClient:
                 self._drop(target)
             else:
                 try:
-                    stub = self._stubs.get(target)
-                    if stub is None:
-                        stub = self._stubs[target] = apb_grpc.AdminStub(channel)
-                    response = getattr(stub, method)(request, timeout=remaining)
+                    response = self._send(target, method, request, remaining)
                     self.leader_address = target
                     self._connected.add(target)
                     return response
+                except StreamItemError as item:
+                    problem = f"{target}: {item.code.name}: {item.details}"
+                    retry_now = self._on_error(
+                        item.code,
+                        item.details,
+                        item.trailing,
+                        False,
+                        target,
+                        method,
+                        write,
+                        request_id,
+                        item,
+                    )
                 except grpc.RpcError as exc:
-                    problem = f"{target}: {exc.code().name}: {exc.details()}"
-                    retry_now = self._on_error(exc, target, method, write, request_id)
+                    code, details = exc.code(), exc.details() or ""
+                    problem = f"{target}: {code.name}: {details}"
+                    if code is grpc.StatusCode.UNIMPLEMENTED and target not in self._unary_only:
+                        # A controller without Stream: the request was never handled.
+                        self._close_stream(target)
+                        self._unary_only.add(target)
+                        continue
+                    retry_now = self._on_error(
+                        code,
+                        details,
+                        _trailing(exc),
+                        _never_sent(exc),
+                        target,
+                        method,
+                        write,
+                        request_id,
+                        exc,
+                    )
             if retry_now and redirects < _FREE_REDIRECTS:
                 redirects += 1
                 continue
@@ -267,12 +347,20 @@ class AdminClient:
             backoff_ms = min(backoff_ms * 2, _BACKOFF_MAX_MS)
 
     def _on_error(
-        self, exc: grpc.RpcError, target: str, method: str, write: bool, request_id: str
+        self,
+        code: grpc.StatusCode,
+        details: str,
+        trailing: dict[str, str],
+        never_sent: bool,
+        target: str,
+        method: str,
+        write: bool,
+        request_id: str,
+        exc: Exception,
     ) -> bool:
         """Raise if the error must not be retried; else prepare the next attempt and
-        return whether it may go at once (a redirect to a named leader)."""
-        code = exc.code()
-        trailing = _trailing(exc)
+        return whether it may go at once (a redirect to a named leader). The status
+        is a unary call's or a stream answer's (``exc``: what to chain)."""
         if code is grpc.StatusCode.FAILED_PRECONDITION:
             # Not the active controller; the request was not appended (seam contract).
             leader = trailing.get(LEADER_ADDRESS_KEY)
@@ -290,7 +378,7 @@ class AdminClient:
                     f"{method} was refused by a busy controller ({target}) and not applied; "
                     "retry later"
                 ) from exc
-            if write and not _never_sent(exc):
+            if write and not never_sent:
                 raise OutcomeUnknownError(
                     f"the connection to {target} failed after {method} was sent, so it may or "
                     f"may not be applied; check before retrying (request id {request_id})",
@@ -307,7 +395,7 @@ class AdminClient:
                     request_id,
                 ) from exc
             return False
-        raise RequestFailedError(code, exc.details() or "") from exc
+        raise RequestFailedError(code, details) from exc
 
     # -- the RPCs ----------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from controller.api.seam import (
     NotControllerError,
     Origin,
 )
+from controller.api.stream import Context, RawHandler, StreamMultiplexer
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,6 @@ LEADER_ADDRESS_KEY = "x-metakraft-leader-address"
 # Trailing metadata of an UNAVAILABLE "busy" answer: the request was not accepted.
 BUSY_KEY = "x-metakraft-busy"
 
-Context = aio.ServicerContext[Any, Any]
 _Resp = TypeVar("_Resp", bound=pb_message.Message)
 
 
@@ -83,9 +83,12 @@ async def abort_malformed(context: Context, method: str, why: str) -> NoReturn:
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed {method} request: {why}")
 
 
-def _raw_handler(
+def decoding(
     method: str, request_class: type[pb_message.Message], impl: Callable[..., Awaitable[Any]]
-) -> grpc.RpcMethodHandler[Any, Any]:
+) -> RawHandler:
+    """``impl`` behind our own decoding of the raw request (a unary call, or one item
+    of the multiplexed stream: the same code answers both)."""
+
     async def handle(raw: bytes, context: Context) -> Any:
         try:
             request = request_class.FromString(raw)
@@ -93,21 +96,44 @@ def _raw_handler(
             await abort_malformed(context, method, f"the message does not decode ({exc})")
         return await impl(request, context)
 
-    return grpc.unary_unary_rpc_method_handler(
-        handle,
-        request_deserializer=None,  # raw bytes: decoded above
-        response_serializer=lambda msg: msg.SerializeToString(),
-    )
+    return handle
 
 
-def register_service(server: aio.Server, service: ServiceDescriptor, servicer: object) -> str:
-    """Register ``servicer``'s methods (named as in the .proto) for every method of
-    ``service``; returns the service's full name."""
-    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+def _serialize(msg: pb_message.Message) -> bytes:
+    return msg.SerializeToString()
+
+
+def register_service(
+    server: aio.Server,
+    service: ServiceDescriptor,
+    servicer: object,
+    *,
+    stream_method: str | None = None,
+) -> str:
+    """Register ``servicer``'s methods (named as in the .proto) for every unary method
+    of ``service``; ``stream_method`` names the bidi-streaming method that multiplexes
+    them all (``controller.api.stream``). Returns the service's full name."""
+    unary: dict[str, RawHandler] = {}
     for method in service.methods:
-        impl = getattr(servicer, method.name)
+        if method.client_streaming or method.server_streaming:
+            continue  # only `stream_method` is served, below
         request_class = message_factory.GetMessageClass(method.input_type)
-        handlers[method.name] = _raw_handler(method.name, request_class, impl)
+        unary[method.name] = decoding(method.name, request_class, getattr(servicer, method.name))
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        name: grpc.unary_unary_rpc_method_handler(
+            handle,
+            request_deserializer=None,  # raw bytes: decoded by `decoding`
+            response_serializer=_serialize,
+        )
+        for name, handle in unary.items()
+    }
+    if stream_method is not None:
+        assert service.methods_by_name[stream_method].client_streaming, stream_method
+        handlers[stream_method] = grpc.stream_stream_rpc_method_handler(
+            StreamMultiplexer(unary).serve,
+            request_deserializer=None,  # raw bytes: a bad message gets our own status
+            response_serializer=_serialize,
+        )
     generic = grpc.method_handlers_generic_handler(service.full_name, handlers)
     server.add_generic_rpc_handlers((generic,))
     return service.full_name

@@ -44,6 +44,7 @@ from controller.metadata import (
 )
 from tests.support.api_server import ApiServer, dead_address, register_brokers, serving
 from tests.support.local_controller import LocalController
+from tests.support.raft_node_process import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -433,8 +434,11 @@ def test_a_write_after_the_leader_went_away_is_sent_to_another_controller() -> N
             assert admin.create_topics([CreatableTopic("a", 1, 1)])[0].error.ok
             assert admin.leader_address == gone.address
             gone.stop()
-            # The old connection is dead and a new one is refused: gRPC never sent the
-            # call, so the client may (and does) send it to the next controller.
+            # Once the client has seen its stream end, a new connection is refused:
+            # gRPC never sends the call, so the client may (and does) send it to the
+            # next controller. (Before it has seen the end, the write would be
+            # reported unknown: test_admin_stream covers a write in flight.)
+            wait_until(lambda: not admin.streaming_to(gone.address), 10, "the stream's end")
             assert admin.create_topics([CreatableTopic("b", 1, 1)])[0].error.ok
             assert admin.leader_address == other.address
             assert [t.name for t in second.state.replication.list_topics()] == ["b"]

@@ -7,9 +7,10 @@ exists only so the API layer (services, client, CLI) can be tested in-process; t
 single-threaded controller (issue 5, part 1) replaces it behind the same seam.
 
 Test hooks: ``fail_next(exc)`` makes the next facade call raise ``exc`` before it
-does anything (``fail_always`` for every call); ``calls`` lists the facade methods
-called; ``batches`` keeps every appended batch with its origin; ``record_count`` is
-the log length (a request that failed must leave it unchanged).
+does anything (``fail_always`` for every call); ``hold``/``release`` stall calls;
+``calls`` lists the facade methods called; ``batches`` keeps every appended batch
+with its origin; ``record_count`` is the log length (a request that failed must
+leave it unchanged).
 """
 
 from __future__ import annotations
@@ -98,6 +99,17 @@ class LocalController:
 
     def fail_always(self, exc: BaseException | None) -> None:
         self.standing_fault = exc
+
+    async def hold(self) -> None:
+        """Every later facade call waits, after it is counted in ``calls``, until
+        ``release`` (both run on the server's loop: ``ApiServer.run``)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        await self._lock.acquire()
+
+    async def release(self) -> None:
+        assert self._lock is not None
+        self._lock.release()
 
     @property
     def record_count(self) -> int:
