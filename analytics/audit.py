@@ -135,7 +135,7 @@ def topic_lifecycle(df: DataFrame) -> DataFrame:
 # -------------------------------------------------------------------- partitions
 
 
-def partition_states(df: DataFrame) -> DataFrame:
+def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame:
     """The full state of a partition after each of its Partition/PartitionChange records.
 
     Columns: offset, append_time, epoch, principal, record_type, topic_id,
@@ -150,7 +150,10 @@ def partition_states(df: DataFrame) -> DataFrame:
     what the windows need goes through the shuffle: topic names are joined to the
     result afterwards (a broadcast of the Topic records), not carried through the sort.
     The result is large and the other partition audits all start from it: compute
-    it once and pass it as `states=` (the report persists it).
+    it once and pass it as `states=` (the report persists it). `names` is
+    `topic_names(df)` computed beforehand; with it, `df` is best the source rows
+    without the name join (`topic_name` is not read here: a resolved `df` makes
+    every partition record go through the join before the shuffle for nothing).
     """
     rows = log_rows(df).where(F.col("record_type").isin("partition", "partition_change"))
     keep = ["offset", "append_time", "epoch", "principal", "record_type", "topic_id",
@@ -203,7 +206,8 @@ def partition_states(df: DataFrame) -> DataFrame:
         (F.col("base_le") + since_lineage_start("_moves")).cast("int").alias("leader_epoch"),
         (F.col("base_pe") + F.col("_pe_delta")).cast("int").alias("partition_epoch"),
         "prev_leader", "prev_isr", "leader_changed")
-    names = topic_names(df)
+    if names is None:
+        names = topic_names(df)
     named = state.join(F.broadcast(names), state["topic_id"] == names["_tid"], "left")
     return named.select(
         "offset", "append_time", "epoch", "principal", "record_type", "topic_id",

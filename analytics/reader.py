@@ -179,8 +179,12 @@ _RUN_TYPES = tuple(arrow_schema(permissive=True).field(name).type for name in (
     "is_control", CORRUPT_COLUMN))
 
 
-def read_file(piece: FileSlice, *, permissive: bool = False) -> Iterator[pa.RecordBatch]:
+def read_file(piece: FileSlice, *, permissive: bool = False,
+              change_json: bool = True) -> Iterator[pa.RecordBatch]:
     """The rows of one file in [piece.start, piece.end), as Arrow batches.
+
+    `change_json=False`: `record_json` is null on PartitionChange records (see
+    `analytics.rows.rows_of`).
 
     Damage (bad CRC, torn batch, unreadable record) raises `MetakraftCorruptLogError`
     naming the file, the byte position and the offset; in permissive mode it becomes
@@ -192,7 +196,7 @@ def read_file(piece: FileSlice, *, permissive: bool = False) -> Iterator[pa.Reco
     more than building them (none of them is part of a cycle). It runs as usual
     while the caller holds the batch.
     """
-    batches = _read_file(piece, permissive)
+    batches = _read_file(piece, permissive, change_json)
     while True:
         enabled = gc.isenabled()
         gc.disable()
@@ -206,7 +210,8 @@ def read_file(piece: FileSlice, *, permissive: bool = False) -> Iterator[pa.Reco
         yield batch
 
 
-def _read_file(piece: FileSlice, permissive: bool) -> Iterator[pa.RecordBatch]:
+def _read_file(piece: FileSlice, permissive: bool,
+               change_json: bool) -> Iterator[pa.RecordBatch]:
     data = Path(piece.path).read_bytes()
     name = os.path.basename(piece.path)
     out = _Builder(permissive, piece.kind, name)
@@ -237,7 +242,7 @@ def _read_file(piece: FileSlice, permissive: bool) -> Iterator[pa.RecordBatch]:
         skip = first - batch.base_offset if piece.kind == "segment" else 0
         wanted = batch.records[skip:skip + len(offsets)]
         try:
-            rows: list[tuple[object, ...]] = list(rows_of(wanted))
+            rows: list[tuple[object, ...]] = list(rows_of(wanted, change_json=change_json))
         except RecordDecodeError as exc:
             bad = next(i for i, r in enumerate(wanted) if _unreadable(r))
             at = offsets[bad]
@@ -245,7 +250,8 @@ def _read_file(piece: FileSlice, permissive: bool) -> Iterator[pa.RecordBatch]:
                       f"{pos - size}): {exc}"
             if not permissive:
                 raise MetakraftCorruptLogError(message) from exc
-            good: list[tuple[object, ...]] = [record_columns(r) for r in wanted[:bad]]
+            good: list[tuple[object, ...]] = [record_columns(r, change_json=change_json)
+                                              for r in wanted[:bad]]
             out.add(list(offsets[:bad]), batch.base_offset, batch.epoch,
                     batch.append_time_ms, _origin(batch.origin), batch.is_control, good)
             out.add([at], batch.base_offset, batch.epoch, batch.append_time_ms,

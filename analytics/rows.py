@@ -41,8 +41,8 @@ PartitionFields = tuple[
     int | None
 ]
 RecordColumns = tuple[
-    str, int, str | None, str | None, int | None, int | None, str | None, str | None, str,
-    PartitionFields | None
+    str, int, str | None, str | None, int | None, int | None, str | None, str | None,
+    str | None, PartitionFields | None
 ]
 # Positions in PartitionFields of the BrokerIdList fields of a PartitionChangeRecord.
 _LIST_SLOT = {"isr": 1, "replicas": 2, "adding_replicas": 3, "removing_replicas": 4}
@@ -318,8 +318,12 @@ def _change_fragment(rest: bytes) -> tuple[str, PartitionFields] | None:
     return out
 
 
-def rows_of(records: Sequence[bytes]) -> list[RecordColumns]:
+def rows_of(records: Sequence[bytes], *, change_json: bool = True) -> list[RecordColumns]:
     """`record_columns` of each record: the reader's per-record loop.
+
+    `change_json=False` leaves `record_json` None on PartitionChange records (their
+    fields are all in the typed partition columns): for readers that would drop it,
+    building and shipping the JSON of most of a busy log's records is wasted work.
 
     PartitionChange records in the usual wire layout are decoded inline (one function
     call per record costs as much as the rest of the work): `08 <version> 7a <len>`
@@ -354,10 +358,13 @@ def rows_of(records: Sequence[bytes]) -> list[RecordColumns]:
                     fragment = _change_fragment(rest)
                 if topic is not None and fragment is not None:
                     append(("partition_change", version, topic[0], None, pid, None, None,
-                            None, f'{heads[version]}{pid},"topic_id":{topic[1]}{fragment[0]}}}}}',
-                            fragment[1]))
+                            None, f'{heads[version]}{pid},"topic_id":{topic[1]}{fragment[0]}}}}}'
+                            if change_json else None, fragment[1]))
                     continue
-        append(memo(data) or _slow_columns(data))
+        cols = memo(data) or _slow_columns(data)
+        if not change_json and cols[0] == "partition_change":
+            cols = (*cols[:8], None, cols[9])
+        append(cols)
     return out
 
 
@@ -372,10 +379,10 @@ def _topic_id(key: bytes) -> tuple[str, str] | None:
     return topic
 
 
-def record_columns(data: bytes) -> RecordColumns:
+def record_columns(data: bytes, *, change_json: bool = True) -> RecordColumns:
     """The record-level columns of one record; `RecordDecodeError` if it is unreadable.
 
     The checks are `decode_record`'s (one type set, a version this code knows),
     inlined: this runs once per record of the log.
     """
-    return rows_of((data,))[0]
+    return rows_of((data,), change_json=change_json)[0]

@@ -6,6 +6,7 @@
           .option("startOffset", 100)           # offsets [startOffset, endOffset)
           .option("endOffset", 5000)
           .option("mode", "permissive")         # damage -> a `_corrupt` row, not an error
+          .option("partitionChangeJson", "false")  # no record_json on PartitionChange rows
           .load("/var/lib/metakraft/node-1"))
 
 One Spark partition per segment (and per snapshot) file. Readers run on executors:
@@ -29,11 +30,21 @@ from analytics.reader import MAX_OFFSET, FileSlice, plan_files, read_file
 from analytics.schema import ddl_schema
 
 _TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
 
 
 def _options(options: Any) -> dict[str, str]:
     # Spark hands over a case-insensitive map; normalise so lookups are simple.
     return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
+def _flag(opts: dict[str, str], name: str, default: bool) -> bool:
+    value = opts.get(name.lower())
+    if value is None:
+        return default
+    if value.lower() not in _TRUE | _FALSE:
+        raise ValueError(f"metakraft source: option {name} must be true or false, not {value!r}")
+    return value.lower() in _TRUE
 
 
 class _Options:
@@ -43,7 +54,10 @@ class _Options:
         if not path:
             raise ValueError("metakraft source: give the log directory to load(PATH)")
         self.path = path
-        self.snapshots = opts.get("snapshots", "false").lower() in _TRUE
+        self.snapshots = _flag(opts, "snapshots", False)
+        # False: PartitionChange rows get no record_json (their fields are the typed
+        # partition columns); saves building and shipping most of a busy log's JSON.
+        self.change_json = _flag(opts, "partitionChangeJson", True)
         mode = opts.get("mode", "failfast").lower()
         if mode not in ("failfast", "permissive"):
             raise ValueError(f"metakraft source: mode must be failfast or permissive, not {mode}")
@@ -71,7 +85,8 @@ class MetakraftReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MetakraftPartition), partition
-        yield from read_file(partition.piece, permissive=self.opts.permissive)
+        yield from read_file(partition.piece, permissive=self.opts.permissive,
+                             change_json=self.opts.change_json)
 
 
 class MetakraftDataSource(DataSource):

@@ -167,3 +167,49 @@ def test_unreadable_partition_change_is_still_an_error() -> None:
         topic_id="t" * 36, partition_id=1, leader_recovery_state=7)))  # type: ignore[arg-type]
     with pytest.raises(RecordDecodeError, match="leader_recovery_state 7"):
         rows_of([unknown])
+
+
+def test_without_change_json_only_partition_change_json_is_left_out(
+        log_dir: tuple[Path, Known]) -> None:
+    from analytics.rows import rows_of
+
+    records = _all_records(log_dir[0])
+    full = rows_of(records)
+    lean = rows_of(records, change_json=False)
+    kinds = {cols[0] for cols in full}
+    assert "partition_change" in kinds and len(kinds) > 3
+    for a, b in zip(full, lean, strict=True):
+        if a[0] == "partition_change":
+            assert b == (*a[:8], None, a[9])  # the typed fields are all still there
+        else:
+            assert b == a
+    # The same through the file reader (and on the protobuf path: cold caches miss).
+    piece = plan_files(str(log_dir[0]))[0]
+    for batch in read_file(piece, change_json=False):
+        rows = batch.to_pylist()
+        assert any(r["record_type"] == "partition_change" for r in rows)
+        assert all((r["record_json"] is None) == (r["record_type"] == "partition_change")
+                   for r in rows)
+    # A change the wire fast path does not take (topic_id before partition_id).
+    body = b"\x12\x24" + b"a" * 36 + b"\x08\x05"
+    odd = b"\x08\x01\x7a" + bytes([len(body)]) + body
+    assert rows_of([odd])[0][8] is not None
+    assert rows_of([odd], change_json=False)[0] == (*rows_of([odd])[0][:8], None,
+                                                     rows_of([odd])[0][9])
+
+
+def test_damage_is_reported_the_same_without_change_json(log_dir: tuple[Path, Known],
+                                                         tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "bad"
+    shutil.copytree(log_dir[0], copy)
+    seg = sorted((copy / "metadata").glob("*.log"))[1]
+    seg.write_bytes(seg.read_bytes()[:-7])  # a torn last batch
+    piece = next(p for p in plan_files(str(copy)) if p.path == str(seg))
+    with pytest.raises(MetakraftCorruptLogError, match=seg.name):
+        list(read_file(piece, change_json=False))
+    rows = [r for b in read_file(piece, permissive=True, change_json=False)
+            for r in b.to_pylist()]
+    assert rows[-1]["_corrupt"] is not None and seg.name in rows[-1]["_corrupt"]
+    assert all(r["_corrupt"] is None for r in rows[:-1])

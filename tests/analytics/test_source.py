@@ -63,3 +63,22 @@ def test_corrupt_log_fails_naming_file_or_reports_in_column(
     df = spark.read.format("metakraft").option("mode", "permissive").load(str(copy))
     bad = df.where("_corrupt IS NOT NULL").collect()
     assert len(bad) == 1 and seg.name in bad[0]["_corrupt"]
+
+
+def test_partition_change_json_option(spark: Any, log_dir: tuple[Path, Known]) -> None:
+    root = log_dir[0]
+    full = spark.read.format("metakraft").load(str(root))
+    lean = spark.read.format("metakraft").option("partitionChangeJson", "false").load(str(root))
+    assert lean.columns == full.columns
+    # Everything equal but PartitionChange JSON, which is null.
+    expected = full.selectExpr(
+        "*", "CASE WHEN record_type = 'partition_change' THEN NULL ELSE record_json END AS _j"
+    ).drop("record_json").withColumnRenamed("_j", "record_json").select(*full.columns)
+    assert lean.exceptAll(expected).count() == 0 and expected.exceptAll(lean).count() == 0
+    assert lean.where("record_type = 'partition_change'").count() > 0
+    for bad in ("maybe", ""):
+        with pytest.raises(Exception, match="partitionChangeJson must be true or false"):
+            spark.read.format("metakraft").option("partitionChangeJson", bad).load(
+                str(root)).count()
+    with pytest.raises(Exception, match="snapshots must be true or false"):
+        spark.read.format("metakraft").option("snapshots", "maybe").load(str(root)).count()
