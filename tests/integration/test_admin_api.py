@@ -42,25 +42,19 @@ from controller.metadata import (
     ResourceType,
     TopicPartition,
 )
-from tests.support.api_server import ApiServer, dead_address, register_brokers, serving
+from tests.support.api_server import (
+    LOCAL_CLUSTER,
+    ApiServer,
+    dead_address,
+    register_brokers,
+    serving,
+)
 from tests.support.local_controller import LocalController
 from tests.support.raft_node_process import wait_until
 
 pytestmark = pytest.mark.integration
 
-CLUSTER = "local-cluster"
-
-
-@pytest.fixture
-def controller() -> LocalController:
-    return LocalController(cluster_id=CLUSTER)
-
-
-@pytest.fixture
-def server(controller: LocalController) -> Iterator[ApiServer]:
-    with serving(controller, limits=rpc.RpcLimits(max_message_bytes=64 * 1024)) as srv:
-        register_brokers(srv.address, [1, 2, 3])
-        yield srv
+CLUSTER = LOCAL_CLUSTER
 
 
 @pytest.fixture

@@ -22,25 +22,13 @@ from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY,
 from controller.api.seam import ControllerBusyError, NotControllerError
 from controller.api.stream_client import STREAM_METHOD, AdminStream, StreamItemError
 from controller.metadata import CreatableTopic
-from tests.support.api_server import ApiServer, register_brokers, serving
+from tests.support.api_server import LOCAL_CLUSTER, ApiServer, register_brokers, serving
 from tests.support.local_controller import LocalController
 from tests.support.raft_node_process import wait_until
 
 pytestmark = pytest.mark.integration
 
-CLUSTER = "local-cluster"
-
-
-@pytest.fixture
-def controller() -> LocalController:
-    return LocalController(cluster_id=CLUSTER)
-
-
-@pytest.fixture
-def server(controller: LocalController) -> Iterator[ApiServer]:
-    with serving(controller, limits=rpc.RpcLimits(max_message_bytes=64 * 1024)) as srv:
-        register_brokers(srv.address, [1, 2, 3])
-        yield srv
+CLUSTER = LOCAL_CLUSTER
 
 
 def _create(name: str, request_id: str = "") -> bytes:

@@ -24,6 +24,9 @@ from controller.api.seam import ControllerFacade
 
 T = TypeVar("T")
 
+# The cluster id of the LocalControllers the API tests serve.
+LOCAL_CLUSTER = "local-cluster"
+
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
