@@ -28,11 +28,6 @@ CHANGE_JSON = (
     " removing_replicas STRUCT<ids ARRAY<INT>>, adding_replicas STRUCT<ids ARRAY<INT>>,"
     " leader_recovery_state STRING>"
 )
-BROKER_JSON = (
-    "fields STRUCT<broker_id INT, incarnation_id STRING, broker_epoch BIGINT, rack STRING,"
-    " fenced STRING, in_controlled_shutdown STRING>"
-)
-CONFIG_JSON = "fields STRUCT<resource_type STRING, resource_name STRING, name STRING, value STRING>"
 LEADER_CHANGE_JSON = "fields STRUCT<leader_id INT, epoch INT, voters ARRAY<INT>>"
 
 WHO = ["principal", "client_address", "request_id"]
@@ -318,20 +313,18 @@ def broker_timeline(df: DataFrame) -> DataFrame:
 def _broker_events(df: DataFrame) -> DataFrame:
     # `broker_timeline` unordered: a global sort is a job of its own (range sampling),
     # wasted under a window that sorts by broker anyway.
-    rows = with_fields(log_rows(df).where(F.col("record_type").isin(
-        "register_broker", "unregister_broker", "broker_registration_change")), BROKER_JSON)
-    f = fields()
+    rows = log_rows(df).where(F.col("record_type").isin(
+        "register_broker", "unregister_broker", "broker_registration_change"))
     kind = F.col("record_type")
+    # The typed broker columns: on a change, `fenced` is what it sets (null: unchanged).
     event = (F.when(kind == "register_broker", "registered")
              .when(kind == "unregister_broker", "unregistered")
-             .when(f["fenced"] == "FENCE_CHANGE_FENCE", "fenced")
-             .when(f["fenced"] == "FENCE_CHANGE_UNFENCE", "unfenced")
-             .when(f["in_controlled_shutdown"] == "CONTROLLED_SHUTDOWN_CHANGE_ENTER",
-                   "controlled_shutdown")
+             .when(F.col("fenced"), "fenced")
+             .when(~F.col("fenced"), "unfenced")
+             .when(F.col("in_controlled_shutdown"), "controlled_shutdown")
              .otherwise("changed"))
     return rows.select("broker_id", "offset", "append_time", "epoch", event.alias("event"),
-                       f["broker_epoch"].alias("broker_epoch"),
-                       f["incarnation_id"].alias("incarnation_id"), *WHO)
+                       "broker_epoch", "incarnation_id", *WHO)
 
 
 def fencing_intervals(df: DataFrame) -> DataFrame:
@@ -356,10 +349,9 @@ def fencing_intervals(df: DataFrame) -> DataFrame:
 
 def config_history(df: DataFrame) -> DataFrame:
     """Every config change per resource and key, old value -> new value (null = deleted)."""
-    rows = with_fields(log_rows(df).where(F.col("record_type") == "config"), CONFIG_JSON)
-    f = fields()
-    rows = rows.select("offset", "append_time", "epoch", *WHO, "resource_type",
-                       "resource_name", f["name"].alias("key"), f["value"].alias("new_value"))
+    rows = log_rows(df).where(F.col("record_type") == "config").select(
+        "offset", "append_time", "epoch", *WHO, "resource_type", "resource_name",
+        F.col("config_key").alias("key"), F.col("config_value").alias("new_value"))
     w = Window.partitionBy("resource_type", "resource_name", "key").orderBy("offset")
     return (rows.withColumn("old_value", F.lag("new_value").over(w))
             .withColumn("op", F.when(F.col("new_value").isNull(), "delete").otherwise("set"))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from analytics.audit import BROKER_JSON, _states, log_rows, resolve_topic_names
+from analytics.audit import _states, log_rows, resolve_topic_names
 
 
 def leader_in_isr_subset_replicas(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
@@ -110,8 +110,7 @@ def raft_epochs_monotonic(df: DataFrame) -> DataFrame:
 def broker_epoch_is_registration_offset(df: DataFrame) -> DataFrame:
     """RegisterBroker records whose broker_epoch is not their own offset."""
     rows = log_rows(df).where(F.col("record_type") == "register_broker")
-    f = F.from_json(F.col("record_json"), BROKER_JSON)["fields"]
-    return (rows.select("broker_id", "offset", f["broker_epoch"].alias("broker_epoch"))
+    return (rows.select("broker_id", "offset", "broker_epoch")
             .where(F.col("broker_epoch") != F.col("offset"))
             .withColumn("violation", F.lit("broker epoch is not the registration offset")))
 

@@ -24,7 +24,12 @@ import attrs
 import pyarrow as pa
 
 from analytics.rows import record_columns, rows_of
-from analytics.schema import CORRUPT_COLUMN, PARTITION_FIELD_COLUMNS, arrow_schema
+from analytics.schema import (
+    CORRUPT_COLUMN,
+    EVENT_FIELD_COLUMNS,
+    PARTITION_FIELD_COLUMNS,
+    arrow_schema,
+)
 from controller.records.codec import RecordDecodeError
 from controller.storage.batch import decode_batch
 from controller.storage.errors import CorruptBatchError, TruncatedBatchError
@@ -130,7 +135,7 @@ class _Builder:
 
     def flush(self) -> pa.RecordBatch:
         n = len(self.records)
-        record_cols = list(zip(*self.records, strict=True)) if n else [()] * 10
+        record_cols = list(zip(*self.records, strict=True)) if n else [()] * 11
         schema = self.schema
         take = pa.array(self.run_of_row, pa.int32())
         runs = self.runs if self.permissive else self.runs[:-1]
@@ -145,7 +150,8 @@ class _Builder:
             pa.repeat(pa.scalar(self.source, pa.string()), n),
             pa.repeat(pa.scalar(self.file, pa.string()), n),
             pa.array(record_cols[8], pa.string()),
-            *_partition_arrays(record_cols[9]),
+            *_typed_arrays(record_cols[9], _PARTITION_TYPES),
+            *_typed_arrays(record_cols[10], _EVENT_TYPES),
         ]
         if self.permissive:
             arrays.append(per_run[7])
@@ -153,12 +159,15 @@ class _Builder:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-_FIELD_TYPES = tuple(arrow_schema().field(name).type for name in PARTITION_FIELD_COLUMNS)
-_NO_FIELDS = (None,) * len(PARTITION_FIELD_COLUMNS)
+_PARTITION_TYPES = tuple(arrow_schema().field(name).type for name in PARTITION_FIELD_COLUMNS)
+_EVENT_TYPES = tuple(arrow_schema().field(name).type for name in EVENT_FIELD_COLUMNS)
+# The record-level columns of a corrupt row: all null.
+_NO_COLUMNS = (None,) * 11
 
 
-def _partition_arrays(values: tuple[object, ...]) -> list[pa.Array]:
-    """The typed partition columns from each row's `PartitionFields` (or None).
+def _typed_arrays(values: tuple[object, ...], types: tuple[pa.DataType, ...]) -> list[pa.Array]:
+    """Typed columns of `types` from each row's fields tuple (`PartitionFields`,
+    `EventFields`) or None (all null).
 
     Rows of records with equal bytes share one value object (the caches in
     `analytics.rows`), so the columns are built from the distinct objects only (by
@@ -168,10 +177,10 @@ def _partition_arrays(values: tuple[object, ...]) -> list[pa.Array]:
     distinct = dict(zip(ids, values, strict=True))
     position = {key: i for i, key in enumerate(distinct)}
     take = pa.array(list(map(position.__getitem__, ids)), pa.int32())
-    rows = [_NO_FIELDS if v is None else v for v in distinct.values()]
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(_FIELD_TYPES)
-    return [pa.array(col, type=typ).take(take)
-            for col, typ in zip(columns, _FIELD_TYPES, strict=True)]
+    empty = (None,) * len(types)
+    rows = [empty if v is None else v for v in distinct.values()]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(types)
+    return [pa.array(col, type=typ).take(take) for col, typ in zip(columns, types, strict=True)]
 
 
 _RUN_TYPES = tuple(arrow_schema(permissive=True).field(name).type for name in (
@@ -226,7 +235,7 @@ def _read_file(piece: FileSlice, permissive: bool,
             if not permissive:
                 raise MetakraftCorruptLogError(message) from exc
             out.add([offset], offset, -1, 0, (None, None, None), False,
-                     [(None,) * 10], corrupt=message)
+                     [_NO_COLUMNS], corrupt=message)
             break
         pos += size
         if piece.kind == "snapshot":
@@ -255,7 +264,7 @@ def _read_file(piece: FileSlice, permissive: bool,
             out.add(list(offsets[:bad]), batch.base_offset, batch.epoch,
                     batch.append_time_ms, _origin(batch.origin), batch.is_control, good)
             out.add([at], batch.base_offset, batch.epoch, batch.append_time_ms,
-                    _origin(batch.origin), batch.is_control, [(None,) * 10], corrupt=message)
+                    _origin(batch.origin), batch.is_control, [_NO_COLUMNS], corrupt=message)
             break
         out.add(offsets, batch.base_offset, batch.epoch, batch.append_time_ms,
                 _origin(batch.origin), batch.is_control, rows)

@@ -13,6 +13,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,8 @@ SECTIONS_USING_STATES = frozenset({
 # At most this many fenced periods are drawn (the table and the counts have them all).
 PLOT_INTERVALS = 2_000
 PLOTTED = frozenset({"Leader churn per broker", "Fencing intervals"})
+# Sections and checks run at once (see `_report`); their Spark jobs share the cores.
+CONCURRENT_QUERIES = 4
 
 
 def local_shuffle_partitions(master: str) -> int | None:
@@ -73,17 +76,16 @@ def markdown_table(rows: list[Any], columns: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _plots(raw: DataFrame, sections: dict[str, list[Any]], last_time: Any, out: Path,
+def _plots(per_type: list[Any], sections: dict[str, list[Any]], last_time: Any, out: Path,
            violations: dict[str, int]) -> list[str]:
     """The plots, from the rows the sections collected (`sections`: title -> rows) and
-    one aggregate over the log."""
+    the records per type per minute (`per_type`: `audit.records_per_type` rows)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on servers
     import matplotlib.pyplot as plt
 
     made: list[str] = []
-    per_type = audit.records_per_type(raw, "1 minute").collect()
     fig, ax = plt.subplots(figsize=(9, 4))
     kinds = sorted({r["record_type"] for r in per_type})
     for kind in kinds:
@@ -176,7 +178,7 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
         step(f"{stats[0]} records read")
         states.count()
         step("partition states derived")
-        return _report(raw, df, states, out, log_dir, stats, step, max_rows, started)
+        return _report(raw, df, states, out, log_dir, stats, progress, max_rows, started)
     finally:
         for cached in (states, names, raw):
             cached.unpersist()
@@ -206,30 +208,51 @@ def report_rows(spark: SparkSession, log_dir: str, *, snapshots: bool = False) -
 
 
 def _report(raw: DataFrame, df: DataFrame, states: DataFrame, out: Path, log_dir: str,
-            stats: Any, step: Progress, max_rows: int, started: float) -> dict[str, int]:
+            stats: Any, progress: Progress, max_rows: int, started: float) -> dict[str, int]:
     total, last_offset, last_epoch, last_time = stats
-    body: list[str] = []
-    collected: dict[str, list[Any]] = {}
-    for title, fn in SECTIONS:
+
+    def section(title: str, fn: Callable[..., DataFrame]) -> tuple[list[str], list[Any]]:
+        t = time.monotonic()
         result = fn(df, states) if fn in SECTIONS_USING_STATES else fn(df)
         # The plotted sections are collected once, for the table and the plot.
         limit = max(max_rows, PLOT_INTERVALS + 1) if title in PLOTTED else max_rows
-        rows = collected[title] = result.limit(limit).collect()
-        body.append(f"## {title}\n\n" + markdown_table(rows[:max_rows], result.columns))
-        step(f"audit: {title}")
-    violations: dict[str, int] = {}
-    details: list[str] = []
-    for name, check in INVARIANTS.items():
-        bad = check(df, states) if name in USES_STATES else check(df)
+        rows = result.limit(limit).collect()
+        progress(f"audit: {title}: {time.monotonic() - t:.1f} s")
+        return result.columns, rows
+
+    def check(name: str, fn: Callable[..., DataFrame]) -> tuple[list[str], list[Any], int]:
+        t = time.monotonic()
+        bad = fn(df, states) if name in USES_STATES else fn(df)
         rows = bad.limit(max_rows).collect()
         count = bad.count() if len(rows) == max_rows else len(rows)
-        violations[name] = count
-        status = "OK" if count == 0 else f"**{count} violating rows**"
-        details.append(f"### {name}: {status}\n\n" + (markdown_table(rows, bad.columns)
-                                                       if count else ""))
-        step(f"invariant: {name}")
-    plots = _plots(raw, collected, last_time, out, violations)
-    step("plots")
+        progress(f"invariant: {name}: {time.monotonic() - t:.1f} s")
+        return bad.columns, rows, count
+
+    # Each section and check is a chain of small Spark jobs (planning, a broadcast, a
+    # sort's sampling, stages of one task) that alone keeps about half a core busy;
+    # run a few at once so the cores are. Results are assembled in the usual order.
+    with ThreadPoolExecutor(CONCURRENT_QUERIES, thread_name_prefix="audit") as pool:
+        section_futures = [(title, pool.submit(section, title, fn)) for title, fn in SECTIONS]
+        check_futures = [(name, pool.submit(check, name, fn)) for name, fn in INVARIANTS.items()]
+        per_type = pool.submit(lambda: audit.records_per_type(raw, "1 minute").collect())
+        body: list[str] = []
+        collected: dict[str, list[Any]] = {}
+        for title, future in section_futures:
+            columns, rows = future.result()
+            collected[title] = rows
+            body.append(f"## {title}\n\n" + markdown_table(rows[:max_rows], columns))
+        violations: dict[str, int] = {}
+        details: list[str] = []
+        for name, cfuture in check_futures:
+            columns, rows, count = cfuture.result()
+            violations[name] = count
+            status = "OK" if count == 0 else f"**{count} violating rows**"
+            details.append(f"### {name}: {status}\n\n" + (markdown_table(rows, columns)
+                                                           if count else ""))
+        per_type_rows = per_type.result()
+    t = time.monotonic()
+    plots = _plots(per_type_rows, collected, last_time, out, violations)
+    progress(f"plots: {time.monotonic() - t:.1f} s")
     head = [
         "# metakraft audit report\n",
         f"- log: `{log_dir}`",
@@ -243,5 +266,5 @@ def _report(raw: DataFrame, df: DataFrame, states: DataFrame, out: Path, log_dir
         *details,
     ]
     (out / "report.md").write_text("\n".join(head + body))
-    step(f"report written to {out / 'report.md'}")
+    progress(f"report written to {out / 'report.md'}")
     return violations

@@ -1,12 +1,15 @@
 """One record's bytes -> the record-level columns of a row (key columns and JSON).
 
 `record_columns(data)` returns `(record_type, version, topic_id, topic_name,
-partition_id, broker_id, resource_type, resource_name, record_json, partition_fields)`,
-where `partition_fields` is None except on Partition and PartitionChange records:
-`(leader, isr, replicas, adding_replicas, removing_replicas, leader_recovery_state,
-leader_epoch, partition_epoch)` as the record sets them (None = not set by a change
-record; id lists are tuples). The reader turns them into typed columns, so the audit
-reads partition state without parsing JSON. Records with equal bytes share one
+partition_id, broker_id, resource_type, resource_name, record_json, partition_fields,
+event_fields)`, where `partition_fields` is None except on Partition and
+PartitionChange records: `(leader, isr, replicas, adding_replicas, removing_replicas,
+leader_recovery_state, leader_epoch, partition_epoch)` as the record sets them (None =
+not set by a change record; id lists are tuples), and `event_fields` is None except
+on broker and config records: `(broker_epoch, incarnation_id, fenced,
+in_controlled_shutdown, config_key, config_value)` (see `analytics.schema`). The
+reader turns them into typed columns, so the audit reads partition state, broker
+events and config changes without parsing JSON. Records with equal bytes share one
 `partition_fields` object (the caches below), which the reader uses to build those
 columns once per distinct value.
 
@@ -40,9 +43,11 @@ PartitionFields = tuple[
     int | None, Ids | None, Ids | None, Ids | None, Ids | None, str | None, int | None,
     int | None
 ]
+# broker_epoch, incarnation_id, fenced, in_controlled_shutdown, config_key, config_value.
+EventFields = tuple[int | None, str | None, bool | None, bool | None, str | None, str | None]
 RecordColumns = tuple[
     str, int, str | None, str | None, int | None, int | None, str | None, str | None,
-    str | None, PartitionFields | None
+    str | None, PartitionFields | None, EventFields | None
 ]
 # Positions in PartitionFields of the BrokerIdList fields of a PartitionChangeRecord.
 _LIST_SLOT = {"isr": 1, "replicas": 2, "adding_replicas": 3, "removing_replicas": 4}
@@ -61,6 +66,7 @@ _ACL_RESOURCE = {
 }
 _FENCE = {v: name for name, v in pb.FenceChange.items()}
 _SHUTDOWN = {v: name for name, v in pb.ControlledShutdownChange.items()}
+_FENCED_AFTER = {pb.FENCE_CHANGE_FENCE: True, pb.FENCE_CHANGE_UNFENCE: False}
 _RECOVERY = {v: name for name, v in pb.LeaderRecoveryState.items()}
 _CONFIG_TYPE_NAMES = {v: name for name, v in pb.ConfigResourceType.items()}
 
@@ -145,7 +151,7 @@ def _partition_change(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     text = (f'{_head("partition_change", version)}{{"partition_id":{p.partition_id},'
             f'"topic_id":{_q(p.topic_id)}{tail[0]}}}}}')
     return ("partition_change", version, p.topic_id, None, p.partition_id, None, None, None,
-            text, tail[1])
+            text, tail[1], None)
 
 
 def _partition(rec: pb.MetadataRecord, version: int) -> RecordColumns:
@@ -162,7 +168,7 @@ def _partition(rec: pb.MetadataRecord, version: int) -> RecordColumns:
         tuple(p.removing_replicas), _RECOVERY[p.leader_recovery_state], p.leader_epoch,
         p.partition_epoch)
     return ("partition", version, p.topic_id, None, p.partition_id, None, None, None, text,
-            typed)
+            typed, None)
 
 
 def _partition_fields(values: list[Any]) -> PartitionFields:
@@ -176,25 +182,28 @@ def _registration_change(rec: pb.MetadataRecord, version: int) -> RecordColumns:
             + f'{{"broker_id":{c.broker_id},"broker_epoch":{c.broker_epoch}'
             f',"fenced":"{_FENCE[c.fenced]}"'
             f',"in_controlled_shutdown":"{_SHUTDOWN[c.in_controlled_shutdown]}"}}}}')
+    # A change sets a flag (True/False) or leaves it as it is (None).
+    fenced = _FENCED_AFTER.get(c.fenced)
+    shutdown = True if c.in_controlled_shutdown == pb.CONTROLLED_SHUTDOWN_CHANGE_ENTER else None
     return ("broker_registration_change", version, None, None, None, c.broker_id, None, None,
-            text, None)
+            text, None, (c.broker_epoch, None, fenced, shutdown, None, None))
 
 
 def _no_op(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     return ("no_op", version, None, None, None, None, None, None,
-            _head("no_op", version) + "{}}", None)
+            _head("no_op", version) + "{}}", None, None)
 
 
 def _topic(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     t = rec.topic
     text = _head("topic", version) + f'{{"name":{_dumps(t.name)},"topic_id":{_q(t.topic_id)}}}}}'
-    return ("topic", version, t.topic_id, t.name, None, None, None, None, text, None)
+    return ("topic", version, t.topic_id, t.name, None, None, None, None, text, None, None)
 
 
 def _remove_topic(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     tid = rec.remove_topic.topic_id
     text = _head("remove_topic", version) + f'{{"topic_id":{_q(tid)}}}}}'
-    return ("remove_topic", version, tid, None, None, None, None, None, text, None)
+    return ("remove_topic", version, tid, None, None, None, None, None, text, None, None)
 
 
 def _config(rec: pb.MetadataRecord, version: int) -> RecordColumns:
@@ -207,34 +216,41 @@ def _config(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     topic_name = c.resource_name if kind == "topic" else None
     broker_id = (int(c.resource_name) if kind == "broker" and c.resource_name.isdigit()
                  else None)
+    event: EventFields = (None, None, None, None, c.name,
+                          c.value if c.HasField("value") else None)
     return ("config", version, None, topic_name, None, broker_id, kind, c.resource_name, text,
-            None)
+            None, event)
 
 
-def _broker_only(field: str) -> Callable[[pb.MetadataRecord, int], RecordColumns]:
-    def columns(rec: pb.MetadataRecord, version: int) -> RecordColumns:
-        payload = getattr(rec, field)
-        return (field, version, None, None, None, payload.broker_id, None, None, _generic(rec),
-                None)
-    return columns
+def _register_broker(rec: pb.MetadataRecord, version: int) -> RecordColumns:
+    r = rec.register_broker
+    return ("register_broker", version, None, None, None, r.broker_id, None, None,
+            _generic(rec), None,
+            (r.broker_epoch, r.incarnation_id, r.fenced, r.in_controlled_shutdown, None, None))
+
+
+def _unregister_broker(rec: pb.MetadataRecord, version: int) -> RecordColumns:
+    u = rec.unregister_broker
+    return ("unregister_broker", version, None, None, None, u.broker_id, None, None,
+            _generic(rec), None, (u.broker_epoch, None, None, None, None, None))
 
 
 def _feature_level(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     name = rec.feature_level.name
     return ("feature_level", version, None, None, None, None, "feature", name, _generic(rec),
-            None)
+            None, None)
 
 
 def _acl(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     a = rec.access_control_entry
     return ("access_control_entry", version, None, None, None, None,
             "acl_" + _ACL_RESOURCE.get(a.resource_type, "unspecified"), a.resource_name,
-            _generic(rec), None)
+            _generic(rec), None, None)
 
 
 def _plain(field: str) -> Callable[[pb.MetadataRecord, int], RecordColumns]:
     def columns(rec: pb.MetadataRecord, version: int) -> RecordColumns:
-        return (field, version, None, None, None, None, None, None, _generic(rec), None)
+        return (field, version, None, None, None, None, None, None, _generic(rec), None, None)
     return columns
 
 
@@ -246,8 +262,8 @@ _BY_TYPE: dict[str, Callable[[pb.MetadataRecord, int], RecordColumns]] = {
     "topic": _topic,
     "remove_topic": _remove_topic,
     "config": _config,
-    "register_broker": _broker_only("register_broker"),
-    "unregister_broker": _broker_only("unregister_broker"),
+    "register_broker": _register_broker,
+    "unregister_broker": _unregister_broker,
     "feature_level": _feature_level,
     "access_control_entry": _acl,
     "remove_access_control_entry": _plain("remove_access_control_entry"),
@@ -359,11 +375,11 @@ def rows_of(records: Sequence[bytes], *, change_json: bool = True) -> list[Recor
                 if topic is not None and fragment is not None:
                     append(("partition_change", version, topic[0], None, pid, None, None,
                             None, f'{heads[version]}{pid},"topic_id":{topic[1]}{fragment[0]}}}}}'
-                            if change_json else None, fragment[1]))
+                            if change_json else None, fragment[1], None))
                     continue
         cols = memo(data) or _slow_columns(data)
         if not change_json and cols[0] == "partition_change":
-            cols = (*cols[:8], None, cols[9])
+            cols = (*cols[:8], None, *cols[9:])
         append(cols)
     return out
 

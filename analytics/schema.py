@@ -47,11 +47,29 @@ _COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("leader_recovery_state", pa.string(), "STRING"),
     ("leader_epoch", pa.int32(), "INT"),
     ("partition_epoch", pa.int32(), "INT"),
+    # Broker and config records' fields, typed (null on other records): the broker
+    # and config audits read them without parsing JSON. `broker_epoch` is set on
+    # RegisterBroker, UnregisterBroker and BrokerRegistrationChange; `incarnation_id`
+    # on RegisterBroker. `fenced` and `in_controlled_shutdown` are a registration's
+    # flags, or what a change sets them to (null: the change leaves it as it is).
+    # `config_key`/`config_value` are a ConfigRecord's name and value (null value:
+    # the key is deleted).
+    ("broker_epoch", pa.int64(), "BIGINT"),
+    ("incarnation_id", pa.string(), "STRING"),
+    ("fenced", pa.bool_(), "BOOLEAN"),
+    ("in_controlled_shutdown", pa.bool_(), "BOOLEAN"),
+    ("config_key", pa.string(), "STRING"),
+    ("config_value", pa.string(), "STRING"),
 )
 # The typed partition columns, in the order of `analytics.rows.PartitionFields`.
 PARTITION_FIELD_COLUMNS: tuple[str, ...] = (
     "leader", "isr", "replicas", "adding_replicas", "removing_replicas",
     "leader_recovery_state", "leader_epoch", "partition_epoch")
+
+# The typed broker and config columns, in the order of `analytics.rows.EventFields`.
+EVENT_FIELD_COLUMNS: tuple[str, ...] = (
+    "broker_epoch", "incarnation_id", "fenced", "in_controlled_shutdown", "config_key",
+    "config_value")
 
 CORRUPT_COLUMN = "_corrupt"
 

@@ -13,14 +13,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from analytics.audit import (
-    BROKER_JSON,
-    CONFIG_JSON,
-    fields,
-    partition_states,
-    resolve_topic_names,
-    with_fields,
-)
+from analytics.audit import partition_states, resolve_topic_names
 
 
 def as_of(df: DataFrame, offset: int) -> DataFrame:
@@ -67,29 +60,25 @@ def brokers_at(df: DataFrame, offset: int) -> DataFrame:
     """Registered brokers at `offset`: broker_id, broker_epoch, incarnation_id, fenced,
     in_controlled_shutdown. Changes naming an older broker epoch are ignored, as replay
     ignores them."""
-    rows = with_fields(as_of(df, offset).where(F.col("record_type").isin(
-        "register_broker", "unregister_broker", "broker_registration_change")), BROKER_JSON)
-    f = fields()
-    rows = rows.select("offset", "record_type", "broker_id",
-                       f["broker_epoch"].alias("broker_epoch"),
-                       f["incarnation_id"].alias("incarnation_id"),
-                       f["fenced"].alias("fenced"),
-                       f["in_controlled_shutdown"].alias("shutdown"))
+    rows = as_of(df, offset).where(F.col("record_type").isin(
+        "register_broker", "unregister_broker", "broker_registration_change")).select(
+        "offset", "record_type", "broker_id", "broker_epoch", "incarnation_id", "fenced",
+        F.col("in_controlled_shutdown").alias("shutdown"))
     last_reg = Window.partitionBy("broker_id").orderBy(F.desc("offset"))
     regs = (rows.where(F.col("record_type").isin("register_broker", "unregister_broker"))
             .withColumn("_n", F.row_number().over(last_reg)).where("_n = 1")
             .where(F.col("record_type") == "register_broker")
             .select("broker_id", "broker_epoch", "incarnation_id", "offset",
-                    (F.col("fenced") == "true").alias("reg_fenced"),
-                    (F.col("shutdown") == "true").alias("reg_shutdown")))
+                    F.col("fenced").alias("reg_fenced"), F.col("shutdown").alias("reg_shutdown")))
     changes = rows.where(F.col("record_type") == "broker_registration_change").alias("c")
     r = regs.alias("r")
     joined = r.join(changes, (F.col("c.broker_id") == F.col("r.broker_id"))
                     & (F.col("c.broker_epoch") == F.col("r.broker_epoch"))
                     & (F.col("c.offset") > F.col("r.offset")), "left")
-    fence_events = F.when(F.col("c.fenced") == "FENCE_CHANGE_FENCE", F.col("c.offset"))
-    unfence_events = F.when(F.col("c.fenced") == "FENCE_CHANGE_UNFENCE", F.col("c.offset"))
-    shutdown = F.when(F.col("c.shutdown") == "CONTROLLED_SHUTDOWN_CHANGE_ENTER", 1)
+    # On a change, `fenced` is what it sets it to (null: left as it is).
+    fence_events = F.when(F.col("c.fenced"), F.col("c.offset"))
+    unfence_events = F.when(~F.col("c.fenced"), F.col("c.offset"))
+    shutdown = F.when(F.col("c.shutdown"), 1)
     agg = joined.groupBy("r.broker_id", "r.broker_epoch", "r.incarnation_id", "r.reg_fenced",
                          "r.reg_shutdown").agg(
         F.max(fence_events).alias("_f"), F.max(unfence_events).alias("_u"),
@@ -109,10 +98,9 @@ def configs_at(df: DataFrame, offset: int) -> DataFrame:
     a RemoveTopic of a topic with that name is gone.
     """
     rows = resolve_topic_names(as_of(df, offset))
-    cfg = with_fields(rows.where(F.col("record_type") == "config"), CONFIG_JSON)
-    f = fields()
-    cfg = cfg.select("offset", "resource_type", "resource_name", f["name"].alias("key"),
-                     f["value"].alias("value"))
+    cfg = rows.where(F.col("record_type") == "config").select(
+        "offset", "resource_type", "resource_name", F.col("config_key").alias("key"),
+        F.col("config_value").alias("value"))
     last = Window.partitionBy("resource_type", "resource_name", "key").orderBy(F.desc("offset"))
     current = cfg.withColumn("_n", F.row_number().over(last)).where("_n = 1").where(
         F.col("value").isNotNull())

@@ -39,6 +39,24 @@ def test_fast_json_equals_record_to_dict_for_every_record(log_dir: tuple[Path, K
         assert json.loads(cols[8]) == record_to_dict(rec), cols[0]
         assert cols[0] == rec.WhichOneof("record") and cols[1] == rec.version
         assert cols[9] == _typed_from_json(json.loads(cols[8])), cols[8]
+        assert cols[10] == _events_from_json(json.loads(cols[8])), cols[8]
+
+
+def _events_from_json(record: dict[str, Any]) -> tuple[object, ...] | None:
+    """The typed broker and config fields, as read from the record's JSON (the reference)."""
+    f, kind = record["fields"], record["type"]
+    if kind == "register_broker":
+        return (int(f["broker_epoch"]), f["incarnation_id"], f["fenced"],
+                f["in_controlled_shutdown"], None, None)
+    if kind == "unregister_broker":
+        return (int(f["broker_epoch"]), None, None, None, None, None)
+    if kind == "broker_registration_change":
+        fenced = {"FENCE_CHANGE_FENCE": True, "FENCE_CHANGE_UNFENCE": False}.get(f["fenced"])
+        shutdown = f["in_controlled_shutdown"] == "CONTROLLED_SHUTDOWN_CHANGE_ENTER" or None
+        return (int(f["broker_epoch"]), None, fenced, shutdown, None, None)
+    if kind == "config":
+        return (None, None, None, None, f["name"], f.get("value"))
+    return None
 
 
 def _typed_from_json(record: dict[str, Any]) -> tuple[object, ...] | None:
@@ -111,8 +129,11 @@ def test_fast_paths_equal_the_protobuf_path_on_edge_cases() -> None:
     from controller.records import (
         BrokerIdList,
         BrokerRegistrationChangeRecord,
+        ConfigRecord,
         NoOpRecord,
         PartitionChangeRecord,
+        RegisterBrokerRecord,
+        UnregisterBrokerRecord,
         encode_record,
         make_record,
     )
@@ -137,6 +158,20 @@ def test_fast_paths_equal_the_protobuf_path_on_edge_cases() -> None:
         payloads.append(change)
     payloads += [NoOpRecord(), BrokerRegistrationChangeRecord(
         broker_id=3, broker_epoch=9, fenced=pb.FENCE_CHANGE_FENCE)]
+    # Every shape of the typed broker and config columns: each fence change, a
+    # shutdown, a registration with both flags, an unregistration, a set and a delete.
+    payloads += [BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=2**40, fenced=f,
+                                                in_controlled_shutdown=s)
+                 for f in pb.FenceChange.values() for s in pb.ControlledShutdownChange.values()]
+    payloads += [
+        RegisterBrokerRecord(broker_id=2, incarnation_id="inc", broker_epoch=5, fenced=True,
+                             in_controlled_shutdown=True),
+        RegisterBrokerRecord(broker_id=2, incarnation_id="inc2", broker_epoch=6),
+        UnregisterBrokerRecord(broker_id=2, broker_epoch=6),
+        ConfigRecord(resource_type=pb.CONFIG_RESOURCE_TYPE_TOPIC, resource_name="t",
+                     name="retention.ms", value="1"),
+        ConfigRecord(resource_type=pb.CONFIG_RESOURCE_TYPE_BROKER, resource_name="3",
+                     name="retention.ms")]
     raws = [encode_record(make_record(p)) for p in payloads]  # type: ignore[arg-type]
     # Hand-made wire layouts the encoder never writes: topic_id before partition_id,
     # and a partition_id restated after the topic id (last one wins in protobuf).
@@ -149,6 +184,7 @@ def test_fast_paths_equal_the_protobuf_path_on_edge_cases() -> None:
         cols = rows_of([raw])[0]
         assert json.loads(str(cols[8])) == record_to_dict(decode_record(raw))
         assert cols[9] == _typed_from_json(json.loads(str(cols[8])))
+        assert cols[10] == _events_from_json(json.loads(str(cols[8])))
 
 
 def test_unreadable_partition_change_is_still_an_error() -> None:
@@ -180,7 +216,7 @@ def test_without_change_json_only_partition_change_json_is_left_out(
     assert "partition_change" in kinds and len(kinds) > 3
     for a, b in zip(full, lean, strict=True):
         if a[0] == "partition_change":
-            assert b == (*a[:8], None, a[9])  # the typed fields are all still there
+            assert b == (*a[:8], None, *a[9:])  # the typed fields are all still there
         else:
             assert b == a
     # The same through the file reader (and on the protobuf path: cold caches miss).
@@ -195,7 +231,7 @@ def test_without_change_json_only_partition_change_json_is_left_out(
     odd = b"\x08\x01\x7a" + bytes([len(body)]) + body
     assert rows_of([odd])[0][8] is not None
     assert rows_of([odd], change_json=False)[0] == (*rows_of([odd])[0][:8], None,
-                                                     rows_of([odd])[0][9])
+                                                     *rows_of([odd])[0][9:])
 
 
 def test_damage_is_reported_the_same_without_change_json(log_dir: tuple[Path, Known],
