@@ -142,26 +142,41 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
     One shuffle and one sort (by partition, then offset); every window below uses
     that same order, so Spark adds no further exchange or sort. The records' fields
     come from the data source's typed partition columns (no JSON parsing), and only
-    what the windows need goes through the shuffle: topic names are joined to the
-    result afterwards (a broadcast of the Topic records), not carried through the sort.
+    what the windows need goes through the shuffle: a topic is an integer index there,
+    the record type a flag, and topic ids and names are joined to the result
+    afterwards (a broadcast of the Topic records), not carried through the sort.
     The result is large and the other partition audits all start from it: compute
     it once and pass it as `states=` (the report persists it). `names` is
     `topic_names(df)` computed beforehand; with it, `df` is best the source rows
     without the name join (`topic_name` is not read here: a resolved `df` makes
     every partition record go through the join before the shuffle for nothing).
     """
+    if names is None:
+        names = topic_names(df)
+    # Through the shuffle and the sort a topic is a small integer, its rank among the
+    # Topic records' ids, not its 36-character id: fewer bytes to move and cheaper
+    # comparisons. The rank is deterministic (ids are unique), so the join here and
+    # the one back at the end agree however often `index` is computed. An id with no
+    # Topic record in `df` (an offset-range read) travels as it is, in `_other_tid`.
+    index = names.select("_tid", "_tname",
+                         F.row_number().over(Window.orderBy("_tid")).alias("_tix"))
     rows = log_rows(df).where(F.col("record_type").isin("partition", "partition_change"))
-    keep = ["offset", "append_time", "epoch", "principal", "record_type", "topic_id",
+    rows = rows.join(F.broadcast(index.select(F.col("_tid").alias("_id"), "_tix")),
+                     rows["topic_id"] == F.col("_id"), "left")
+    keep = ["offset", "append_time", "epoch", "principal", "_part", "_tix", "_other_tid",
             "partition_id"]
     rows = rows.select(
-        *keep, F.col("replicas").alias("_replicas"), F.col("isr").alias("_isr"),
+        "offset", "append_time", "epoch", "principal",
+        (F.col("record_type") == "partition").alias("_part"), "_tix",
+        F.when(F.col("_tix").isNull(), F.col("topic_id")).alias("_other_tid"), "partition_id",
+        F.col("replicas").alias("_replicas"), F.col("isr").alias("_isr"),
         F.col("adding_replicas").alias("_adding"),
         F.col("removing_replicas").alias("_removing"), F.col("leader").alias("_leader"),
         F.col("leader_recovery_state").alias("_recovery"),
         # Change records carry no epochs (null): replay derives them.
         F.col("leader_epoch").alias("_base_le"), F.col("partition_epoch").alias("_base_pe"))
-    is_part = F.col("record_type") == "partition"
-    by_partition = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
+    is_part = F.col("_part")
+    by_partition = Window.partitionBy("_tix", "_other_tid", "partition_id").orderBy("offset")
     w = by_partition.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     # The rows before this one: the previous state's leader and ISR are the last
     # values set before it (what `lag` of the state would give, one window earlier).
@@ -187,26 +202,24 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
     )
     state = state.withColumn(
         "leader_changed",
-        (F.col("record_type") == "partition_change") & F.col("_sets_leader")
-        & (F.col("leader") != F.col("prev_leader")))
+        ~is_part & F.col("_sets_leader") & (F.col("leader") != F.col("prev_leader")))
     state = state.select(
         "*", since_lineage_start("_changes").alias("_pe_delta"),
         F.sum(F.when(F.col("leader_changed"), 1).otherwise(0)).over(w).alias("_moves"))
     state = state.select(
-        "offset", "append_time", "epoch", "principal", "record_type", "topic_id",
-        "partition_id", "replicas", "isr",
+        *keep, "replicas", "isr",
         F.col("adding").alias("adding_replicas"), F.col("removing").alias("removing_replicas"),
         "leader", F.coalesce("recovery", F.lit("LEADER_RECOVERY_STATE_RECOVERED"))
         .alias("recovery_state"),
         (F.col("base_le") + since_lineage_start("_moves")).cast("int").alias("leader_epoch"),
         (F.col("base_pe") + F.col("_pe_delta")).cast("int").alias("partition_epoch"),
         "prev_leader", "prev_isr", "leader_changed")
-    if names is None:
-        names = topic_names(df)
-    named = state.join(F.broadcast(names), state["topic_id"] == names["_tid"], "left")
+    named = state.join(F.broadcast(index), "_tix", "left")
     return named.select(
-        "offset", "append_time", "epoch", "principal", "record_type", "topic_id",
-        F.col("_tname").alias("topic_name"), *state.columns[6:])
+        "offset", "append_time", "epoch", "principal",
+        F.when(is_part, "partition").otherwise("partition_change").alias("record_type"),
+        F.coalesce("_other_tid", "_tid").alias("topic_id"), F.col("_tname").alias("topic_name"),
+        *state.columns[len(keep) - 1:])
 
 
 def _states(df: DataFrame, states: DataFrame | None) -> DataFrame:
