@@ -11,6 +11,9 @@ response to it. Which response answers which request is decided by
 - Begin/EndQuorumEpoch carry nothing to correlate on, so waiters of one peer
   are answered first in, first out (the core answers those requests at once
   and in order, so this is exact; see the report on adding `seq` to them).
+
+`FetchStream` carries many fetches on one call; each goes through the same
+admission (`admit`) and the same `submit_request` as a `Fetch` call.
 """
 
 from __future__ import annotations
