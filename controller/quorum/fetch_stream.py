@@ -78,7 +78,7 @@ class FetchStream:
         now = self._clock()
         oldest = next(iter(self._unanswered.values()), None)
         if oldest is not None and now >= oldest.deadline:
-            if self._last_answer_at < oldest.sent_at:
+            if self._last_answer_at <= oldest.sent_at:
                 self.end(grpc.StatusCode.DEADLINE_EXCEEDED)
                 return "ended"
             # Answered since, so the stream works: those fetches were dropped (the

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -47,7 +48,8 @@ class PeerClients:
     unanswered streamed fetches) per peer."""
 
     def __init__(self, addresses: Mapping[int, str], cluster_id: str, cache: StoredBatchCache,
-                 limits: RpcLimits, max_inflight: int, deliver: Deliver) -> None:
+                 limits: RpcLimits, max_inflight: int, deliver: Deliver, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         assert max_inflight > 0
         self._addresses = dict(addresses)
         self._cluster_id = cluster_id
@@ -55,6 +57,7 @@ class PeerClients:
         self._limits = limits
         self._max_inflight = max_inflight
         self._deliver = deliver
+        self._clock = clock  # the streams' deadlines (tests pass their own)
         self._channels: dict[int, aio.Channel] = {}
         self._stubs: dict[int, Any] = {}
         self._inflight: Counter[int] = Counter()
@@ -103,7 +106,8 @@ class PeerClients:
             # No stream yet, or it ended (or was stuck): a new one for this fetch.
             stream = self._streams[peer] = FetchStream(
                 self._stub(peer), lambda answer: self._answered(peer, answer),
-                lambda ended, code, left: self._stream_ended(peer, ended, code, left))
+                lambda ended, code, left: self._stream_ended(peer, ended, code, left),
+                clock=self._clock)
             outcome = stream.send(req, message, timeout_s, self._max_inflight)
         if outcome == "full":
             self.dropped["too_many_inflight"] += 1

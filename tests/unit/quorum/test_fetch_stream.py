@@ -277,8 +277,19 @@ class ScriptedFetchServer:
                 yield self._answer(request)
 
 
+class FakeClock:
+    """The streams' monotonic clock, moved by hand (deadlines without sleeping)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def with_peers(server: ScriptedFetchServer,
-               body: Callable[[PeerClients, list[m.Message]], Awaitable[None]]) -> None:
+               body: Callable[[PeerClients, list[m.Message]], Awaitable[None]],
+               clock: Callable[[], float] | None = None) -> None:
     async def main() -> None:
         grpc_server = create_server()
         port = bind_insecure(grpc_server, "127.0.0.1:0")
@@ -290,7 +301,7 @@ def with_peers(server: ScriptedFetchServer,
             received.append(message)
 
         peers = PeerClients({1: f"127.0.0.1:{port}"}, CLUSTER, StoredBatchCache(),
-                            RpcLimits(), 4, deliver)
+                            RpcLimits(), 4, deliver, clock=clock or FakeClock())
         try:
             await body(peers, received)
         finally:
@@ -337,36 +348,31 @@ def test_a_broken_stream_drops_its_fetch_and_the_next_fetch_opens_another() -> N
     assert server.streamed_fetches == [1, 2, 3] and server.unary_fetches == []
 
 
-def test_a_stream_that_answers_nothing_past_a_deadline_is_replaced() -> None:
+def test_a_stream_silent_past_a_fetch_deadline_is_replaced_a_working_one_kept() -> None:
     server = ScriptedFetchServer()
     server.script[1] = "swallow"
+    clock = FakeClock()
 
     async def body(peers: PeerClients, received: list[m.Message]) -> None:
-        peers.send(fetch(1), 0.05)
+        peers.send(fetch(1), 0.3)
         await wait_until(lambda: server.streamed_fetches == [1])
-        await asyncio.sleep(0.06)  # past fetch 1's deadline, nothing answered
+        clock.now += 0.2  # before fetch 1's deadline: the stream is kept
         peers.send(fetch(2), 5.0)
         await wait_until(lambda: seqs(received) == [2])
-        assert peers.dropped["deadline_exceeded"] == 1
-
-    with_peers(server, body)
-    assert server.streams_opened == 2
-
-
-def test_a_dropped_fetch_on_a_working_stream_does_not_replace_it() -> None:
-    server = ScriptedFetchServer()
-    server.script[1] = "swallow"
-
-    async def body(peers: PeerClients, received: list[m.Message]) -> None:
-        peers.send(fetch(1), 0.05)
-        peers.send(fetch(2), 5.0)
-        await wait_until(lambda: seqs(received) == [2])
-        await asyncio.sleep(0.06)  # fetch 1 is overdue, but the stream answered since
+        clock.now += 0.1  # fetch 1 is now overdue, but the stream answered since
         peers.send(fetch(3), 5.0)
         await wait_until(lambda: seqs(received) == [2, 3])
+        assert server.streams_opened == 1 and peers.dropped["deadline_exceeded"] == 0
+        server.script[4] = "swallow"
+        peers.send(fetch(4), 0.3)
+        await wait_until(lambda: server.streamed_fetches == [1, 2, 3, 4])
+        clock.now += 0.3  # past fetch 4's deadline and nothing came back since it went
+        peers.send(fetch(5), 5.0)
+        await wait_until(lambda: seqs(received) == [2, 3, 5])
+        assert peers.dropped["deadline_exceeded"] == 1  # fetch 4, on the replaced stream
 
-    with_peers(server, body)
-    assert server.streams_opened == 1
+    with_peers(server, body, clock)
+    assert server.streams_opened == 2
 
 
 def test_unanswered_streamed_fetches_are_bounded() -> None:
