@@ -10,8 +10,9 @@ in the order `Ready` prescribes:
 2. the log flushed -- one fsync for every batch appended since the last flush,
    however many proposals or fetched batches that is (group commit) -- and the
    flushed offset reported back to the node;
-3. messages: responses complete the waiting handler's future, requests become
-   unary calls whose answers come back through the inbox;
+3. messages: responses complete the waiting handler's future, requests go to
+   the peers (fetches on one stream per peer, the rest as unary calls) and
+   their answers come back through the inbox;
 4. committed batches handed in order to the listener, and proposals answered;
 5. leadership changes reported; fetched snapshots made durable and loaded.
 
@@ -200,7 +201,7 @@ class RaftDriver:
         self._inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._waiters = ReplyWaiters()
         self._peers = PeerClients(config.voter_addresses, config.cluster_id, self.batch_cache,
-                                  config.rpc_limits, config.max_inflight_per_peer)
+                                  config.rpc_limits, config.max_inflight_per_peer, self._deliver)
         self._proposals = PendingProposals()
         self._proposal_slots = asyncio.Semaphore(config.max_pending_proposals)
         self._node: RaftNode | None = None
@@ -208,7 +209,6 @@ class RaftDriver:
         self._snapshots: FileSnapshotStore | None = None
         self._qs_file: qs_file.QuorumStateFile | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._sends: set[asyncio.Task[None]] = set()
         # EndQuorumEpoch calls of a resigning leader, awaited (briefly) on stop.
         self._handover_sends: set[asyncio.Task[None]] = set()
         self._tick_queued = False
@@ -287,9 +287,7 @@ class RaftDriver:
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()
-        for task in list(self._sends):
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._sends, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         stopped = DriverStoppedError("raft driver stopped")
         self._waiters.fail_all(stopped)
@@ -353,6 +351,11 @@ class RaftDriver:
     @property
     def dropped_messages(self) -> dict[str, int]:
         return dict(self._peers.dropped)
+
+    def fetches_streamed_to(self, peer: int) -> bool:
+        """Whether this node's fetches to `peer` go over a live FetchStream (not
+        unary Fetch calls): diagnostics and tests."""
+        return self._peers.streaming_to(peer)
 
     # ------------------------------------------------------- service side (RequestSink)
 
@@ -545,15 +548,11 @@ class RaftDriver:
             self._waiters.resolve(message)  # type: ignore[arg-type]
             return
         req: Request = message  # type: ignore[assignment]
-        if not self._peers.can_send(req):
-            return
         timeout_s = self.config.request_timeout_ms / 1e3
         if isinstance(req, FetchRequest):
             timeout_s = min(timeout_s, (req.max_wait_ms + self.config.reply_slack_ms) / 1e3)
-        task = asyncio.create_task(self._peers.call(req, timeout_s, self._deliver))
-        self._sends.add(task)
-        task.add_done_callback(self._sends.discard)
-        if isinstance(req, EndQuorumEpochRequest):
+        task = self._peers.send(req, timeout_s)
+        if task is not None and isinstance(req, EndQuorumEpochRequest):
             self._handover_sends.add(task)
             task.add_done_callback(self._handover_sends.discard)
 

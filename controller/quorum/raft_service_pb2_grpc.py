@@ -56,6 +56,11 @@ class RaftStub:
                 request_serializer=controller_dot_quorum_dot_raft__service__pb2.FetchRequest.SerializeToString,
                 response_deserializer=controller_dot_quorum_dot_raft__service__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.FetchStream = channel.stream_stream(
+                '/metakraft.raft.v1.Raft/FetchStream',
+                request_serializer=controller_dot_quorum_dot_raft__service__pb2.FetchRequest.SerializeToString,
+                response_deserializer=controller_dot_quorum_dot_raft__service__pb2.FetchResponse.FromString,
+                _registered_method=True)
         self.FetchSnapshot = channel.unary_unary(
                 '/metakraft.raft.v1.Raft/FetchSnapshot',
                 request_serializer=controller_dot_quorum_dot_raft__service__pb2.FetchSnapshotRequest.SerializeToString,
@@ -96,6 +101,21 @@ class RaftServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchStream(self, request_iterator, context):
+        """The same fetches on one long-lived stream (a follower keeps one open to the
+        leader: a stream message costs both sides far less than a unary call). Each
+        FetchRequest is handled exactly as a Fetch call; its FetchResponse (same seq)
+        is written when the core answers, in any order. A request the server cannot
+        answer (busy, no answer in time) gets no response: a lost message, which the
+        follower's own timer retries. Bad input ends the stream with the status the
+        unary call would get (FAILED_PRECONDITION: another cluster; INVALID_ARGUMENT:
+        malformed or misaddressed). A server without it answers UNIMPLEMENTED and the
+        caller uses Fetch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FetchSnapshot(self, request, context):
         """One chunk of a snapshot, for a fetcher behind the leader's log start.
         """
@@ -123,6 +143,11 @@ def add_RaftServicer_to_server(servicer, server):
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
+                    request_deserializer=controller_dot_quorum_dot_raft__service__pb2.FetchRequest.FromString,
+                    response_serializer=controller_dot_quorum_dot_raft__service__pb2.FetchResponse.SerializeToString,
+            ),
+            'FetchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.FetchStream,
                     request_deserializer=controller_dot_quorum_dot_raft__service__pb2.FetchRequest.FromString,
                     response_serializer=controller_dot_quorum_dot_raft__service__pb2.FetchResponse.SerializeToString,
             ),
@@ -240,6 +265,33 @@ class Raft:
             request,
             target,
             '/metakraft.raft.v1.Raft/Fetch',
+            controller_dot_quorum_dot_raft__service__pb2.FetchRequest.SerializeToString,
+            controller_dot_quorum_dot_raft__service__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/metakraft.raft.v1.Raft/FetchStream',
             controller_dot_quorum_dot_raft__service__pb2.FetchRequest.SerializeToString,
             controller_dot_quorum_dot_raft__service__pb2.FetchResponse.FromString,
             options,

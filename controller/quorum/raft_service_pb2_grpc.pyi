@@ -56,6 +56,17 @@ class RaftStub:
     """A leader stepping down on purpose names its preferred successors."""
     Fetch: _grpc.UnaryUnaryMultiCallable[_raft_service_pb2.FetchRequest, _raft_service_pb2.FetchResponse]
     """Pull replication; the leader may hold the call up to max_wait_ms (long poll)."""
+    FetchStream: _grpc.StreamStreamMultiCallable[_raft_service_pb2.FetchRequest, _raft_service_pb2.FetchResponse]
+    """The same fetches on one long-lived stream (a follower keeps one open to the
+    leader: a stream message costs both sides far less than a unary call). Each
+    FetchRequest is handled exactly as a Fetch call; its FetchResponse (same seq)
+    is written when the core answers, in any order. A request the server cannot
+    answer (busy, no answer in time) gets no response: a lost message, which the
+    follower's own timer retries. Bad input ends the stream with the status the
+    unary call would get (FAILED_PRECONDITION: another cluster; INVALID_ARGUMENT:
+    malformed or misaddressed). A server without it answers UNIMPLEMENTED and the
+    caller uses Fetch.
+    """
     FetchSnapshot: _grpc.UnaryUnaryMultiCallable[_raft_service_pb2.FetchSnapshotRequest, _raft_service_pb2.FetchSnapshotResponse]
     """One chunk of a snapshot, for a fetcher behind the leader's log start."""
 
@@ -74,6 +85,17 @@ class RaftAsyncStub(RaftStub):
     """A leader stepping down on purpose names its preferred successors."""
     Fetch: _aio.UnaryUnaryMultiCallable[_raft_service_pb2.FetchRequest, _raft_service_pb2.FetchResponse]  # type: ignore[assignment]
     """Pull replication; the leader may hold the call up to max_wait_ms (long poll)."""
+    FetchStream: _aio.StreamStreamMultiCallable[_raft_service_pb2.FetchRequest, _raft_service_pb2.FetchResponse]  # type: ignore[assignment]
+    """The same fetches on one long-lived stream (a follower keeps one open to the
+    leader: a stream message costs both sides far less than a unary call). Each
+    FetchRequest is handled exactly as a Fetch call; its FetchResponse (same seq)
+    is written when the core answers, in any order. A request the server cannot
+    answer (busy, no answer in time) gets no response: a lost message, which the
+    follower's own timer retries. Bad input ends the stream with the status the
+    unary call would get (FAILED_PRECONDITION: another cluster; INVALID_ARGUMENT:
+    malformed or misaddressed). A server without it answers UNIMPLEMENTED and the
+    caller uses Fetch.
+    """
     FetchSnapshot: _aio.UnaryUnaryMultiCallable[_raft_service_pb2.FetchSnapshotRequest, _raft_service_pb2.FetchSnapshotResponse]  # type: ignore[assignment]
     """One chunk of a snapshot, for a fetcher behind the leader's log start."""
 
@@ -113,6 +135,23 @@ class RaftServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_raft_service_pb2.FetchResponse, _abc.Awaitable[_raft_service_pb2.FetchResponse]]:
         """Pull replication; the leader may hold the call up to max_wait_ms (long poll)."""
+
+    @_abc_1.abstractmethod
+    def FetchStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_raft_service_pb2.FetchRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_raft_service_pb2.FetchResponse], _abc.AsyncIterator[_raft_service_pb2.FetchResponse]]:
+        """The same fetches on one long-lived stream (a follower keeps one open to the
+        leader: a stream message costs both sides far less than a unary call). Each
+        FetchRequest is handled exactly as a Fetch call; its FetchResponse (same seq)
+        is written when the core answers, in any order. A request the server cannot
+        answer (busy, no answer in time) gets no response: a lost message, which the
+        follower's own timer retries. Bad input ends the stream with the status the
+        unary call would get (FAILED_PRECONDITION: another cluster; INVALID_ARGUMENT:
+        malformed or misaddressed). A server without it answers UNIMPLEMENTED and the
+        caller uses Fetch.
+        """
 
     @_abc_1.abstractmethod
     def FetchSnapshot(

@@ -11,6 +11,9 @@ response to it. Which response answers which request is decided by
 - Begin/EndQuorumEpoch carry nothing to correlate on, so waiters of one peer
   are answered first in, first out (the core answers those requests at once
   and in order, so this is exact; see the report on adding `seq` to them).
+
+`FetchStream` carries many fetches on one call; each goes through the same
+admission (`admit`) and the same `submit_request` as a `Fetch` call.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict, deque
-from collections.abc import Hashable
+from collections.abc import AsyncIterator, Hashable
 from typing import Protocol, TypeVar
 
 import grpc
@@ -155,28 +158,95 @@ class DriverStoppedError(Exception):
     """The driver is not running (not started yet, stopping, or failed)."""
 
 
+class RefusedError(Exception):
+    """A request refused before the core sees it: the status to end its call with."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+def admit(request: PbMessage, sink: RequestSink) -> Request:
+    """The core request for `request`; `RefusedError` for bad input: another
+    cluster, malformed, or addressed to another node."""
+    header = request.header
+    if header.cluster_id != sink.cluster_id:
+        raise RefusedError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"inconsistent cluster id: this node (id {sink.node_id}) belongs to cluster "
+            f"{sink.cluster_id!r}, the request is for {header.cluster_id!r}")
+    try:
+        message: Message = from_pb(request)
+    except WireError as exc:
+        raise RefusedError(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {exc}") from None
+    if message.dst != sink.node_id:
+        raise RefusedError(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"request addressed to node {message.dst}, this is node "
+                           f"{sink.node_id}")
+    assert isinstance(message, (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest,
+                                FetchRequest, FetchSnapshotRequest)), message
+    return message
+
+
+# Fetches of one stream handed to the core at once; more wait unread in the stream
+# (HTTP/2 flow control pushes back). A follower has one fetch outstanding.
+MAX_STREAMED_FETCHES = 32
+
+
+async def _read_fetches(requests: AsyncIterator[pb.FetchRequest], sink: RequestSink,
+                        answers: asyncio.Queue[Response | RefusedError | None]) -> None:
+    """FetchStream's reading side: admits each request, answers it through
+    `answers` (None: the caller half-closed and every answer is out)."""
+    slots = asyncio.Semaphore(MAX_STREAMED_FETCHES)
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def answer(message: Request) -> None:
+        try:
+            answers.put_nowait(await sink.submit_request(message,
+                                                         sink.reply_timeout_s(message)))
+        except (QueueFullError, TimeoutError):
+            pass  # dropped, as the network could have
+        except DriverStoppedError:
+            answers.put_nowait(RefusedError(grpc.StatusCode.UNAVAILABLE,
+                                            "raft node is not running"))
+        finally:
+            slots.release()
+
+    try:
+        async for request in requests:
+            try:
+                message = admit(request, sink)
+            except RefusedError as exc:
+                answers.put_nowait(exc)
+                return
+            await slots.acquire()
+            task = asyncio.create_task(answer(message))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.gather(*in_flight, return_exceptions=True)
+        answers.put_nowait(None)
+    except Exception as exc:
+        # gRPC could not read the next message (it does not decode as a FetchRequest).
+        answers.put_nowait(RefusedError(grpc.StatusCode.INVALID_ARGUMENT,
+                                        f"malformed FetchStream message: {exc!r}"))
+    finally:
+        # Cancelled (the stream ended): nobody is left to answer.
+        for task in in_flight:
+            task.cancel()
+
+
 class RaftService(pb_grpc.RaftServicer):
     def __init__(self, sink: RequestSink) -> None:
         self._sink = sink
 
     async def _handle(self, request: _P, context: aio.ServicerContext[_P, PbMessage]) -> PbMessage:
         sink = self._sink
-        header = request.header
-        if header.cluster_id != sink.cluster_id:
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"inconsistent cluster id: this node (id {sink.node_id}) belongs to cluster "
-                f"{sink.cluster_id!r}, the request is for {header.cluster_id!r}")
         try:
-            message: Message = from_pb(request)
-        except WireError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {exc}")
-        if message.dst != sink.node_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"request addressed to node {message.dst}, this is node "
-                                f"{sink.node_id}")
-        assert isinstance(message, (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest,
-                                    FetchRequest, FetchSnapshotRequest)), message
+            message = admit(request, sink)
+        except RefusedError as exc:
+            await context.abort(exc.code, exc.details)
         try:
             reply = await sink.submit_request(message, sink.reply_timeout_s(message))
         except QueueFullError:
@@ -186,6 +256,26 @@ class RaftService(pb_grpc.RaftServicer):
         except DriverStoppedError:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "raft node is not running")
         return to_pb(reply, sink.batch_cache)
+
+    async def FetchStream(self, request_iterator: AsyncIterator[pb.FetchRequest],
+                          context: pb_grpc._ServicerContext) -> AsyncIterator[pb.FetchResponse]:
+        """Fetch calls on one stream: each request is admitted and handed to the core
+        exactly as a Fetch call's, and its response written when the core emits it.
+        What a unary call would end with QueueFull or a timeout gets no answer (a lost
+        message: the follower's timer retries); bad input and a stopped node end the
+        stream with the status the unary call would get."""
+        sink = self._sink
+        answers: asyncio.Queue[Response | RefusedError | None] = asyncio.Queue()
+        reader = asyncio.create_task(_read_fetches(request_iterator, sink, answers))
+        try:
+            while (answer := await answers.get()) is not None:
+                if isinstance(answer, RefusedError):
+                    await context.abort(answer.code, answer.details)
+                out = to_pb(answer, sink.batch_cache)
+                assert isinstance(out, pb.FetchResponse)
+                yield out
+        finally:
+            reader.cancel()
 
     # The generated servicer types each method separately; they all share _handle.
     async def Vote(self, request: pb.VoteRequest, context: pb_grpc._ServicerContext

@@ -21,7 +21,7 @@ from controller.quorum.driver import (
     NotLeaderError,
     RaftDriver,
 )
-from controller.quorum.service import add_raft_service
+from controller.quorum.service import SERVICE_NAME, RaftService, add_raft_service
 from controller.raft.values import RecordBatch, SnapshotId
 from controller.rpc import bind_insecure, create_channel, create_server
 from controller.storage import snapshot_file as sf
@@ -61,7 +61,8 @@ class Cluster:
     members: dict[int, Member]
     fast: dict[str, Any]
 
-    async def start(self, node_id: int) -> Member:
+    async def start(self, node_id: int, *, fetch_stream: bool = True) -> Member:
+        """`fetch_stream=False`: a server as it was before FetchStream existed."""
         server = create_server()
         address = self.addresses.get(node_id, "127.0.0.1:0")
         bound = bind_insecure(server, address)
@@ -71,7 +72,10 @@ class Cluster:
         config = DriverConfig(node_id=node_id, cluster_id=self.cluster_id,
                               voter_addresses=self.addresses, data_dir=data_dir, **self.fast)
         driver = RaftDriver(config, listener)
-        add_raft_service(server, driver)
+        if fetch_stream:
+            add_raft_service(server, driver)
+        else:
+            add_unary_raft_service(server, driver)
         await driver.start()
         await server.start()
         assert bound
@@ -93,6 +97,25 @@ class Cluster:
     def leader(self) -> int | None:
         leaders = [i for i, m in self.members.items() if m.driver.status().role == "leader"]
         return leaders[0] if len(leaders) == 1 else None
+
+
+def add_unary_raft_service(server: aio.Server, driver: RaftDriver) -> None:
+    """The Raft service without FetchStream (an older server): gRPC answers
+    UNIMPLEMENTED to it, as a server that never had the method does."""
+    servicer = RaftService(driver)
+    methods: list[tuple[str, Any, Any]] = [
+        ("Vote", pb.VoteRequest, pb.VoteResponse),
+        ("BeginQuorumEpoch", pb.BeginQuorumEpochRequest, pb.BeginQuorumEpochResponse),
+        ("EndQuorumEpoch", pb.EndQuorumEpochRequest, pb.EndQuorumEpochResponse),
+        ("Fetch", pb.FetchRequest, pb.FetchResponse),
+        ("FetchSnapshot", pb.FetchSnapshotRequest, pb.FetchSnapshotResponse)]
+    handlers = {
+        method: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method), request_deserializer=request.FromString,
+            response_serializer=response.SerializeToString)
+        for method, request, response in methods}
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
 
 
 async def wait_for(cond: Callable[[], object], timeout_s: float = 10.0) -> None:
@@ -167,6 +190,46 @@ async def test_elect_propose_commit_everywhere(c: Cluster) -> None:
     with pytest.raises(NotLeaderError) as info:
         await c.members[follower].driver.propose([b"x"])
     assert info.value.leader_id == leader
+
+
+@run
+async def test_followers_fetch_over_streams_that_survive_a_leader_change(c: Cluster) -> None:
+    for node_id in c.addresses:
+        await c.start(node_id)
+    await _propose_via_leader(c, [b"one"])
+    old = c.leader()
+    assert old is not None
+    followers = [i for i in c.members if i != old]
+    await wait_for(lambda: all(c.members[i].driver.fetches_streamed_to(old) for i in followers))
+    # The leader goes away: its streams break (dropped fetches, nothing else), the
+    # survivors elect a leader and fetch from it over a new stream.
+    await c.kill(old)
+    await _propose_via_leader(c, [b"two"])
+    new = c.leader()
+    assert new is not None
+    survivor = next(i for i in c.members if i != new)
+    await wait_for(lambda: c.members[survivor].driver.fetches_streamed_to(new))
+    await wait_for(lambda: b"two" in c.members[survivor].listener.records())
+    assert not c.members[survivor].driver.fetches_streamed_to(old)
+    assert "unimplemented" not in c.members[survivor].driver.dropped_messages
+
+
+@run
+async def test_a_quorum_of_servers_without_fetch_stream_fetches_unary(c: Cluster) -> None:
+    for node_id in c.addresses:
+        await c.start(node_id, fetch_stream=False)
+    await _propose_via_leader(c, [b"a"])
+    results = await asyncio.gather(*(_propose_via_leader(c, [b"b%d" % i]) for i in range(20)))
+    assert len(set(results)) == 20
+    want = {b"a"} | {b"b%d" % i for i in range(20)}
+    await wait_for(lambda: all(want <= set(m.listener.records()) for m in c.members.values()))
+    leader = c.leader()
+    assert leader is not None
+    for i, member in c.members.items():
+        if i != leader:
+            assert not member.driver.fetches_streamed_to(leader)
+            # The fetches the stream could not carry were sent again, not dropped.
+            assert "unimplemented" not in member.driver.dropped_messages
 
 
 @run
