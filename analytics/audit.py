@@ -219,7 +219,7 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
         "offset", "append_time", "epoch", "principal",
         F.when(is_part, "partition").otherwise("partition_change").alias("record_type"),
         F.coalesce("_other_tid", "_tid").alias("topic_id"), F.col("_tname").alias("topic_name"),
-        *state.columns[len(keep) - 1:])
+        "partition_id", *state.columns[len(keep):])
 
 
 def _states(df: DataFrame, states: DataFrame | None) -> DataFrame:

@@ -54,7 +54,7 @@ class FetchStream:
     `on_answer`. Not thread-safe: the event loop's task only."""
 
     def __init__(self, stub: Any, on_answer: Callable[[pb.FetchResponse], Awaitable[None]],
-                 on_end: Callable[[FetchStream, grpc.StatusCode, list[FetchRequest]], None],
+                 on_end: Callable[[FetchStream, grpc.StatusCode, list[Unanswered]], None],
                  *, clock: Callable[[], float] = time.monotonic) -> None:
         self._call: Any = stub.FetchStream()  # an aio StreamStreamCall, written below
         self._on_answer = on_answer
@@ -102,7 +102,7 @@ class FetchStream:
         self._writer.cancel()
         if asyncio.current_task() is not self._reader:
             self._reader.cancel()
-        left = [u.request for u in self._unanswered.values()]
+        left = list(self._unanswered.values())
         self._unanswered.clear()
         self._on_end(self, code, left)
 

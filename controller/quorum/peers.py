@@ -26,7 +26,7 @@ from grpc import aio
 
 from controller.quorum import raft_service_pb2 as pb
 from controller.quorum import raft_service_pb2_grpc as pb_grpc
-from controller.quorum.fetch_stream import FetchStream
+from controller.quorum.fetch_stream import FetchStream, Unanswered
 from controller.quorum.wire import (
     RPC_METHODS,
     PbMessage,
@@ -113,7 +113,7 @@ class PeerClients:
             self.dropped["too_many_inflight"] += 1
 
     def _stream_ended(self, peer: int, stream: FetchStream, code: grpc.StatusCode,
-                      unanswered: list[FetchRequest]) -> None:
+                      unanswered: list[Unanswered]) -> None:
         if self._streams.get(peer) is stream:
             del self._streams[peer]
         if code is grpc.StatusCode.UNIMPLEMENTED:
@@ -121,8 +121,14 @@ class PeerClients:
             # handled; the same fetches go unary now (and every later one).
             logger.info("peer %d has no FetchStream; fetching with unary calls", peer)
             self.unary_fetch.add(peer)
-            for req in unanswered:
-                self.send(req, self._fallback_timeout_s)
+            now = self._clock()
+            for fetch in unanswered:
+                # Within what is left of its own deadline; past it, the core has
+                # already retried it under another seq.
+                if now < fetch.deadline:
+                    self.send(fetch.request, fetch.deadline - now)
+                else:
+                    self.dropped["deadline_exceeded"] += 1
             return
         if unanswered:
             self.dropped[code.name.lower()] += len(unanswered)
@@ -130,10 +136,6 @@ class PeerClients:
             logger.error("peer %d ended the fetch stream: %s", peer, code.name)
         else:
             logger.debug("fetch stream to %d ended: %s", peer, code.name)
-
-    # The unary retry of a fetch a stream swallowed: the core's request timeout
-    # runs from the original send, so a short one is enough.
-    _fallback_timeout_s = 0.5
 
     async def _answered(self, peer: int, answer: pb.FetchResponse) -> None:
         await self._received(peer, "Fetch", answer)

@@ -406,6 +406,24 @@ def test_a_server_without_fetch_stream_gets_unary_fetches_and_loses_none() -> No
     assert server.unary_fetches == [1, 2]
 
 
+def test_a_swallowed_fetch_past_its_deadline_is_not_sent_again_unary() -> None:
+    server = ScriptedFetchServer(streams=False)
+    clock = FakeClock()
+
+    async def body(peers: PeerClients, received: list[m.Message]) -> None:
+        peers.send(fetch(1), 0.3)
+        clock.now += 0.5  # past its deadline before UNIMPLEMENTED comes back
+        await wait_until(lambda: peers.unary_fetch == {1})
+        assert peers.dropped["deadline_exceeded"] == 1  # the core has retried it by now
+        task = peers.send(fetch(2), 5.0)
+        assert task is not None
+        await task
+        assert seqs(received) == [2]
+
+    with_peers(server, body, clock)
+    assert server.unary_fetches == [2]
+
+
 def test_answers_from_another_node_or_cluster_are_dropped() -> None:
     server = ScriptedFetchServer()
     server.script[1] = "impostor"
