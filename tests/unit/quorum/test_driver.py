@@ -380,7 +380,10 @@ async def test_new_node_behind_the_log_start_gets_the_snapshot(c: Cluster) -> No
 async def test_work_that_requeues_itself_does_not_starve_the_loop(c: Cluster) -> None:
     """Node-task work re-queueing itself (as a snapshot written in steps does) keeps the
     inbox from ever being empty; the node must still let the loop poll for I/O and run
-    other tasks, or its peers would hear nothing and elect someone else."""
+    other tasks, or its peers would hear nothing and elect someone else -- and let
+    threads take the GIL: the followers' log flushes run in `asyncio.to_thread`, and
+    with only zero-timeout polls they were starved for seconds (no flush, no commit;
+    this test failed about one run in five)."""
     for node_id in c.addresses:
         await c.start(node_id)
     await _propose_via_leader(c, [b"warm-up"])
@@ -400,7 +403,12 @@ async def test_work_that_requeues_itself_does_not_starve_the_loop(c: Cluster) ->
     while others < 20:  # another task gets turns while the work keeps re-queueing
         await asyncio.sleep(0)
         others += 1
-    # ... and a proposal, which needs gRPC round trips to the followers, commits.
-    await driver.propose([b"while-stepping"], timeout_s=10)
-    stop[0] = True
+    # ... and proposals, which need gRPC round trips to the followers and their
+    # flushes, commit, one after another.
+    try:
+        for i in range(5):
+            await driver.propose([b"while-stepping %d" % i], timeout_s=10)
+        assert driver.status().role == "leader"
+    finally:
+        stop[0] = True
     assert steps[0] > 20
