@@ -66,7 +66,8 @@ class DriverConfig:
     # in flight to one peer, proposals awaiting commit.
     max_inbox_events: int = 10_000
     max_events_per_ready: int = 512
-    # ... and handled for at most about this long before the Ready is processed.
+    # ... and handled for at most about this long before the Ready is processed; a node
+    # task busy for this long also pauses the loop (`RaftDriver._let_others_run`).
     max_events_time_ms: int = 20
     max_inflight_per_peer: int = 32
     max_pending_proposals: int = 20_000
