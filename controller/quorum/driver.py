@@ -214,6 +214,9 @@ class RaftDriver:
         # EndQuorumEpoch calls of a resigning leader, awaited (briefly) on stop.
         self._handover_sends: set[asyncio.Task[None]] = set()
         self._tick_queued = False
+        # How long the node task handles events before its Ready, and how long it may
+        # stay busy before it pauses the loop (`_let_others_run`).
+        self._turn_budget_ns = config.max_events_time_ms * 1_000_000
         # When the node task last let the loop block (see `_let_others_run`).
         self._busy_since_ns = time.monotonic_ns()
         # Requests and proposals queued and not yet handed to the node.
@@ -404,7 +407,7 @@ class RaftDriver:
     async def _run(self) -> None:
         inbox = self._inbox
         limit = self.config.max_events_per_ready
-        budget_ns = self.config.max_events_time_ms * 1_000_000
+        budget_ns = self._turn_budget_ns
         monotonic_ns = time.monotonic_ns
         try:
             while True:
@@ -457,7 +460,7 @@ class RaftDriver:
         enough for them to run; it bounds their wait to about one busy interval
         (~20 ms measured) and costs the busy task ~5% of its time."""
         now_ns = time.monotonic_ns()
-        if now_ns - self._busy_since_ns >= self.config.max_events_time_ms * 1_000_000:
+        if now_ns - self._busy_since_ns >= self._turn_budget_ns:
             await asyncio.sleep(_GIL_PAUSE_S)
             self._busy_since_ns = time.monotonic_ns()
         else:
