@@ -136,8 +136,12 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
     Columns: offset, append_time, epoch, principal, record_type, topic_id,
     topic_name, partition_id, replicas, isr, adding_replicas, removing_replicas,
     leader, recovery_state, leader_epoch, partition_epoch, prev_leader, prev_isr,
-    leader_changed (a change record that moved the leader; the first Partition
-    record is not a change).
+    prev_adding_replicas, prev_removing_replicas, leader_changed (a change record
+    that moved the leader; the first Partition record is not a change),
+    prev_leader_epoch, prev_partition_epoch. A `prev_*` column is that field of the
+    partition's state before this record (null on its first record), so the audits
+    that compare a state with the one before need no window of their own (each
+    would be another shuffle and sort of every partition record).
 
     One shuffle and one sort (by partition, then offset); every window below uses
     that same order, so Spark adds no further exchange or sort. The records' fields
@@ -187,9 +191,9 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
         # running count minus its value at that record (which is not itself counted).
         return F.col(counted) - F.last(F.when(is_part, F.col(counted)), ignorenulls=True).over(w)
 
-    # Three window passes over the one sort: (1) the state, the previous leader and
-    # ISR, the running change count; (2) leader moves; (3) their count at the
-    # lineage start.
+    # Four window passes over the one sort: (1) the state, the previous leader, ISR
+    # and reassignment, the running change count; (2) leader moves; (3) their count
+    # at the lineage start; (4) the previous epochs.
     state = rows.select(
         *keep,
         *[F.last(F.col("_" + n), ignorenulls=True).over(w).alias(n)
@@ -197,6 +201,8 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
                     "base_le", "base_pe")],
         F.last("_leader", ignorenulls=True).over(before).alias("prev_leader"),
         F.last("_isr", ignorenulls=True).over(before).alias("prev_isr"),
+        F.last("_adding", ignorenulls=True).over(before).alias("prev_adding_replicas"),
+        F.last("_removing", ignorenulls=True).over(before).alias("prev_removing_replicas"),
         F.col("_leader").isNotNull().alias("_sets_leader"),
         F.sum((~is_part).cast("int")).over(w).alias("_changes"),
     )
@@ -213,7 +219,12 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
         .alias("recovery_state"),
         (F.col("base_le") + since_lineage_start("_moves")).cast("int").alias("leader_epoch"),
         (F.col("base_pe") + F.col("_pe_delta")).cast("int").alias("partition_epoch"),
-        "prev_leader", "prev_isr", "leader_changed")
+        "prev_leader", "prev_isr", "prev_adding_replicas", "prev_removing_replicas",
+        "leader_changed")
+    # (4) the previous row's epochs: the same order again, so no further sort.
+    state = state.select(
+        "*", *[F.lag(e).over(by_partition).alias("prev_" + e)
+               for e in ("leader_epoch", "partition_epoch")])
     named = state.join(F.broadcast(index), "_tix", "left")
     return named.select(
         "offset", "append_time", "epoch", "principal",
@@ -286,12 +297,14 @@ def reassignments(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     when both are empty again: `completed` if the replicas are then the target,
     `cancelled` otherwise; `ongoing` (end null) if the log ends first.
     """
-    s = _states(df, states)
-    moving = (F.size(F.coalesce("adding_replicas", F.array())) > 0) | (
-        F.size(F.coalesce("removing_replicas", F.array())) > 0)
-    wl = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
-    s = s.withColumn("_moving", moving).withColumn(
-        "_was", F.coalesce(F.lag(moving).over(wl), F.lit(False)))
+    def moving(adding: str, removing: str) -> Column:
+        return (F.size(F.coalesce(adding, F.array())) > 0) | (
+            F.size(F.coalesce(removing, F.array())) > 0)
+
+    s = _states(df, states).select(
+        "*", moving("adding_replicas", "removing_replicas").alias("_moving"),
+        moving("prev_adding_replicas", "prev_removing_replicas").alias("_was"))
+    s = s.where(F.col("_moving") != F.col("_was"))
     starts = s.where(F.col("_moving") & ~F.col("_was")).select(
         "topic_name", "topic_id", "partition_id", F.col("offset").alias("start_offset"),
         F.col("append_time").alias("start_time"), F.col("principal").alias("started_by"),

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from analytics.audit import _states, log_rows, resolve_topic_names
+from analytics.audit import _states, log_rows, resolve_topic_names, topic_names
 
 
 def leader_in_isr_subset_replicas(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
@@ -62,9 +62,6 @@ def epochs_increase(df: DataFrame, states: DataFrame | None = None) -> DataFrame
     """A Partition record restating a partition must not move its leader epoch back or
     its partition epoch back (change records cannot: replay derives their epochs)."""
     s = _states(df, states)
-    wl = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
-    s = (s.withColumn("prev_leader_epoch", F.lag("leader_epoch").over(wl))
-         .withColumn("prev_partition_epoch", F.lag("partition_epoch").over(wl)))
     back = (F.col("record_type") == "partition") & F.col("prev_leader_epoch").isNotNull() & (
         (F.col("leader_epoch") < F.col("prev_leader_epoch"))
         | (F.col("partition_epoch") < F.col("prev_partition_epoch")))
@@ -76,13 +73,16 @@ def epochs_increase(df: DataFrame, states: DataFrame | None = None) -> DataFrame
 
 def no_reference_after_removal(df: DataFrame) -> DataFrame:
     """Records naming a topic id at an offset after that topic's RemoveTopic record."""
-    log = resolve_topic_names(log_rows(df))
+    log = log_rows(df)
     removed = log.where(F.col("record_type") == "remove_topic").select(
-        F.col("topic_id").alias("_tid"), F.col("offset").alias("removed_offset"))
-    return (log.join(F.broadcast(removed), log["topic_id"] == removed["_tid"])
-            .where(F.col("offset") > F.col("removed_offset"))
-            .select("topic_name", "topic_id", "offset", "record_type", "partition_id",
-                    "removed_offset", F.lit("refers to a removed topic").alias("violation")))
+        F.col("topic_id").alias("_rid"), F.col("offset").alias("removed_offset"))
+    # Names are joined to the violations only, not to every record before the
+    # (broadcast, small) join with the removals.
+    bad = (log.join(F.broadcast(removed), log["topic_id"] == removed["_rid"])
+           .where(F.col("offset") > F.col("removed_offset")).drop("_rid"))
+    return resolve_topic_names(bad, topic_names(df)).select(
+        "topic_name", "topic_id", "offset", "record_type", "partition_id", "removed_offset",
+        F.lit("refers to a removed topic").alias("violation"))
 
 
 def raft_epochs_monotonic(df: DataFrame) -> DataFrame:

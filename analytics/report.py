@@ -163,12 +163,11 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
         last[0] = now
 
     progress(f"reading {log_dir}")
-    # The source rows are cached once (one scan of the files); the topic-name table
-    # is taken from that cache, and `df` (names resolved) is a broadcast join over it.
+    # The source rows are cached once (one scan of the files), names not resolved:
+    # the functions that show topic names join them to their (few) result rows, so
+    # no scan of the whole log goes through the name join.
     raw = report_rows(spark, log_dir, snapshots=snapshots).persist(MEMORY_AND_DISK)
     names = audit.topic_names(raw).persist(MEMORY_AND_DISK)
-    df = audit.resolve_topic_names(raw, names)
-    # From `raw`, not `df`: the states do not read the names before their shuffle.
     states = audit.partition_states(raw, names).persist(MEMORY_AND_DISK)
     try:
         stats = raw.agg(F.count("*"), F.max("offset"), F.max("epoch"),
@@ -178,7 +177,7 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
         step(f"{stats[0]} records read")
         states.count()
         step("partition states derived")
-        return _report(raw, df, states, out, log_dir, stats, progress, max_rows, started)
+        return _report(raw, states, out, log_dir, stats, progress, max_rows, started)
     finally:
         for cached in (states, names, raw):
             cached.unpersist()
@@ -207,13 +206,13 @@ def report_rows(spark: SparkSession, log_dir: str, *, snapshots: bool = False) -
     return rows.sortWithinPartitions("record_type")
 
 
-def _report(raw: DataFrame, df: DataFrame, states: DataFrame, out: Path, log_dir: str,
+def _report(raw: DataFrame, states: DataFrame, out: Path, log_dir: str,
             stats: Any, progress: Progress, max_rows: int, started: float) -> dict[str, int]:
     total, last_offset, last_epoch, last_time = stats
 
     def section(title: str, fn: Callable[..., DataFrame]) -> tuple[list[str], list[Any]]:
         t = time.monotonic()
-        result = fn(df, states) if fn in SECTIONS_USING_STATES else fn(df)
+        result = fn(raw, states) if fn in SECTIONS_USING_STATES else fn(raw)
         # The plotted sections are collected once, for the table and the plot.
         limit = max(max_rows, PLOT_INTERVALS + 1) if title in PLOTTED else max_rows
         rows = result.limit(limit).collect()
@@ -222,7 +221,7 @@ def _report(raw: DataFrame, df: DataFrame, states: DataFrame, out: Path, log_dir
 
     def check(name: str, fn: Callable[..., DataFrame]) -> tuple[list[str], list[Any], int]:
         t = time.monotonic()
-        bad = fn(df, states) if name in USES_STATES else fn(df)
+        bad = fn(raw, states) if name in USES_STATES else fn(raw)
         rows = bad.limit(max_rows).collect()
         count = bad.count() if len(rows) == max_rows else len(rows)
         progress(f"invariant: {name}: {time.monotonic() - t:.1f} s")

@@ -39,12 +39,14 @@ def test_partition_states_equal_replay_after_every_record(
         df: Any, log_dir: tuple[Path, Known]) -> None:
     got = {(r.offset): r for r in audit.partition_states(df).collect()}
     checked = 0
+    before: dict[tuple[str, int], Any] = {}  # each partition's replayed state so far
     for offset, rec, state in replay_steps(log_dir[0]):
         kind = rec.WhichOneof("record")
         if kind not in ("partition", "partition_change"):
             continue
         payload = getattr(rec, kind)
-        want = state.replication.partition(payload.topic_id, payload.partition_id)
+        key = (payload.topic_id, payload.partition_id)
+        want = state.replication.partition(*key)
         row = got[offset]
         assert want is not None
         assert (row.replicas, row.isr, row.leader, row.leader_epoch, row.partition_epoch,
@@ -52,6 +54,15 @@ def test_partition_states_equal_replay_after_every_record(
             list(want.replicas), list(want.isr), want.leader, want.leader_epoch,
             want.partition_epoch, list(want.adding_replicas), list(want.removing_replicas)
         ), offset
+        # The prev_* columns are the same partition's state before this record.
+        prev = before.get(key)
+        assert (row.prev_leader, row.prev_isr, row.prev_leader_epoch,
+                row.prev_partition_epoch, row.prev_adding_replicas,
+                row.prev_removing_replicas) == (
+            (None,) * 6 if prev is None else (
+                prev.leader, list(prev.isr), prev.leader_epoch, prev.partition_epoch,
+                list(prev.adding_replicas), list(prev.removing_replicas))), offset
+        before[key] = want
         checked += 1
     assert checked == len(got) > 20
 
