@@ -51,16 +51,39 @@ PLOTTED = frozenset({"Leader churn per broker", "Fencing intervals"})
 CONCURRENT_QUERIES = 4
 
 
-def local_shuffle_partitions(master: str) -> int | None:
-    """A shuffle partition count for `local[N]` masters (2 per core: enough to balance,
-    few enough that the per-task cost stays small); None for other masters (keep
-    the cluster's setting). Spark's default of 200 is made for clusters."""
+def session_conf(master: str, driver_memory: str | None = None) -> dict[str, str]:
+    """The Spark settings an audit session starts with on `master`.
+
+    Local masters (`local`, `local[N]`, `local[*]`) also get: 2 shuffle partitions
+    per core (enough to balance, few enough that the per-task cost stays small;
+    Spark's default of 200 is made for clusters), and the driver JVM, which then
+    does all the work, runs the parallel garbage collector (throughput over pause
+    times: the 10M-record bench's full audit ran ~8% faster than with G1, see
+    docs/benchmarks.md). Other masters keep the cluster's own settings.
+    """
+    conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+            "spark.sql.session.timeZone": "UTC"}
+    if driver_memory:
+        conf["spark.driver.memory"] = driver_memory
     found = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
-    if found is None:
-        return None
-    cores = found.group(1)  # plain "local" is one thread
-    n = 1 if cores is None else (os.cpu_count() or 1) if cores == "*" else int(cores)
-    return max(2, 2 * n)
+    if found is not None:
+        cores = found.group(1)  # plain "local" is one thread
+        n = 1 if cores is None else (os.cpu_count() or 1) if cores == "*" else int(cores)
+        conf["spark.sql.shuffle.partitions"] = str(max(2, 2 * n))
+        conf["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
+    return conf
+
+
+def audit_session(master: str, app_name: str = "metakraft-audit",
+                  driver_memory: str | None = None) -> SparkSession:
+    """A SparkSession with `session_conf(master, driver_memory)`. The JVM settings
+    hold only if this starts the JVM (the first session of the process)."""
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in session_conf(master, driver_memory).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def _cell(value: Any) -> str:

@@ -120,22 +120,14 @@ def _load() -> str:
 
 def run(log_dir: Path, cores: int, out: Path, *, scan_only: bool,
         driver_memory: str) -> tuple[float, float]:
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     import analytics
-    from analytics.report import local_shuffle_partitions, run_audit
+    from analytics.report import audit_session, run_audit
 
     master = f"local[{cores}]"
-    spark = (SparkSession.builder.master(master).appName("audit-bench")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", str(local_shuffle_partitions(master)))
-             .config("spark.sql.session.timeZone", "UTC")
-             # The JVM starts once per process: the first session's memory setting holds.
-             .config("spark.driver.memory", driver_memory)
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    # The JVM starts once per process: the first session's JVM settings hold.
+    spark = audit_session(master, "audit-bench", driver_memory)
     analytics.register(spark)
     df = spark.read.format("metakraft").load(str(log_dir))
     df.agg(F.count("*")).collect()  # warm-up: Python workers, first-query cost

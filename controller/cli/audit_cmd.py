@@ -66,20 +66,9 @@ def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
         click.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
 
     progress(f"starting Spark ({master})")
-    from pyspark.sql import SparkSession
+    from analytics.report import audit_session, run_audit
 
-    from analytics.report import local_shuffle_partitions, run_audit
-
-    builder = (SparkSession.builder.master(master).appName("metakraft-audit")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
-    shuffle = local_shuffle_partitions(master)
-    if shuffle is not None:  # local mode: 2 per core, not the cluster default of 200
-        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle))
-    if driver_memory:
-        builder = builder.config("spark.driver.memory", driver_memory)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = audit_session(master, driver_memory=driver_memory)
     violations = run_audit(spark, os.path.abspath(log_dir), out_dir, progress,
                            snapshots=snapshots)
     bad = {name: n for name, n in violations.items() if n}

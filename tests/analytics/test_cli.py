@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,44 @@ def test_a_directory_without_a_log_is_refused_before_spark_starts(tmp_path: Path
     assert f"a log directory below it: {process_dir / 'data'}" in result.output
     assert "starting Spark" not in result.output and "Traceback" not in result.output
     assert not (tmp_path / "report").exists()
+
+
+def test_session_conf_tunes_local_masters_and_leaves_clusters_alone() -> None:
+    from analytics.report import session_conf
+
+    local = session_conf("local[3]", "6g")
+    assert local["spark.sql.shuffle.partitions"] == "6"
+    assert local["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+    assert local["spark.driver.memory"] == "6g"
+    assert session_conf("local")["spark.sql.shuffle.partitions"] == "2"
+    cluster = session_conf("spark://10.0.0.5:7077")
+    assert "spark.sql.shuffle.partitions" not in cluster
+    assert "spark.driver.extraJavaOptions" not in cluster
+    assert "spark.driver.memory" not in cluster
+    assert cluster["spark.sql.session.timeZone"] == "UTC"
+
+
+@pytest.mark.spark
+def test_audit_command_as_its_own_process(log_dir: tuple[Path, Known], tmp_path: Path) -> None:
+    """The installed `metakraft audit`, started as operators start it: its own JVM with
+    the session settings of `session_conf` (the in-process tests reuse the test
+    session), on the clean test log: every invariant holds, exit 0."""
+    out = tmp_path / "report"
+    metakraft = Path(sys.executable).parent / "metakraft"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    done = subprocess.run(
+        [str(metakraft), "audit", "--log-dir", str(log_dir[0]), "--out", str(out),
+         "--master", "local[1]", "--driver-memory", "1g"],
+        capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "starting Spark (local[1])" in done.stderr
+    from analytics.invariants import INVARIANTS
+
+    assert "VIOLATED" not in done.stdout
+    assert done.stdout.split() == [w for name in INVARIANTS for w in ("ok", name)]
+    report = (out / "report.md").read_text()
+    assert "violating rows" not in report and "## Topic lifecycle" in report
 
 
 @pytest.mark.spark
