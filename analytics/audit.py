@@ -155,6 +155,16 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
     without the name join (`topic_name` is not read here: a resolved `df` makes
     every partition record go through the join before the shuffle for nothing).
     """
+    return name_partition_states(*indexed_partition_states(df, names))
+
+
+def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
+                             ) -> tuple[DataFrame, DataFrame]:
+    """`partition_states` before the topic ids and names are joined back: (states
+    with the topic as `_tix`/`_other_tid` and the record type as the flag `_part`,
+    the topic index to name them with `name_partition_states`). What the report
+    persists: without the two strings per row the cache is cheaper to build, and
+    the name join of each audit runs after its filters."""
     if names is None:
         names = topic_names(df)
     # Through the shuffle and the sort a topic is a small integer, its rank among the
@@ -225,12 +235,22 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
     state = state.select(
         "*", *[F.lag(e).over(by_partition).alias("prev_" + e)
                for e in ("leader_epoch", "partition_epoch")])
+    return state, index
+
+
+# The columns `indexed_partition_states` carries for the topic and the record type.
+_INDEXED_KEYS = ("_part", "_tix", "_other_tid")
+
+
+def name_partition_states(state: DataFrame, index: DataFrame) -> DataFrame:
+    """The `partition_states` columns from `indexed_partition_states`' pair."""
     named = state.join(F.broadcast(index), "_tix", "left")
     return named.select(
         "offset", "append_time", "epoch", "principal",
-        F.when(is_part, "partition").otherwise("partition_change").alias("record_type"),
+        F.when(F.col("_part"), "partition").otherwise("partition_change").alias("record_type"),
         F.coalesce("_other_tid", "_tid").alias("topic_id"), F.col("_tname").alias("topic_name"),
-        "partition_id", *state.columns[len(keep):])
+        *[c for c in state.columns if c not in _INDEXED_KEYS and c not in (
+            "offset", "append_time", "epoch", "principal")])
 
 
 def _states(df: DataFrame, states: DataFrame | None) -> DataFrame:

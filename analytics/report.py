@@ -191,18 +191,21 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
     # no scan of the whole log goes through the name join.
     raw = report_rows(spark, log_dir, snapshots=snapshots).persist(MEMORY_AND_DISK)
     names = audit.topic_names(raw).persist(MEMORY_AND_DISK)
-    states = audit.partition_states(raw, names).persist(MEMORY_AND_DISK)
+    indexed, index = audit.indexed_partition_states(raw, names)
+    # Persisted without topic ids and names (see `indexed_partition_states`).
+    indexed, index = indexed.persist(MEMORY_AND_DISK), index.persist(MEMORY_AND_DISK)
     try:
         stats = raw.agg(F.count("*"), F.max("offset"), F.max("epoch"),
                         F.max("append_time")).first()
         assert stats is not None
-        names.count()
+        index.count()
         step(f"{stats[0]} records read")
-        states.count()
+        indexed.count()
         step("partition states derived")
+        states = audit.name_partition_states(indexed, index)
         return _report(raw, states, out, log_dir, stats, progress, max_rows, started)
     finally:
-        for cached in (states, names, raw):
+        for cached in (indexed, index, names, raw):
             cached.unpersist()
 
 
