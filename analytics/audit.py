@@ -130,6 +130,12 @@ def topic_lifecycle(df: DataFrame) -> DataFrame:
 # -------------------------------------------------------------------- partitions
 
 
+# The leading columns of `indexed_partition_states`: the record's batch fields, the
+# record type as a flag, the topic as an index (or its id when it has no index).
+_INDEXED_KEYS = ("offset", "append_time", "epoch", "principal", "_part", "_tix",
+                 "_other_tid", "partition_id")
+
+
 def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame:
     """The full state of a partition after each of its Partition/PartitionChange records.
 
@@ -177,8 +183,7 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
     rows = log_rows(df).where(F.col("record_type").isin("partition", "partition_change"))
     rows = rows.join(F.broadcast(index.select(F.col("_tid").alias("_id"), "_tix")),
                      rows["topic_id"] == F.col("_id"), "left")
-    keep = ["offset", "append_time", "epoch", "principal", "_part", "_tix", "_other_tid",
-            "partition_id"]
+    keep = list(_INDEXED_KEYS)
     rows = rows.select(
         "offset", "append_time", "epoch", "principal",
         (F.col("record_type") == "partition").alias("_part"), "_tix",
@@ -238,10 +243,6 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
     return state, index
 
 
-# The columns `indexed_partition_states` carries for the topic and the record type.
-_INDEXED_KEYS = ("_part", "_tix", "_other_tid")
-
-
 def name_partition_states(state: DataFrame, index: DataFrame) -> DataFrame:
     """The `partition_states` columns from `indexed_partition_states`' pair."""
     named = state.join(F.broadcast(index), "_tix", "left")
@@ -249,8 +250,7 @@ def name_partition_states(state: DataFrame, index: DataFrame) -> DataFrame:
         "offset", "append_time", "epoch", "principal",
         F.when(F.col("_part"), "partition").otherwise("partition_change").alias("record_type"),
         F.coalesce("_other_tid", "_tid").alias("topic_id"), F.col("_tname").alias("topic_name"),
-        *[c for c in state.columns if c not in _INDEXED_KEYS and c not in (
-            "offset", "append_time", "epoch", "principal")])
+        "partition_id", *state.columns[len(_INDEXED_KEYS):])
 
 
 def _states(df: DataFrame, states: DataFrame | None) -> DataFrame:

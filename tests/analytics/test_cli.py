@@ -59,6 +59,8 @@ def test_audit_command_as_its_own_process(log_dir: tuple[Path, Known], tmp_path:
     """The installed `metakraft audit`, started as operators start it: its own JVM with
     the session settings of `session_conf` (the in-process tests reuse the test
     session), on the clean test log: every invariant holds, exit 0."""
+    from analytics.invariants import INVARIANTS
+
     out = tmp_path / "report"
     metakraft = Path(sys.executable).parent / "metakraft"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -69,8 +71,6 @@ def test_audit_command_as_its_own_process(log_dir: tuple[Path, Known], tmp_path:
         capture_output=True, text=True, timeout=600, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "starting Spark (local[1])" in done.stderr
-    from analytics.invariants import INVARIANTS
-
     assert "VIOLATED" not in done.stdout
     assert done.stdout.split() == [w for name in INVARIANTS for w in ("ok", name)]
     report = (out / "report.md").read_text()
