@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,8 @@ PLOTTED = frozenset({"Leader churn per broker", "Fencing intervals"})
 CONCURRENT_QUERIES = 4
 
 
-def session_conf(master: str, driver_memory: str | None = None) -> dict[str, str]:
+def session_conf(master: str, driver_memory: str | None = None,
+                 extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Spark settings an audit session starts with on `master`.
 
     Local masters (`local`, `local[N]`, `local[*]`) also get: 2 shuffle partitions
@@ -59,7 +60,8 @@ def session_conf(master: str, driver_memory: str | None = None) -> dict[str, str
     Spark's default of 200 is made for clusters), and the driver JVM, which then
     does all the work, runs the parallel garbage collector (throughput over pause
     times: the 10M-record bench's full audit ran ~8% faster than with G1, see
-    docs/benchmarks.md). Other masters keep the cluster's own settings.
+    docs/benchmarks.md). Other masters keep the cluster's own settings. `extra`
+    (`metakraft audit --conf KEY=VALUE`) is applied last: the operator's word wins.
     """
     conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
             "spark.sql.session.timeZone": "UTC"}
@@ -71,15 +73,17 @@ def session_conf(master: str, driver_memory: str | None = None) -> dict[str, str
         n = 1 if cores is None else (os.cpu_count() or 1) if cores == "*" else int(cores)
         conf["spark.sql.shuffle.partitions"] = str(max(2, 2 * n))
         conf["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
+    conf.update(extra or {})
     return conf
 
 
 def audit_session(master: str, app_name: str = "metakraft-audit",
-                  driver_memory: str | None = None) -> SparkSession:
-    """A SparkSession with `session_conf(master, driver_memory)`. The JVM settings
-    hold only if this starts the JVM (the first session of the process)."""
+                  driver_memory: str | None = None,
+                  extra: Mapping[str, str] | None = None) -> SparkSession:
+    """A SparkSession with `session_conf(master, driver_memory, extra)`. The JVM
+    settings hold only if this starts the JVM (the first session of the process)."""
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in session_conf(master, driver_memory).items():
+    for key, value in session_conf(master, driver_memory, extra).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -1,4 +1,4 @@
-"""`metakraft audit --log-dir DIR [--master URL] [--out DIR]`: the Spark audit report.
+"""`metakraft audit --log-dir DIR [--master URL] [--out DIR] [--conf K=V]...`: the audit report.
 
 pyspark is imported inside the command, not at module level: every `metakraft`
 invocation imports this module, and starting the CLI must not pay for (or need)
@@ -36,6 +36,18 @@ def _log_dir_problem(log_dir: str, snapshots: bool) -> str | None:
     return None
 
 
+def _spark_conf(ctx: click.Context, param: click.Parameter,
+                values: tuple[str, ...]) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().startswith("spark."):
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE with a Spark key, e.g. "
+                                     f"spark.sql.shuffle.partitions=64", ctx, param)
+        conf[key.strip()] = value
+    return conf
+
+
 @click.command()
 @click.option("--log-dir", "log_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="A controller's data directory (holding metadata/) or its metadata/ dir.")
@@ -48,8 +60,11 @@ def _log_dir_problem(log_dir: str, snapshots: bool) -> str | None:
 @click.option("--driver-memory", "driver_memory", default=None,
               help="Spark driver memory, e.g. 8g. In local mode the driver holds the "
                    "cached log (about 250 bytes a record); Spark's default is 1g.")
+@click.option("--conf", "spark_conf", multiple=True, callback=_spark_conf, metavar="KEY=VALUE",
+              help="A Spark setting (repeatable), applied over the audit's own, as "
+                   "spark-submit's --conf: e.g. spark.sql.shuffle.partitions=64 on a cluster.")
 def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
-          driver_memory: str | None) -> None:
+          driver_memory: str | None, spark_conf: dict[str, str]) -> None:
     """Audit a metadata log with Spark: history, invariants, report with plots.
 
     Exits 1 when an invariant is violated, 2 when the audit could not run.
@@ -68,7 +83,7 @@ def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
     progress(f"starting Spark ({master})")
     from analytics.report import audit_session, run_audit
 
-    spark = audit_session(master, driver_memory=driver_memory)
+    spark = audit_session(master, driver_memory=driver_memory, extra=spark_conf)
     violations = run_audit(spark, os.path.abspath(log_dir), out_dir, progress,
                            snapshots=snapshots)
     bad = {name: n for name, n in violations.items() if n}

@@ -9,9 +9,6 @@ rather than being skipped.
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,23 +16,12 @@ from pathlib import Path
 import pytest
 
 from tests.analytics.history import Known, build_log
-
-
-def _check_java() -> None:
-    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")
-                        ) if os.environ.get("JAVA_HOME") else shutil.which("java")
-    if java is None:
-        pytest.fail("Spark tests need Java: install a JDK 17+ (e.g. apt-get install "
-                    "openjdk-17-jre-headless) and put `java` on PATH or set JAVA_HOME.")
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    found = re.search(r'version "(\d+)', out.stderr + out.stdout)
-    if found is None or int(found.group(1)) < 17:
-        pytest.fail(f"Spark tests need a JDK 17+; `java -version` says: {out.stderr.strip()}")
+from tests.analytics.standalone import check_java
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    _check_java()
+    check_java()
     # Executors (Python workers) must use this interpreter: it is the one with pyarrow
     # and this package installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -52,6 +52,24 @@ def test_session_conf_tunes_local_masters_and_leaves_clusters_alone() -> None:
     assert "spark.driver.extraJavaOptions" not in cluster
     assert "spark.driver.memory" not in cluster
     assert cluster["spark.sql.session.timeZone"] == "UTC"
+    # --conf: applied last, over the audit's own settings.
+    tuned = session_conf("local[2]", None, {"spark.sql.shuffle.partitions": "16",
+                                            "spark.executor.memory": "2g"})
+    assert tuned["spark.sql.shuffle.partitions"] == "16"
+    assert tuned["spark.executor.memory"] == "2g"
+    assert tuned["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+
+
+@pytest.mark.parametrize("bad", ["spark.sql.shuffle.partitions", "shuffle.partitions=4",
+                                 "=4"])
+def test_a_malformed_conf_is_refused_before_spark_starts(log_dir: tuple[Path, Known],
+                                                         tmp_path: Path, bad: str) -> None:
+    result = CliRunner().invoke(cli, ["audit", "--log-dir", str(log_dir[0]), "--out",
+                                      str(tmp_path / "report"), "--conf", bad])
+    assert result.exit_code == 2, result.output
+    assert "expected KEY=VALUE with a Spark key" in result.output
+    assert "starting Spark" not in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "report").exists()
 
 
 @pytest.mark.spark
