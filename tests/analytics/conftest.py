@@ -1,4 +1,6 @@
-"""Fixtures of the Spark audit tests: ONE SparkSession for the whole run, one real log.
+"""Fixtures of the Spark audit tests: ONE SparkSession for the whole run, and two real
+logs: the scripted history's (`log_dir`, exact answers known) and a real cluster's
+(`dev_run`: `metakraft dev --scenario`, real processes).
 
 Session start costs 8-11 s and the first Python-source query ~10 s more on this
 machine, so the session is session-scoped (and pytest-xdist must not be used here).
@@ -9,14 +11,18 @@ rather than being skipped.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from tests.analytics.history import Known, build_log
 from tests.analytics.standalone import check_java
+from tests.support.dev_cluster import REPO_ROOT, dev_command, dev_env, kill_everything
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +52,47 @@ def spark() -> Iterator[object]:
     analytics.register(session)
     yield session
     session.stop()
+
+
+DEV_SCENARIO_TIMEOUT_S = 150.0
+
+
+@attrs.frozen
+class DevRun:
+    """A finished `metakraft dev --scenario` run: its data directory and what its tour
+    printed (which broker it killed, where it moved tour-a-0)."""
+
+    data_dir: Path
+    victim: int
+    original: tuple[int, ...]
+    target: tuple[int, ...]
+
+    def controller_logs(self) -> list[Path]:
+        """Each controller's data directory (holding metadata/), by node id."""
+        return sorted(p / "data" for p in self.data_dir.glob("controller-*"))
+
+
+@pytest.fixture(scope="session")
+def dev_run(tmp_path_factory: pytest.TempPathFactory) -> DevRun:
+    """The log of a real cluster: `metakraft dev --scenario` (3 controller and 3 broker
+    processes on loopback; a broker killed and restarted, a reassignment), run to
+    its end. The tour picks its victim at run time, so the facts come from its output."""
+    data_dir = tmp_path_factory.mktemp("dev-cluster") / "dev"
+    proc = subprocess.Popen(dev_command("dev", "--scenario", "--data-dir", str(data_dir)),
+                            cwd=REPO_ROOT, env=dev_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        out_bytes, _ = proc.communicate(timeout=DEV_SCENARIO_TIMEOUT_S)
+    finally:
+        kill_everything(proc, data_dir)
+    out = out_bytes.decode(errors="replace")
+    assert proc.returncode == 0 and "scenario passed" in out, out
+    killed = re.search(r"kill -9 broker (\d+) \(leader of tour-a-0", out)
+    moved = re.search(r"reassign tour-a-0 from replicas ([\d,]+) to ([\d,]+)", out)
+    assert killed is not None and moved is not None, out
+    return DevRun(data_dir, int(killed.group(1)),
+                  tuple(int(b) for b in moved.group(1).split(",")),
+                  tuple(int(b) for b in moved.group(2).split(",")))
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The notebooks run top to bottom against the test log (offline, this venv's kernel).
+"""The notebooks run top to bottom against each test log (offline, this venv's kernel).
 
 All three run in ONE kernel, one after another, each in a fresh namespace (`%reset
 -f` before it): what they share is the process (imported modules, the JVM), not
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.analytics.history import Known
+from analytics.reader import plan_files, read_file
+from tests.analytics.conftest import DevRun
 
 pytestmark = pytest.mark.spark
 
@@ -24,13 +25,23 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "analytics" / "notebooks"
 NAMES = ["cluster_overview", "topic_forensics", "invariant_check"]
 
 
-def test_notebooks_run(log_dir: tuple[Path, Known], tmp_path: Path,
+@pytest.mark.parametrize("log", ["scripted", "dev_cluster"])
+def test_notebooks_run(log: str, request: pytest.FixtureRequest, tmp_path: Path,
                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the scripted history's log, and on a real cluster's (`metakraft dev
+    --scenario`, its other two controllers' logs given as the replicas to compare)."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    monkeypatch.setenv("METAKRAFT_LOG_DIR", str(log_dir[0]))
+    if log == "scripted":
+        target = request.getfixturevalue("log_dir")[0]
+    else:
+        run: DevRun = request.getfixturevalue("dev_run")
+        target, *others = run.controller_logs()
+        monkeypatch.setenv("METAKRAFT_REPLICA_DIRS", ",".join(map(str, others)))
+    records = sum(b.num_rows for piece in plan_files(target) for b in read_file(piece))
+    monkeypatch.setenv("METAKRAFT_LOG_DIR", str(target))
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", " ".join([
         "--conf spark.sql.codegen.wholeStage=false", "--conf spark.sql.adaptive.enabled=false",
@@ -60,6 +71,8 @@ def test_notebooks_run(log_dir: tuple[Path, Known], tmp_path: Path,
     executed = {owner[i] for i, c in enumerate(combined.cells)
                 if c.cell_type == "code" and c.get("execution_count")}
     assert executed == set(NAMES)
-    errors = [o for c in combined.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
-    assert not errors
+    outputs = [o for c in combined.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    # Each notebook read the whole log it was given.
+    printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert printed.count(f"{records} records\n") == len(NAMES)

@@ -10,7 +10,6 @@ Whatever happens, teardown kills the supervisor and every child it recorded.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,44 +20,22 @@ from pathlib import Path
 import pytest
 
 from controller.devcluster.layout import pid_alive
+from tests.support.dev_cluster import (
+    REPO_ROOT,
+    dev_command,
+    dev_env,
+    kill_everything,
+    recorded_pids,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LAUNCH = "from controller.cli.main import main; main()"
 READY_LINE = "Ctrl-C stops everything"
 
 
-def _env() -> dict[str, str]:
-    # A wide console keeps rich from wrapping the lines the test looks for.
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
-
-
 def metakraft(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", LAUNCH, *args], cwd=REPO_ROOT, env=_env(),
+    return subprocess.run(dev_command(*args), cwd=REPO_ROOT, env=dev_env(),
                           capture_output=True, text=True, timeout=timeout_s)
-
-
-def recorded_pids(data_dir: Path) -> list[int]:
-    try:
-        doc = json.loads((data_dir / "cluster.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return [p["pid"] for p in doc["processes"] if isinstance(p.get("pid"), int)]
-
-
-def kill_everything(supervisor: subprocess.Popen[bytes] | None, data_dir: Path) -> None:
-    if supervisor is not None and supervisor.poll() is None:
-        supervisor.kill()
-        supervisor.wait(10)
-    for pid in recorded_pids(data_dir):
-        # Only a process still running one of this cluster's configs is ours.
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if str(data_dir).encode() in cmdline:
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -72,8 +49,8 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_scenario_runs_the_tour_and_exits_0(data_dir: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "dev", "--scenario", "--data-dir",
-                             str(data_dir)], cwd=REPO_ROOT, env=_env(),
+    proc = subprocess.Popen(dev_command("dev", "--scenario", "--data-dir",
+                                        str(data_dir)), cwd=REPO_ROOT, env=dev_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         out_bytes, _ = proc.communicate(timeout=150)
@@ -96,8 +73,8 @@ def test_scenario_runs_the_tour_and_exits_0(data_dir: Path) -> None:
 
 def _run_until_ready(data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", LAUNCH, "dev", "--data-dir",
-                                 str(data_dir)], cwd=REPO_ROOT, env=_env(), stdout=out,
+        proc = subprocess.Popen(dev_command("dev", "--data-dir", str(data_dir)),
+                                cwd=REPO_ROOT, env=dev_env(), stdout=out,
                                 stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while READY_LINE not in log.read_text(errors="replace"):

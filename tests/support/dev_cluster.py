@@ -1,0 +1,46 @@
+"""Running `metakraft dev` from tests: launch it as its own process, and clean up
+every process it recorded in DATA_DIR/cluster.json whatever happened."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LAUNCH = "from controller.cli.main import main; main()"
+
+
+def dev_env() -> dict[str, str]:
+    # A wide console keeps rich from wrapping the lines the tests look for.
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
+
+
+def dev_command(*args: str) -> list[str]:
+    """`metakraft ARGS...` run by this interpreter from this checkout."""
+    return [sys.executable, "-c", LAUNCH, *args]
+
+
+def recorded_pids(data_dir: Path) -> list[int]:
+    try:
+        doc = json.loads((data_dir / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [p["pid"] for p in doc["processes"] if isinstance(p.get("pid"), int)]
+
+
+def kill_everything(supervisor: subprocess.Popen[bytes] | None, data_dir: Path) -> None:
+    if supervisor is not None and supervisor.poll() is None:
+        supervisor.kill()
+        supervisor.wait(10)
+    for pid in recorded_pids(data_dir):
+        # Only a process still running one of this cluster's configs is ours.
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(data_dir).encode() in cmdline:
+            os.kill(pid, signal.SIGKILL)
