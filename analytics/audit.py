@@ -99,32 +99,38 @@ def topic_lifecycle(df: DataFrame) -> DataFrame:
     client_address, request_id. Partitions created with the topic (same batch) count
     toward `created`; those in later batches are a `partitions_added` event.
     """
-    # Every event row carries its batch's columns (time, epoch, origin): no join with
-    # the whole log, only among the few topic, partition and removal records.
-    log = resolve_topic_names(log_rows(df))
+    # One pass over the log and one shuffle (by topic): the Topic, Partition and
+    # RemoveTopic records are few, and per topic and batch they say it all. Every
+    # event row carries its batch's columns (time, epoch, origin).
+    kind = F.col("record_type")
     batch = ["batch_base_offset", "append_time", "epoch", *WHO]
-    topics = log.where(F.col("record_type") == "topic").select(
-        "topic_id", "topic_name", "offset", *batch)
-    created_in = topics.select("topic_id", F.col("batch_base_offset").alias("_created_batch"))
-    parts = (log.where(F.col("record_type") == "partition")
-             .select("topic_id", "topic_name", "offset", *batch)
-             .join(created_in, "topic_id", "left")
-             .groupBy("topic_id", "topic_name", *batch)
-             .agg(F.count("*").alias("partitions"), F.min("offset").alias("offset"),
-                  F.first("_created_batch").alias("_created_batch")))
-    with_topic = F.col("batch_base_offset") == F.col("_created_batch")
-    created = topics.join(
-        parts.where(with_topic).select("topic_id", "partitions"), "topic_id", "left"
-    ).fillna(0, ["partitions"]).withColumn("event", F.lit("created"))
-    added = parts.where(~with_topic | F.col("_created_batch").isNull()).withColumn(
-        "event", F.lit("partitions_added"))
-    deleted = log.where(F.col("record_type") == "remove_topic").select(
-        "topic_id", "topic_name", "offset", *batch, F.lit(0).cast("long").alias("partitions"),
-        F.lit("deleted").alias("event"))
-    columns = ["topic_name", "topic_id", "event", "partitions", "offset", "append_time",
-               "epoch", *WHO]
-    return (created.select(*columns).unionByName(added.select(*columns))
-            .unionByName(deleted.select(*columns)).orderBy("offset"))
+    rows = log_rows(df).where(kind.isin("topic", "partition", "remove_topic")).select(
+        "record_type", "topic_id", "topic_name", "offset", *batch)
+    # Names from the topic's own Topic record (the others carry only the id).
+    rows = rows.withColumn("topic_name", F.coalesce(
+        "topic_name", F.max("topic_name").over(Window.partitionBy("topic_id"))))
+
+    def first_offset(record_type: str) -> Column:
+        return F.min(F.when(kind == record_type, F.col("offset")))
+
+    per_batch = rows.groupBy("topic_id", "topic_name", *batch).agg(
+        first_offset("topic").alias("_created"), first_offset("partition").alias("_added"),
+        first_offset("remove_topic").alias("_deleted"),
+        F.count(F.when(kind == "partition", 1)).alias("_partitions"))
+    # Partitions in the Topic record's batch count toward `created`; in a later batch
+    # they are a `partitions_added` event.
+    event = F.struct(F.lit("created").alias("event"), F.col("_partitions").alias("partitions"),
+                     F.col("_created").alias("offset"))
+    events = F.array(
+        F.when(F.col("_created").isNotNull(), event),
+        F.when(F.col("_created").isNull() & F.col("_added").isNotNull(), event.withField(
+            "event", F.lit("partitions_added")).withField("offset", F.col("_added"))),
+        F.when(F.col("_deleted").isNotNull(), event.withField("event", F.lit("deleted"))
+               .withField("partitions", F.lit(0).cast("long"))
+               .withField("offset", F.col("_deleted"))))
+    out = per_batch.select("*", F.explode(F.filter(events, lambda e: e.isNotNull())).alias("_e"))
+    return out.select("topic_name", "topic_id", "_e.event", "_e.partitions", "_e.offset",
+                      "append_time", "epoch", *WHO).orderBy("offset")
 
 
 # -------------------------------------------------------------------- partitions
