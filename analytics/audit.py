@@ -306,12 +306,17 @@ def isr_changes(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
                     added.alias("added"), removed.alias("removed")).orderBy("offset")
 
 
+def _unclean() -> Column:
+    # A change record electing a leader from outside the ISR sets RECOVERING. (A
+    # function: a Column needs the running Spark session, which import time has not.)
+    return (F.col("record_type") == "partition_change") & (
+        F.col("leader_recovery_state") == RECOVERING)
+
+
 def unclean_elections(df: DataFrame) -> DataFrame:
     """Leader elections outside the ISR: the record sets recovery state RECOVERING."""
     # The record's own fields (the typed columns): null = not set by the change.
-    rows = resolve_topic_names(log_rows(df)).where(
-        (F.col("record_type") == "partition_change")
-        & (F.col("leader_recovery_state") == RECOVERING))
+    rows = resolve_topic_names(log_rows(df)).where(_unclean())
     return rows.select("topic_name", "topic_id", "partition_id", "offset", "append_time", "epoch",
                        *WHO, "leader", "isr").orderBy("offset")
 
@@ -422,10 +427,10 @@ def elections_per_epoch(df: DataFrame, states: DataFrame | None = None) -> DataF
                       F.col("append_time").alias("start_time"))
     moves = (_states(df, states).where(F.col("leader_changed")).groupBy("epoch")
              .agg(F.count("*").alias("leader_elections")))
-    unclean = unclean_elections(df).groupBy("epoch").agg(F.count("*").alias("unclean_elections"))
-    records = log.groupBy("epoch").agg(F.count("*").alias("records"))
+    # Records and unclean elections (as `unclean_elections` finds them) in one pass.
+    records = log.groupBy("epoch").agg(F.count("*").alias("records"),
+                                       F.count(F.when(_unclean(), 1)).alias("unclean_elections"))
     return (terms.join(records, "epoch", "full").join(moves, "epoch", "left")
-            .join(unclean, "epoch", "left")
             .fillna(0, ["leader_elections", "unclean_elections", "records"])
             .orderBy("epoch"))
 
