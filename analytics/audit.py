@@ -283,12 +283,14 @@ def leader_churn_per_partition(df: DataFrame, states: DataFrame | None = None) -
 
 def leader_churn_per_broker(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Per broker: leaderships gained and lost through leader changes."""
-    changes = _states(df, states).where(F.col("leader_changed"))
-    gained = (changes.where(F.col("leader") >= 0).groupBy(F.col("leader").alias("broker_id"))
-              .agg(F.count("*").alias("gained")))
-    lost = (changes.where(F.col("prev_leader") >= 0)
-            .groupBy(F.col("prev_leader").alias("broker_id")).agg(F.count("*").alias("lost")))
-    return (gained.join(lost, "broker_id", "full").fillna(0, ["gained", "lost"])
+    # One pass: each change is a gain for the new leader and a loss for the old one
+    # (-1, no leader, is neither).
+    sides = F.explode(F.array(
+        F.struct(F.col("leader").alias("broker_id"), F.lit(1).alias("_gained")),
+        F.struct(F.col("prev_leader").alias("broker_id"), F.lit(0).alias("_gained"))))
+    return (_states(df, states).where(F.col("leader_changed")).select(sides.alias("_side"))
+            .select("_side.*").where(F.col("broker_id") >= 0).groupBy("broker_id")
+            .agg(F.sum("_gained").alias("gained"), F.sum(1 - F.col("_gained")).alias("lost"))
             .withColumn("leader_changes", F.col("gained") + F.col("lost"))
             .orderBy("broker_id"))
 
@@ -335,20 +337,21 @@ def reassignments(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     s = _states(df, states).select(
         "*", moving("adding_replicas", "removing_replicas").alias("_moving"),
         moving("prev_adding_replicas", "prev_removing_replicas").alias("_was"))
+    # The transitions alternate per partition (a start, then its end, ...): the row
+    # after a start is its end. One pass over the states, then a window over the few
+    # transition rows.
     s = s.where(F.col("_moving") != F.col("_was"))
-    starts = s.where(F.col("_moving") & ~F.col("_was")).select(
-        "topic_name", "topic_id", "partition_id", F.col("offset").alias("start_offset"),
-        F.col("append_time").alias("start_time"), F.col("principal").alias("started_by"),
+    after = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
+    pairs = s.select(
+        "topic_name", "topic_id", "partition_id", "_moving", "_was",
+        F.col("offset").alias("start_offset"), F.col("append_time").alias("start_time"),
+        F.col("principal").alias("started_by"),
         F.array_except("replicas", "removing_replicas").alias("target"),
-        F.array_except("replicas", "adding_replicas").alias("original"))
-    ends = s.where(~F.col("_moving") & F.col("_was")).select(
-        "topic_id", "partition_id", F.col("offset").alias("end_offset"),
-        F.col("append_time").alias("end_time"), F.col("replicas").alias("final_replicas"))
-    pairs = starts.join(ends, ["topic_id", "partition_id"], "left").where(
-        F.col("end_offset").isNull() | (F.col("end_offset") > F.col("start_offset")))
-    first_end = Window.partitionBy("topic_id", "partition_id", "start_offset").orderBy(
-        F.col("end_offset").asc_nulls_last())
-    pairs = pairs.withColumn("_rank", F.row_number().over(first_end)).where("_rank = 1")
+        F.array_except("replicas", "adding_replicas").alias("original"),
+        F.lead("offset").over(after).alias("end_offset"),
+        F.lead("append_time").over(after).alias("end_time"),
+        F.lead("replicas").over(after).alias("final_replicas"),
+    ).where(F.col("_moving") & ~F.col("_was"))
     outcome = (F.when(F.col("end_offset").isNull(), "ongoing")
                .when(F.col("final_replicas") == F.col("target"), "completed")
                .otherwise("cancelled"))
