@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 
 from tests.analytics.history import Known, build_log
 from tests.analytics.standalone import check_java
-from tests.support.dev_cluster import REPO_ROOT, dev_command, dev_env, kill_everything
+from tests.support.dev_cluster import run_scenario
 
 
 @pytest.fixture(scope="session")
@@ -54,9 +53,6 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
-DEV_SCENARIO_TIMEOUT_S = 150.0
-
-
 @attrs.frozen
 class DevRun:
     """A finished `metakraft dev --scenario` run: its data directory and what its tour
@@ -78,15 +74,8 @@ def dev_run(tmp_path_factory: pytest.TempPathFactory) -> DevRun:
     processes on loopback; a broker killed and restarted, a reassignment), run to
     its end. The tour picks its victim at run time, so the facts come from its output."""
     data_dir = tmp_path_factory.mktemp("dev-cluster") / "dev"
-    proc = subprocess.Popen(dev_command("dev", "--scenario", "--data-dir", str(data_dir)),
-                            cwd=REPO_ROOT, env=dev_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    try:
-        out_bytes, _ = proc.communicate(timeout=DEV_SCENARIO_TIMEOUT_S)
-    finally:
-        kill_everything(proc, data_dir)
-    out = out_bytes.decode(errors="replace")
-    assert proc.returncode == 0 and "scenario passed" in out, out
+    code, out = run_scenario(data_dir)
+    assert code == 0 and "scenario passed" in out, out
     killed = re.search(r"kill -9 broker (\d+) \(leader of tour-a-0", out)
     moved = re.search(r"reassign tour-a-0 from replicas ([\d,]+) to ([\d,]+)", out)
     assert killed is not None and moved is not None, out

@@ -33,6 +33,13 @@ def end_offset(log_dir: Path) -> int:
     return batches[-1].next_offset
 
 
+def record_count(log_dir: Path) -> int:
+    """How many records the log's segment files hold, as the reader reads them."""
+    from analytics.reader import plan_files, read_file
+
+    return sum(b.num_rows for piece in plan_files(log_dir) for b in read_file(piece))
+
+
 def plant(log_dir: Path, payloads: list[RecordPayload], *, epoch: int = 2,
           time_ms: int = 1_700_000_100_000) -> int:
     """Append one batch of `payloads` in a new segment; returns its base offset."""

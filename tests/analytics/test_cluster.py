@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from analytics.invariants import INVARIANTS
-from analytics.reader import plan_files, read_file
 from controller.records import PartitionChangeRecord
 from tests.analytics.history import Known
-from tests.analytics.plant import copy_log, plant
+from tests.analytics.plant import copy_log, plant, record_count
 from tests.analytics.standalone import StandaloneCluster, check_java
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -43,7 +42,7 @@ def test_audit_runs_on_a_standalone_cluster(cluster: StandaloneCluster,
     copy = copy_log(log_dir[0], tmp_path / "log")
     plant(copy, [PartitionChangeRecord(topic_id=log_dir[1].topic_ids["orders"],
                                        partition_id=0, leader=0)])
-    records = sum(b.num_rows for piece in plan_files(copy) for b in read_file(piece))
+    records = record_count(copy)
     out = tmp_path / "report"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     env.pop("PYSPARK_SUBMIT_ARGS", None)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from analytics.reader import plan_files, read_file
 from tests.analytics.conftest import DevRun
+from tests.analytics.plant import record_count
 
 pytestmark = pytest.mark.spark
 
@@ -40,7 +40,7 @@ def test_notebooks_run(log: str, request: pytest.FixtureRequest, tmp_path: Path,
         run: DevRun = request.getfixturevalue("dev_run")
         target, *others = run.controller_logs()
         monkeypatch.setenv("METAKRAFT_REPLICA_DIRS", ",".join(map(str, others)))
-    records = sum(b.num_rows for piece in plan_files(target) for b in read_file(piece))
+    records = record_count(target)
     monkeypatch.setenv("METAKRAFT_LOG_DIR", str(target))
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", " ".join([

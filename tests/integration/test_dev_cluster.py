@@ -26,6 +26,7 @@ from tests.support.dev_cluster import (
     dev_env,
     kill_everything,
     recorded_pids,
+    run_scenario,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -49,15 +50,8 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_scenario_runs_the_tour_and_exits_0(data_dir: Path) -> None:
-    proc = subprocess.Popen(dev_command("dev", "--scenario", "--data-dir",
-                                        str(data_dir)), cwd=REPO_ROOT, env=dev_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        out_bytes, _ = proc.communicate(timeout=150)
-    finally:
-        kill_everything(proc, data_dir)
-    out = out_bytes.decode(errors="replace")
-    assert proc.returncode == 0, out
+    code, out = run_scenario(data_dir)
+    assert code == 0, out
     for checkpoint in ("ready controller-3000 serving", "is the active controller",
                        "ready broker-3 registered and unfenced", "created topic 'demo'",
                        "[ok] topics created",
