@@ -5,33 +5,38 @@ driver: which files, one Spark partition each) and `read_file` (on an executor: 
 file's rows as Arrow batches). Keeping this layer Spark-free lets the benchmark and
 the unit tests drive it directly.
 
-Batch-level columns are one value per log batch, expanded with an Arrow `take`;
-the record-level ones come from `analytics.rows.rows_of` as one tuple per record
-and are transposed in C with `zip(*rows)`. The typed partition columns are built once
-per distinct value in an Arrow batch (records with equal bytes share one value object,
-see `analytics.rows`) and expanded with a `take` too. The garbage collector is paused
-while a batch is built (see `read_file`).
+Per log batch Python reads the header (CRC checked) and where the records are; no
+`bytes` object is made per record. Per Arrow batch of rows: the batch-level columns
+are one value per log batch, expanded with an Arrow `take`; PartitionChange records
+(most of a busy log) are decoded in bulk by `analytics.wire`, with numpy over the
+file's bytes; the other records come from `analytics.rows.rows_of` as one tuple per
+record, transposed in C with `zip(*rows)`, and the two parts are put back in offset
+order with one `take` per column. The typed partition and event columns are built
+once per distinct value and expanded with a `take` too. The garbage collector is
+paused while a batch is built (see `read_file`).
 """
 
 from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import attrs
+import numpy as np
 import pyarrow as pa
 
-from analytics.rows import record_columns, rows_of
+from analytics.rows import RecordColumns, record_columns, rows_of
 from analytics.schema import (
     CORRUPT_COLUMN,
     EVENT_FIELD_COLUMNS,
     PARTITION_FIELD_COLUMNS,
     arrow_schema,
 )
+from analytics.wire import PartitionChanges, Positions, decode_partition_changes
 from controller.records.codec import RecordDecodeError
-from controller.storage.batch import decode_batch
+from controller.storage.batch import record_bounds, verify_batch
 from controller.storage.errors import CorruptBatchError, TruncatedBatchError
 from controller.storage.segment import parse_segment_file_name
 from controller.storage.snapshot_file import parse_snapshot_file_name
@@ -97,90 +102,208 @@ def plan_files(log_dir: str, *, snapshots: bool = False, start: int = 0,
 
 
 class _Builder:
-    """Accumulates rows and cuts them into Arrow batches.
+    """Accumulates a file's rows and cuts them into Arrow batches.
 
-    Per record, Python appends one tuple (from `rows_of`); everything else is per
-    batch or per Arrow batch: a log batch is one *run* of rows sharing the
-    batch-level columns, which become one value per run and a `take` by run index
-    in Arrow, and consecutive offsets are one `range`.
+    Per log batch, Python appends the batch's fields once (a *run* of rows sharing
+    them) and where its records are in the file; everything else happens per Arrow
+    batch in `flush`: the batch-level columns are one value per run expanded with a
+    `take`, PartitionChange records are decoded in bulk (`analytics.wire`), and the
+    other records go through `rows_of` one at a time.
     """
 
-    def __init__(self, permissive: bool, source: str, file: str) -> None:
+    def __init__(self, piece: FileSlice, data: bytes, permissive: bool,
+                 change_json: bool) -> None:
         self.schema = arrow_schema(permissive)
-        self.permissive = permissive
-        self.source, self.file = source, file
+        self.piece, self.permissive, self.change_json = piece, permissive, change_json
+        self.file = os.path.basename(piece.path)
+        self.data, self.buf = data, np.frombuffer(data, np.uint8)
+        # Set when damage ended the file's rows: nothing after it is read.
+        self.stopped = False
         self._reset()
 
     def _reset(self) -> None:
         self.offsets: list[int] = []
         self.run_of_row: list[int] = []
-        # Per run: base, epoch, time (us), principal, client, request, is_control, corrupt.
-        self.runs: list[list[object]] = [[] for _ in range(8)]
-        self.records: list[tuple[object, ...]] = []
+        # Per run: base, epoch, time (us), principal, client, request, is_control,
+        # corrupt, the batch's byte position.
+        self.runs: list[list[object]] = [[] for _ in range(9)]
+        # Where each row's record is in the file (-1: a damaged batch's row, no record).
+        self.starts: list[int] = []
+        self.ends: list[int] = []
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.offsets)
 
     def add(self, offsets: range | list[int], base: int, epoch: int, time_ms: int,
             origin: tuple[str | None, str | None, str | None], is_control: bool,
-            rows: list[tuple[object, ...]], corrupt: str | None = None) -> None:
+            bounds: list[int], position: int, corrupt: str | None = None) -> None:
+        """A run of rows: record i is `data[bounds[i]:bounds[i + 1]]`."""
         runs = self.runs
-        self.run_of_row.extend([len(runs[0])] * len(rows))
+        self.run_of_row.extend([len(runs[0])] * len(offsets))
         self.offsets.extend(offsets)
         # Microseconds as plain ints: Arrow builds the timestamp column from int64.
         for column, value in zip(runs, (base, epoch, time_ms * 1000, *origin, is_control,
-                                        corrupt), strict=True):
+                                        corrupt, position), strict=True):
             column.append(value)
-        self.records.extend(rows)
+        self.starts.extend(bounds[:-1])
+        self.ends.extend(bounds[1:])
 
-    def flush(self) -> pa.RecordBatch:
-        n = len(self.records)
-        record_cols = list(zip(*self.records, strict=True)) if n else [()] * 11
+    def add_damaged(self, offset: int, position: int, message: str,
+                    like_run: int | None = None) -> None:
+        """The row that stands for damage (permissive mode): no record, `_corrupt` set.
+
+        With `like_run` (an unreadable record in a sound batch) it carries that run's
+        batch fields; without (a damaged batch) only the offset, as its base offset.
+        """
+        runs = self.runs
+        fields = ([offset, -1, 0, None, None, None, False] if like_run is None
+                  else [column[like_run] for column in runs[:7]])
+        self.run_of_row.append(len(runs[0]))
+        self.offsets.append(offset)
+        for column, value in zip(runs, [*fields, message, position], strict=True):
+            column.append(value)
+        self.starts.append(-1)
+        self.ends.append(-1)
+        self.stopped = True
+
+    def flush(self) -> list[pa.RecordBatch]:
+        """The rows so far as Arrow batches; raises at an unreadable record (failfast)
+        or cuts the rows there (permissive)."""
+        n = len(self.offsets)
+        if not n:
+            return []
+        damaged = self.starts[-1] < 0
+        with_record = n - 1 if damaged else n
+        starts = np.array(self.starts[:with_record], np.int64)
+        ends = np.array(self.ends[:with_record], np.int64)
+        changes = decode_partition_changes(self.buf, starts, ends, change_json=self.change_json)
+        is_change = np.zeros(with_record, bool)
+        is_change[changes.rows] = True
+        others = np.flatnonzero(~is_change)
+        data = self.data
+        records = list(map(data.__getitem__, map(slice, starts[others].tolist(),
+                                                 ends[others].tolist())))
+        try:
+            rows = rows_of(records, change_json=self.change_json)
+        except RecordDecodeError:
+            return self._cut_at_unreadable(records, others)
+        if damaged:
+            others = np.append(others, with_record)
+            rows.append(_NO_COLUMNS)
+        batch = self._assemble(n, changes, others, rows)
+        self._reset()
+        return [batch]
+
+    def _cut_at_unreadable(self, records: list[bytes], others: Positions
+                           ) -> list[pa.RecordBatch]:
+        error = None
+        for i, record in enumerate(records):
+            try:
+                record_columns(record, change_json=self.change_json)
+            except RecordDecodeError as exc:
+                bad, error = i, exc
+                break
+        assert error is not None, "rows_of raised on records that each decode"
+        row = int(others[bad])
+        run = self.run_of_row[row]
+        at = self.offsets[row]
+        message = (f"{self.piece.path}: unreadable record at offset {at} (batch at byte "
+                   f"{self.runs[8][run]}): {error}")
+        if not self.permissive:
+            raise MetakraftCorruptLogError(message) from error
+        # The rows before it as they are, then the damage; nothing after it is read.
+        for rows in (self.offsets, self.run_of_row, self.starts, self.ends):
+            del rows[row:]
+        position = self.runs[8][run]
+        assert isinstance(position, int)
+        self.add_damaged(at, position, message, like_run=run)
+        return self.flush()
+
+    def _assemble(self, n: int, changes: PartitionChanges, others: Positions,
+                  rows: list[RecordColumns]) -> pa.RecordBatch:
         schema = self.schema
+        k, m = len(others), len(changes.rows)
+        record_cols = list(zip(*rows, strict=True)) if k else [()] * 11
+        # Each row's place in (other rows, then change rows): one `take` puts a column
+        # built as those two parts back in offset order.
+        place = np.empty(n, np.int64)
+        place[others] = np.arange(k)
+        place[changes.rows] = k + np.arange(m)
+        order = pa.array(place)
+
+        def merged(name: str, values: Sequence[object]) -> pa.Array:
+            typ = schema.field(name).type
+            of_changes = change_columns.get(name)
+            if of_changes is None:
+                of_changes = pa.nulls(m, typ)
+            part = pa.array(values, type=typ)
+            return pa.concat_arrays([part, of_changes]).take(order)
+
+        change_columns = {
+            "record_type": pa.array(["partition_change"], pa.string()).take(
+                pa.array(np.zeros(m, np.int64))),
+            "version": changes.version, "topic_id": changes.topic_id,
+            "partition_id": changes.partition_id, "record_json": changes.record_json,
+        }
         take = pa.array(self.run_of_row, pa.int32())
-        runs = self.runs if self.permissive else self.runs[:-1]
+        runs = self.runs[:8] if self.permissive else self.runs[:7]
         per_run = [pa.array(values, type=typ).take(take)
                    for values, typ in zip(runs, _RUN_TYPES, strict=False)]
         base, epoch, time_us, principal, client, request, control = per_run[:7]
+        names = schema.names
+        others_fields, others_index = _distinct(record_cols[9] if k else ())
+        events, events_index = _distinct(record_cols[10] if k else ())
         arrays = [
             pa.array(self.offsets, pa.int64()), base, epoch, time_us,
-            *[pa.array(col, type=schema.field(4 + i).type)
-              for i, col in enumerate(record_cols[:8])],
+            *[merged(names[4 + i], record_cols[i]) for i in range(8)],
             principal, client, request, control,
-            pa.repeat(pa.scalar(self.source, pa.string()), n),
+            pa.repeat(pa.scalar(self.piece.kind, pa.string()), n),
             pa.repeat(pa.scalar(self.file, pa.string()), n),
-            pa.array(record_cols[8], pa.string()),
-            *_typed_arrays(record_cols[9], _PARTITION_TYPES),
-            *_typed_arrays(record_cols[10], _EVENT_TYPES),
+            merged("record_json", record_cols[8]),
+            *_typed_columns(n, [(others, others_fields, others_index),
+                                (changes.rows, changes.fields, changes.field_index)],
+                            _PARTITION_TYPES),
+            *_typed_columns(n, [(others, events, events_index)], _EVENT_TYPES),
         ]
         if self.permissive:
             arrays.append(per_run[7])
-        self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 _PARTITION_TYPES = tuple(arrow_schema().field(name).type for name in PARTITION_FIELD_COLUMNS)
 _EVENT_TYPES = tuple(arrow_schema().field(name).type for name in EVENT_FIELD_COLUMNS)
 # The record-level columns of a corrupt row: all null.
-_NO_COLUMNS = (None,) * 11
+_NO_COLUMNS: RecordColumns = (None,) * 11  # type: ignore[assignment]
 
 
-def _typed_arrays(values: tuple[object, ...], types: tuple[pa.DataType, ...]) -> list[pa.Array]:
-    """Typed columns of `types` from each row's fields tuple (`PartitionFields`,
-    `EventFields`) or None (all null).
-
-    Rows of records with equal bytes share one value object (the caches in
-    `analytics.rows`), so the columns are built from the distinct objects only (by
-    identity, in C: `map(id, ...)` and a dict) and expanded with one `take`.
-    """
+def _distinct(values: Sequence[object]) -> tuple[list[object], Positions]:
+    """The distinct objects of `values` (by identity: rows of records with equal bytes
+    share one value object, see the caches in `analytics.rows`) and each value's
+    position among them, in C (`map(id, ...)` and a dict)."""
     ids = list(map(id, values))
     distinct = dict(zip(ids, values, strict=True))
     position = {key: i for i, key in enumerate(distinct)}
-    take = pa.array(list(map(position.__getitem__, ids)), pa.int32())
+    return list(distinct.values()), np.fromiter(map(position.__getitem__, ids), np.int64,
+                                                len(ids))
+
+
+def _typed_columns(n: int, parts: list[tuple[Positions, Sequence[object], Positions]],
+                   types: tuple[pa.DataType, ...]) -> list[pa.Array]:
+    """Typed columns of `types` from fields tuples (`PartitionFields`, `EventFields`).
+
+    Each part is (rows, distinct values, each row's value among them); a value is a
+    fields tuple or None (all null), and a row in no part is all null. The columns
+    are built from the distinct values only and expanded with one `take`.
+    """
+    distinct: list[object] = [None]
+    index = np.zeros(n, np.int64)
+    for rows, values, which in parts:
+        index[rows] = len(distinct) + which
+        distinct.extend(values)
     empty = (None,) * len(types)
-    rows = [empty if v is None else v for v in distinct.values()]
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(types)
-    return [pa.array(col, type=typ).take(take) for col, typ in zip(columns, types, strict=True)]
+    table = list(zip(*[empty if v is None else v for v in distinct], strict=True))
+    take = pa.array(index)
+    return [pa.array(col, type=typ).take(take) for col, typ in zip(table, types, strict=True)]
 
 
 _RUN_TYPES = tuple(arrow_schema(permissive=True).field(name).type for name in (
@@ -222,56 +345,43 @@ def read_file(piece: FileSlice, *, permissive: bool = False,
 def _read_file(piece: FileSlice, permissive: bool,
                change_json: bool) -> Iterator[pa.RecordBatch]:
     data = Path(piece.path).read_bytes()
-    name = os.path.basename(piece.path)
-    out = _Builder(permissive, piece.kind, name)
+    out = _Builder(piece, data, permissive, change_json)
     pos = 0
-    while pos < len(data):
+    while pos < len(data) and not out.stopped:
         try:
-            batch, size = decode_batch(data, pos)
+            header = verify_batch(data, pos)
+            origin, bounds = record_bounds(data, pos, header)
         except (CorruptBatchError, TruncatedBatchError) as exc:
+            # An unreadable record before this batch is the first damage: the flush
+            # raises at it (failfast) or ends the rows there (permissive).
+            yield from out.flush()
+            if out.stopped:
+                return
             # The header's base offset when it was readable; else -1 (unknown).
             offset = exc.offset if exc.offset is not None else -1
             message = f"{piece.path}: byte {pos}, offset {offset}: {exc}"
             if not permissive:
                 raise MetakraftCorruptLogError(message) from exc
-            out.add([offset], offset, -1, 0, (None, None, None), False,
-                     [_NO_COLUMNS], corrupt=message)
+            out.add_damaged(offset, pos, message)
             break
-        pos += size
+        at = pos
+        pos += header.size_bytes
         if piece.kind == "snapshot":
-            if batch.is_control:
+            if header.is_control:
                 continue  # snapshot header/footer: file framing, not image records
             first = piece.snapshot_offset
-            offsets: range | list[int] = [first] * batch.record_count
+            offsets: range | list[int] = [first] * header.record_count
         else:
-            if batch.next_offset <= piece.start or batch.base_offset >= piece.end:
+            if header.next_offset <= piece.start or header.base_offset >= piece.end:
                 continue
-            first = max(batch.base_offset, piece.start)
-            offsets = range(first, min(batch.next_offset, piece.end))
-        skip = first - batch.base_offset if piece.kind == "segment" else 0
-        wanted = batch.records[skip:skip + len(offsets)]
-        try:
-            rows: list[tuple[object, ...]] = list(rows_of(wanted, change_json=change_json))
-        except RecordDecodeError as exc:
-            bad = next(i for i, r in enumerate(wanted) if _unreadable(r))
-            at = offsets[bad]
-            message = f"{piece.path}: unreadable record at offset {at} (batch at byte " \
-                      f"{pos - size}): {exc}"
-            if not permissive:
-                raise MetakraftCorruptLogError(message) from exc
-            good: list[tuple[object, ...]] = [record_columns(r, change_json=change_json)
-                                              for r in wanted[:bad]]
-            out.add(list(offsets[:bad]), batch.base_offset, batch.epoch,
-                    batch.append_time_ms, _origin(batch.origin), batch.is_control, good)
-            out.add([at], batch.base_offset, batch.epoch, batch.append_time_ms,
-                    _origin(batch.origin), batch.is_control, [_NO_COLUMNS], corrupt=message)
-            break
-        out.add(offsets, batch.base_offset, batch.epoch, batch.append_time_ms,
-                _origin(batch.origin), batch.is_control, rows)
+            first = max(header.base_offset, piece.start)
+            offsets = range(first, min(header.next_offset, piece.end))
+        skip = first - header.base_offset if piece.kind == "segment" else 0
+        out.add(offsets, header.base_offset, header.epoch, header.append_time_ms,
+                _origin(origin), header.is_control, bounds[skip:skip + len(offsets) + 1], at)
         if len(out) >= ROWS_PER_ARROW_BATCH:
-            yield out.flush()
-    if len(out):
-        yield out.flush()
+            yield from out.flush()
+    yield from out.flush()
 
 
 def _unreadable(data: bytes) -> bool:

@@ -314,9 +314,11 @@ _MEMO: dict[bytes, RecordColumns] = {}
 # The JSON of a change's fields after topic_id, and those fields typed.
 _FRAGMENTS: dict[bytes, tuple[str, PartitionFields]] = {}
 _TOPIC_IDS: dict[bytes, tuple[str, str]] = {}
-_PC_VERSION = _VERSIONS["partition_change"]
-_PC_HEADS = [f'{_head("partition_change", v)}{{"partition_id":' for v in range(_PC_VERSION + 1)]
-_PC_TAG = 0x7A  # field 15 (partition_change), wire type 2
+# The newest PartitionChange version, and the JSON of such a record up to its
+# partition id, per version.
+PC_VERSION = _VERSIONS["partition_change"]
+PC_JSON_HEADS = [f'{_head("partition_change", v)}{{"partition_id":'
+                 for v in range(PC_VERSION + 1)]
 
 
 def _change_fragment(rest: bytes) -> tuple[str, PartitionFields] | None:
@@ -350,7 +352,7 @@ def rows_of(records: Sequence[bytes], *, change_json: bool = True) -> list[Recor
     out: list[RecordColumns] = []
     append = out.append
     memo, topics, fragments = _MEMO.get, _TOPIC_IDS.get, _FRAGMENTS.get
-    heads, max_version = _PC_HEADS, _PC_VERSION
+    heads, max_version = PC_JSON_HEADS, PC_VERSION
     for data in records:
         n = len(data)
         if 6 < n < 132 and data[2] == 0x7A and data[0] == 0x08 and data[3] == n - 4:
@@ -393,6 +395,18 @@ def _topic_id(key: bytes) -> tuple[str, str] | None:
     if len(_TOPIC_IDS) < _CACHE_LIMIT:
         _TOPIC_IDS[key] = topic
     return topic
+
+
+def cached_topic_id(key: bytes) -> tuple[str, str] | None:
+    """A PartitionChange's topic id field (bytes) -> (the id, the id as JSON); None if
+    it is not UTF-8 (the protobuf path reports that)."""
+    return _TOPIC_IDS.get(key) or _topic_id(key)
+
+
+def cached_change_fragment(rest: bytes) -> tuple[str, PartitionFields] | None:
+    """A PartitionChange's fields after topic_id (bytes) -> (their JSON, typed), or
+    None for anything `rows_of`'s inline path would not take (the protobuf path)."""
+    return _FRAGMENTS.get(rest) or _change_fragment(rest)
 
 
 def record_columns(data: bytes, *, change_json: bool = True) -> RecordColumns:

@@ -247,9 +247,25 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *,
     else:
         # Copy just this batch (not the whole buffer) so records can be bytes slices.
         data, start = bytes(memoryview(buf)[pos:pos + header.size_bytes]), 0
+    origin, bounds = record_bounds(data, start, header)
+    if len(bounds) == 2:
+        records: tuple[bytes, ...] = (data[bounds[0]:bounds[1]],)
+    else:
+        # Slice every body out of `data` in C.
+        records = tuple(map(data.__getitem__, map(slice, bounds, bounds[1:])))
+    batch = RecordBatch(header.base_offset, header.epoch, header.append_time_ms,
+                        header.is_control, origin, records)
+    return batch, header.size_bytes
+
+
+def record_bounds(data: bytes, pos: int, header: BatchHeader) -> tuple[BatchOrigin, list[int]]:
+    """The origin of the batch at `pos` and where its records are: record i is
+    `data[bounds[i]:bounds[i + 1]]`. `header` is what `verify_batch` returned for this
+    position (the lengths add up). For readers that decode records in place, without
+    a `bytes` object per record (see `decode_batch` for the usual way)."""
     (_, _, _, _, _, _, n, _, len_principal, len_client, len_request) = _HEADER.unpack_from(data,
-                                                                                           start)
-    p = start + HEADER_SIZE
+                                                                                           pos)
+    p = pos + HEADER_SIZE
     try:
         if len_principal or len_client or len_request:
             p2 = p + len_principal
@@ -261,18 +277,13 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *,
         else:
             origin = EMPTY_ORIGIN
     except UnicodeDecodeError as exc:
-        raise CorruptBatchError(f"origin is not UTF-8: {exc}", header.base_offset, pos) from None
+        raise CorruptBatchError(f"origin is not UTF-8: {exc}", header.base_offset,
+                                pos) from None
     body_start = p + 4 * n
     if n == 1:
-        records: tuple[bytes, ...] = (data[body_start:start + header.size_bytes],)
-    else:
-        lengths = struct.unpack_from(f">{n}I", data, p)
-        # Slice every body out of `data` in C: starts/ends from running sums.
-        ends = list(accumulate(lengths, initial=body_start))
-        records = tuple(map(data.__getitem__, map(slice, ends, ends[1:])))
-    batch = RecordBatch(header.base_offset, header.epoch, header.append_time_ms,
-                        header.is_control, origin, records)
-    return batch, header.size_bytes
+        return origin, [body_start, pos + header.size_bytes]
+    # Starts and ends from running sums of the length table, in C.
+    return origin, list(accumulate(struct.unpack_from(f">{n}I", data, p), initial=body_start))
 
 
 def iter_batches(buf: bytes, pos: int = 0) -> list[RecordBatch]:
