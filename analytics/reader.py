@@ -136,14 +136,14 @@ class _Builder:
 
     def add(self, offsets: range | list[int], base: int, epoch: int, time_ms: int,
             origin: tuple[str | None, str | None, str | None], is_control: bool,
-            bounds: list[int], position: int, corrupt: str | None = None) -> None:
+            bounds: list[int], position: int) -> None:
         """A run of rows: record i is `data[bounds[i]:bounds[i + 1]]`."""
         runs = self.runs
         self.run_of_row.extend([len(runs[0])] * len(offsets))
         self.offsets.extend(offsets)
         # Microseconds as plain ints: Arrow builds the timestamp column from int64.
         for column, value in zip(runs, (base, epoch, time_ms * 1000, *origin, is_control,
-                                        corrupt, position), strict=True):
+                                        None, position), strict=True):
             column.append(value)
         self.starts.extend(bounds[:-1])
         self.ends.extend(bounds[1:])
