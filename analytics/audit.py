@@ -147,13 +147,16 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
 
     Columns: offset, append_time, epoch, principal, record_type, topic_id,
     topic_name, partition_id, replicas, isr, adding_replicas, removing_replicas,
-    leader, recovery_state, leader_epoch, partition_epoch, prev_leader, prev_isr,
-    prev_adding_replicas, prev_removing_replicas, leader_changed (a change record
-    that moved the leader; the first Partition record is not a change),
-    prev_leader_epoch, prev_partition_epoch. A `prev_*` column is that field of the
-    partition's state before this record (null on its first record), so the audits
-    that compare a state with the one before need no window of their own (each
-    would be another shuffle and sort of every partition record).
+    leader, recovery_state, leader_epoch, partition_epoch, reassigning (adding or
+    removing replicas non-empty), prev_leader, prev_isr, leader_changed (a change
+    record that moved the leader; the first Partition record is not a change),
+    prev_leader_epoch, prev_partition_epoch, prev_reassigning. A `prev_*` column is
+    that field of the partition's state before this record (null on its first
+    record), so the audits that compare a state with the one before need no window
+    of their own (each would be another shuffle and sort of every partition record).
+    The previous state's adding/removing lists are not carried, only whether it was
+    reassigning: two array columns on every row made the persisted states a third
+    more expensive to build, and only the start and end of a reassignment need them.
 
     One shuffle and one sort (by partition, then offset); every window below uses
     that same order, so Spark adds no further exchange or sort. The records' fields
@@ -222,8 +225,6 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
                     "base_le", "base_pe")],
         F.last("_leader", ignorenulls=True).over(before).alias("prev_leader"),
         F.last("_isr", ignorenulls=True).over(before).alias("prev_isr"),
-        F.last("_adding", ignorenulls=True).over(before).alias("prev_adding_replicas"),
-        F.last("_removing", ignorenulls=True).over(before).alias("prev_removing_replicas"),
         F.col("_leader").isNotNull().alias("_sets_leader"),
         F.sum((~is_part).cast("int")).over(w).alias("_changes"),
     )
@@ -240,13 +241,20 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
         .alias("recovery_state"),
         (F.col("base_le") + since_lineage_start("_moves")).cast("int").alias("leader_epoch"),
         (F.col("base_pe") + F.col("_pe_delta")).cast("int").alias("partition_epoch"),
-        "prev_leader", "prev_isr", "prev_adding_replicas", "prev_removing_replicas",
-        "leader_changed")
-    # (4) the previous row's epochs: the same order again, so no further sort.
+        _reassigning("adding", "removing").alias("reassigning"),
+        "prev_leader", "prev_isr", "leader_changed")
+    # (4) the previous row's epochs and reassigning: the same order again, so no
+    # further sort.
     state = state.select(
         "*", *[F.lag(e).over(by_partition).alias("prev_" + e)
-               for e in ("leader_epoch", "partition_epoch")])
+               for e in ("leader_epoch", "partition_epoch", "reassigning")])
     return state, index
+
+
+def _reassigning(adding: str, removing: str) -> Column:
+    # A reassignment is in progress while adding or removing replicas is non-empty.
+    return (F.size(F.coalesce(adding, F.array())) > 0) | (
+        F.size(F.coalesce(removing, F.array())) > 0)
 
 
 def name_partition_states(state: DataFrame, index: DataFrame) -> DataFrame:
@@ -330,13 +338,9 @@ def reassignments(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     when both are empty again: `completed` if the replicas are then the target,
     `cancelled` otherwise; `ongoing` (end null) if the log ends first.
     """
-    def moving(adding: str, removing: str) -> Column:
-        return (F.size(F.coalesce(adding, F.array())) > 0) | (
-            F.size(F.coalesce(removing, F.array())) > 0)
-
     s = _states(df, states).select(
-        "*", moving("adding_replicas", "removing_replicas").alias("_moving"),
-        moving("prev_adding_replicas", "prev_removing_replicas").alias("_was"))
+        "*", F.col("reassigning").alias("_moving"),
+        F.coalesce("prev_reassigning", F.lit(False)).alias("_was"))
     # The transitions alternate per partition (a start, then its end, ...): the row
     # after a start is its end. One pass over the states, then a window over the few
     # transition rows.
