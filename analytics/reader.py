@@ -196,26 +196,19 @@ class _Builder:
 
     def _cut_at_unreadable(self, records: list[bytes], others: Positions
                            ) -> list[pa.RecordBatch]:
-        error = None
-        for i, record in enumerate(records):
-            try:
-                record_columns(record, change_json=self.change_json)
-            except RecordDecodeError as exc:
-                bad, error = i, exc
-                break
-        assert error is not None, "rows_of raised on records that each decode"
+        bad, error = _first_unreadable(records)
         row = int(others[bad])
         run = self.run_of_row[row]
         at = self.offsets[row]
+        position = self.runs[8][run]
+        assert isinstance(position, int)
         message = (f"{self.piece.path}: unreadable record at offset {at} (batch at byte "
-                   f"{self.runs[8][run]}): {error}")
+                   f"{position}): {error}")
         if not self.permissive:
             raise MetakraftCorruptLogError(message) from error
         # The rows before it as they are, then the damage; nothing after it is read.
         for rows in (self.offsets, self.run_of_row, self.starts, self.ends):
             del rows[row:]
-        position = self.runs[8][run]
-        assert isinstance(position, int)
         self.add_damaged(at, position, message, like_run=run)
         return self.flush()
 
@@ -230,21 +223,19 @@ class _Builder:
         place[others] = np.arange(k)
         place[changes.rows] = k + np.arange(m)
         order = pa.array(place)
+        change_columns = {
+            "record_type": pa.repeat(pa.scalar("partition_change", pa.string()), m),
+            "version": changes.version, "topic_id": changes.topic_id,
+            "partition_id": changes.partition_id, "record_json": changes.record_json,
+        }
 
         def merged(name: str, values: Sequence[object]) -> pa.Array:
             typ = schema.field(name).type
             of_changes = change_columns.get(name)
             if of_changes is None:
                 of_changes = pa.nulls(m, typ)
-            part = pa.array(values, type=typ)
-            return pa.concat_arrays([part, of_changes]).take(order)
+            return pa.concat_arrays([pa.array(values, type=typ), of_changes]).take(order)
 
-        change_columns = {
-            "record_type": pa.array(["partition_change"], pa.string()).take(
-                pa.array(np.zeros(m, np.int64))),
-            "version": changes.version, "topic_id": changes.topic_id,
-            "partition_id": changes.partition_id, "record_json": changes.record_json,
-        }
         take = pa.array(self.run_of_row, pa.int32())
         runs = self.runs[:8] if self.permissive else self.runs[:7]
         per_run = [pa.array(values, type=typ).take(take)
@@ -384,12 +375,14 @@ def _read_file(piece: FileSlice, permissive: bool,
     yield from out.flush()
 
 
-def _unreadable(data: bytes) -> bool:
-    try:
-        record_columns(data)
-    except RecordDecodeError:
-        return True
-    return False
+def _first_unreadable(records: list[bytes]) -> tuple[int, RecordDecodeError]:
+    """The first record `rows_of` raised at, and its error."""
+    for i, record in enumerate(records):
+        try:
+            record_columns(record)
+        except RecordDecodeError as exc:
+            return i, exc
+    raise AssertionError("rows_of raised on records that each decode")
 
 
 def _origin(origin: object) -> tuple[str | None, str | None, str | None]:
