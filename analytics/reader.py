@@ -350,7 +350,9 @@ def _read_file(piece: FileSlice, permissive: bool,
                 return
             # The header's base offset when it was readable; else -1 (unknown).
             offset = exc.offset if exc.offset is not None else -1
-            message = f"{piece.path}: byte {pos}, offset {offset}: {exc}"
+            # The error names the offset and byte position when it knows them.
+            where = "" if exc.position is not None else f"byte {pos}, offset {offset}: "
+            message = f"{piece.path}: {where}{exc}"
             if not permissive:
                 raise MetakraftCorruptLogError(message) from exc
             out.add_damaged(offset, pos, message)

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 import analytics
 from analytics import audit
 from analytics.invariants import INVARIANTS, USES_STATES
+from analytics.schema import CORRUPT_COLUMN
 
 Progress = Callable[[str], None]
 MEMORY_AND_DISK = StorageLevel.MEMORY_AND_DISK
@@ -47,6 +48,8 @@ SECTIONS_USING_STATES = frozenset({
 # At most this many fenced periods are drawn (the table and the counts have them all).
 PLOT_INTERVALS = 2_000
 PLOTTED = frozenset({"Leader churn per broker", "Fencing intervals"})
+# In a permissive audit, the verdict on the log's damage (rows: the damaged places).
+DAMAGE_CHECK = "log_readable"
 # Sections and checks run at once (see `_report`); their Spark jobs share the cores.
 CONCURRENT_QUERIES = 4
 
@@ -171,12 +174,18 @@ def _save(fig: Any, path: Path) -> str:
 
 def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
               progress: Progress = print, *, max_rows: int = 200,
-              snapshots: bool = False) -> dict[str, int]:
+              snapshots: bool = False, permissive: bool = False) -> dict[str, int]:
     """Run everything, write `out_dir/report.md` and plots; return violations per check.
 
     The log is read once and cached, and the partition states (what most sections
     and three invariants start from) are derived once and persisted; every section
     and check then runs off those two caches. Both are released at the end.
+
+    Damage in the log (a bad CRC, a torn batch, an unreadable record) stops the
+    audit with `MetakraftCorruptLogError` naming the file and offset. `permissive`
+    audits what is readable instead: the damage is listed in the report and counted
+    under `DAMAGE_CHECK` (the rest of a damaged file is not read, so the findings
+    may miss what it held).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -193,7 +202,13 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
     # The source rows are cached once (one scan of the files), names not resolved:
     # the functions that show topic names join them to their (few) result rows, so
     # no scan of the whole log goes through the name join.
-    raw = report_rows(spark, log_dir, snapshots=snapshots).persist(MEMORY_AND_DISK)
+    rows = report_rows(spark, log_dir, snapshots=snapshots, permissive=permissive
+                       ).persist(MEMORY_AND_DISK)
+    # Damage rows carry no record: the audit runs on the others.
+    raw = rows.where(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN) if permissive \
+        else rows
+    damage = rows.where(F.col(CORRUPT_COLUMN).isNotNull()).select(
+        "file", "offset", CORRUPT_COLUMN) if permissive else None
     names = audit.topic_names(raw).persist(MEMORY_AND_DISK)
     indexed, index = audit.indexed_partition_states(raw, names)
     # Persisted without topic ids and names (see `indexed_partition_states`).
@@ -207,9 +222,9 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
         indexed.count()
         step("partition states derived")
         states = audit.name_partition_states(indexed, index)
-        return _report(raw, states, out, log_dir, stats, progress, max_rows, started)
+        return _report(raw, states, damage, out, log_dir, stats, progress, max_rows, started)
     finally:
-        for cached in (indexed, index, names, raw):
+        for cached in (indexed, index, names, rows):
             cached.unpersist()
 
 
@@ -217,7 +232,8 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
 UNUSED_COLUMNS = ("version", "is_control")
 
 
-def report_rows(spark: SparkSession, log_dir: str, *, snapshots: bool = False) -> DataFrame:
+def report_rows(spark: SparkSession, log_dir: str, *, snapshots: bool = False,
+                permissive: bool = False) -> DataFrame:
     """The rows as the report caches them: the source read without PartitionChange
     JSON (`partitionChangeJson=False`) and without the columns in `UNUSED_COLUMNS`.
 
@@ -227,6 +243,7 @@ def report_rows(spark: SparkSession, log_dir: str, *, snapshots: bool = False) -
     byte and column left out of the cache saves its building time.
     """
     rows = analytics.read_log(spark, log_dir, snapshots=snapshots,
+                              mode="permissive" if permissive else "failfast",
                               partitionChangeJson=False).drop(*UNUSED_COLUMNS)
     # Grouped by record type within each file: the cache keeps min/max per column per
     # batch of rows, so a filter on a type spread thinly over the log (broker changes,
@@ -236,8 +253,9 @@ def report_rows(spark: SparkSession, log_dir: str, *, snapshots: bool = False) -
     return rows.sortWithinPartitions("record_type")
 
 
-def _report(raw: DataFrame, states: DataFrame, out: Path, log_dir: str,
-            stats: Any, progress: Progress, max_rows: int, started: float) -> dict[str, int]:
+def _report(raw: DataFrame, states: DataFrame, damage: DataFrame | None, out: Path,
+            log_dir: str, stats: Any, progress: Progress, max_rows: int,
+            started: float) -> dict[str, int]:
     total, last_offset, last_epoch, last_time = stats
 
     def section(title: str, fn: Callable[..., DataFrame]) -> tuple[list[str], list[Any]]:
@@ -279,6 +297,17 @@ def _report(raw: DataFrame, states: DataFrame, out: Path, log_dir: str,
             details.append(f"### {name}: {status}\n\n" + (markdown_table(rows, columns)
                                                            if count else ""))
         per_type_rows = per_type.result()
+    damage_part: list[str] = []
+    if damage is not None:
+        # At most one damaged place per file: reading a file stops at its damage.
+        damaged = damage.orderBy("file").collect()
+        violations[DAMAGE_CHECK] = len(damaged)
+        damage_part = [
+            "## Damage\n",
+            "_none: every file read to its end_\n" if not damaged else
+            f"**Damaged places: {len(damaged)}.** Each file was read up to its damage and "
+            "no further: the records after it are missing from everything below.\n",
+            *[f"- offset {r['offset']}: {r[CORRUPT_COLUMN]}" for r in damaged], ""]
     t = time.monotonic()
     plots = _plots(per_type_rows, collected, last_time, out, violations)
     progress(f"plots: {time.monotonic() - t:.1f} s")
@@ -291,6 +320,7 @@ def _report(raw: DataFrame, states: DataFrame, out: Path, log_dir: str,
         f"- elapsed: {time.monotonic() - started:.1f} s\n",
         "## Plots\n",
         *[f"![{p}]({p})\n" for p in plots],
+        *damage_part,
         "## Invariants\n",
         *details,
     ]

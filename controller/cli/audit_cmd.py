@@ -8,6 +8,7 @@ Spark and Java.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -34,6 +35,27 @@ def _log_dir_problem(log_dir: str, snapshots: bool) -> str | None:
     except (OSError, ValueError) as exc:
         return str(exc)
     return None
+
+
+# A failure inside Spark reaches the driver as one long text: the JVM's error with the
+# executor's Python traceback inside. These are the causes an operator can act on.
+_CORRUPT = re.compile(r"MetakraftCorruptLogError: (.+)")
+_NO_MODULE = re.compile(r"ModuleNotFoundError: (No module named '(?:analytics|controller)\S*)")
+
+
+def failure_message(exc: BaseException) -> str:
+    """What went wrong when the audit could not run, in a line or two."""
+    text = str(exc)
+    damage = _CORRUPT.search(text)
+    if damage is not None:
+        return (f"the log is damaged: {damage.group(1)}\n"
+                "(--permissive audits what is readable and lists the damage in the report)")
+    missing = _NO_MODULE.search(text)
+    if missing is not None:
+        return (f"the executors' Python cannot import metakraft ({missing.group(1)}): "
+                "install the package there, or pass --ship-code")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(exc).__name__}: {first[:500]}"
 
 
 def _spark_conf(ctx: click.Context, param: click.Parameter,
@@ -63,11 +85,21 @@ def _spark_conf(ctx: click.Context, param: click.Parameter,
 @click.option("--conf", "spark_conf", multiple=True, callback=_spark_conf, metavar="KEY=VALUE",
               help="A Spark setting (repeatable), applied over the audit's own, as "
                    "spark-submit's --conf: e.g. spark.sql.shuffle.partitions=64 on a cluster.")
+@click.option("--permissive", is_flag=True,
+              help="Audit what is readable of a damaged log: the damage is listed in the "
+                   "report (check log_readable) and the rest of a damaged file is skipped. "
+                   "Without it, damage stops the audit (exit 2), naming the file and offset.")
+@click.option("--ship-code", "ship_code", is_flag=True,
+              help="Send this package's code to the executors (what spark-submit "
+                   "--py-files does), for a cluster whose Python has the dependencies "
+                   "but not metakraft.")
 def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
-          driver_memory: str | None, spark_conf: dict[str, str]) -> None:
+          driver_memory: str | None, spark_conf: dict[str, str], permissive: bool,
+          ship_code: bool) -> None:
     """Audit a metadata log with Spark: history, invariants, report with plots.
 
-    Exits 1 when an invariant is violated, 2 when the audit could not run.
+    Exits 1 when an invariant is violated (or, with --permissive, the log is
+    damaged), 2 when the audit could not run.
     """
     problem = _log_dir_problem(log_dir, snapshots) or _java_problem()
     if problem is not None:
@@ -81,11 +113,18 @@ def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
         click.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
 
     progress(f"starting Spark ({master})")
+    import analytics
     from analytics.report import audit_session, run_audit
 
-    spark = audit_session(master, driver_memory=driver_memory, extra=spark_conf)
-    violations = run_audit(spark, os.path.abspath(log_dir), out_dir, progress,
-                           snapshots=snapshots)
+    try:
+        spark = audit_session(master, driver_memory=driver_memory, extra=spark_conf)
+        if ship_code:
+            progress(f"code for the executors: {analytics.ship_code(spark)}")
+        violations = run_audit(spark, os.path.abspath(log_dir), out_dir, progress,
+                               snapshots=snapshots, permissive=permissive)
+    except Exception as exc:  # any failure exits 2, never 1 (which is a verdict)
+        click.echo(f"error: the audit could not run: {failure_message(exc)}", err=True)
+        sys.exit(2)
     bad = {name: n for name, n in violations.items() if n}
     for name, n in violations.items():
         click.echo(f"{'VIOLATED' if n else 'ok':>8}  {name}" + (f" ({n} rows)" if n else ""))

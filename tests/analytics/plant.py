@@ -1,4 +1,5 @@
-"""Plant records in a copy of a log, with the real record and batch encoders (valid CRCs).
+"""Plant records in a copy of a log, with the real record and batch encoders (valid CRCs),
+or damage it (`damage_crc`).
 
 The planted batch goes into a new segment file after the last one, written with
 `encode_batch` directly rather than through `SegmentedLog.append`: the log refuses
@@ -48,3 +49,16 @@ def plant(log_dir: Path, payloads: list[RecordPayload], *, epoch: int = 2,
                         tuple(encode_record(make_record(p)) for p in payloads))
     (log_dir / "metadata" / f"{base:020d}.log").write_bytes(encode_batch(batch))
     return base
+
+
+def damage_crc(log_dir: Path, segment: int = 1) -> tuple[Path, int]:
+    """Flip a byte inside the first batch of the `segment`-th segment file, so its
+    CRC no longer matches; returns the file and that batch's base offset."""
+    from controller.storage.batch import iter_batches
+
+    seg = sorted((log_dir / "metadata").glob("*.log"))[segment]
+    data = bytearray(seg.read_bytes())
+    first = iter_batches(bytes(data))[0]
+    data[60] ^= 0xFF  # inside the first batch's body
+    seg.write_bytes(bytes(data))
+    return seg, first.base_offset

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from controller.cli.main import cli
 from controller.records import PartitionChangeRecord
 from tests.analytics.history import Known
-from tests.analytics.plant import copy_log, plant
+from tests.analytics.plant import copy_log, damage_crc, plant, record_count
 
 
 def test_audit_is_registered_and_cli_import_does_not_load_spark() -> None:
@@ -113,6 +113,62 @@ def test_audit_report_and_exit_1_on_violation(spark: Any, log_dir: tuple[Path, K
         "records_per_type.png", "leader_changes_per_broker.png",
         "broker_fencing_timeline.png", "invariant_violations.png"}
     assert "VIOLATED  leader_in_isr_subset_replicas" in result.output
+
+
+@pytest.mark.spark
+def test_a_damaged_log_stops_the_audit_with_exit_2_naming_the_place(
+        spark: Any, log_dir: tuple[Path, Known], tmp_path: Path) -> None:
+    """Exit 1 is a verdict on the metadata; a log the audit cannot read is not one."""
+    copy = copy_log(log_dir[0], tmp_path / "log")
+    seg, offset = damage_crc(copy)
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["audit", "--log-dir", str(copy), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    [error] = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert error.startswith(f"error: the audit could not run: the log is damaged: {seg}: "
+                            f"corrupt batch at offset {offset}, byte position 0: CRC"), error
+    assert "--permissive audits what is readable" in result.output
+    assert "Traceback" not in result.output and "VIOLATED" not in result.output
+    assert not (out / "report.md").exists()
+
+
+@pytest.mark.spark
+def test_permissive_audit_lists_the_damage_and_audits_the_rest(
+        spark: Any, log_dir: tuple[Path, Known], tmp_path: Path) -> None:
+    from analytics.reader import plan_files, read_file
+    from analytics.report import DAMAGE_CHECK
+
+    copy = copy_log(log_dir[0], tmp_path / "log")
+    seg, offset = damage_crc(copy)
+    readable = sum(b.column("_corrupt").null_count
+                   for piece in plan_files(copy) for b in read_file(piece, permissive=True))
+    assert 0 < readable < record_count(log_dir[0])
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["audit", "--log-dir", str(copy), "--out", str(out),
+                                      "--permissive"])
+    assert result.exit_code == 1, result.output
+    assert f"VIOLATED  {DAMAGE_CHECK} (1 rows)" in result.output
+    report = (out / "report.md").read_text()
+    assert f"- records: {readable};" in report
+    assert "**Damaged places: 1.**" in report
+    assert f"- offset {offset}: {seg}: corrupt batch at offset {offset}" in report
+
+
+def test_failure_message_names_the_cause_an_operator_can_act_on() -> None:
+    from controller.cli.audit_cmd import failure_message
+
+    # As Spark reports a task whose Python worker could not import the reader.
+    spark_text = ("An error occurred while calling o51.collectToPython.\n"
+                  "org.apache.spark.api.python.PythonException: Traceback (most recent "
+                  "call last):\n  File \"<frozen importlib._bootstrap>\", line 1\n"
+                  "ModuleNotFoundError: No module named 'analytics'\n\tat org.apache.spark")
+    assert failure_message(RuntimeError(spark_text)) == (
+        "the executors' Python cannot import metakraft (No module named 'analytics'): "
+        "install the package there, or pass --ship-code")
+    # Another package missing is not this package missing.
+    assert "metakraft" not in failure_message(
+        RuntimeError("ModuleNotFoundError: No module named 'pyarrow'"))
+    assert failure_message(ValueError("boom\nand more")) == "ValueError: boom"
 
 
 @pytest.mark.spark

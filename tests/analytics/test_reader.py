@@ -20,6 +20,7 @@ from controller.records import (
 )
 from controller.storage.batch import iter_batches
 from tests.analytics.history import Known
+from tests.analytics.plant import copy_log, damage_crc
 
 
 def _all_records(root: Path) -> list[bytes]:
@@ -92,21 +93,10 @@ def test_batches_match_the_declared_schema(log_dir: tuple[Path, Known]) -> None:
             assert batch.schema == arrow_schema()
 
 
-def _damage(root: Path, tmp_path: Path) -> tuple[Path, str, int]:
-    import shutil
-
-    copy = tmp_path / "damaged"
-    shutil.copytree(root, copy)
-    seg = sorted((copy / "metadata").glob("*.log"))[1]
-    data = bytearray(seg.read_bytes())
-    first = iter_batches(bytes(data))[0]
-    data[60] ^= 0xFF  # inside the first batch's body: the CRC no longer matches
-    seg.write_bytes(bytes(data))
-    return copy, seg.name, first.base_offset
-
-
 def test_corrupt_batch_names_file_and_offset(log_dir: tuple[Path, Known], tmp_path: Path) -> None:
-    copy, name, offset = _damage(log_dir[0], tmp_path)
+    copy = copy_log(log_dir[0], tmp_path / "damaged")
+    seg, offset = damage_crc(copy)
+    name = seg.name
     piece = next(p for p in plan_files(str(copy)) if p.path.endswith(name))
     with pytest.raises(MetakraftCorruptLogError, match=rf"{name}.*offset {offset}"):
         list(read_file(piece))
@@ -236,10 +226,7 @@ def test_without_change_json_only_partition_change_json_is_left_out(
 
 def test_damage_is_reported_the_same_without_change_json(log_dir: tuple[Path, Known],
                                                          tmp_path: Path) -> None:
-    import shutil
-
-    copy = tmp_path / "bad"
-    shutil.copytree(log_dir[0], copy)
+    copy = copy_log(log_dir[0], tmp_path / "bad")
     seg = sorted((copy / "metadata").glob("*.log"))[1]
     seg.write_bytes(seg.read_bytes()[:-7])  # a torn last batch
     piece = next(p for p in plan_files(str(copy)) if p.path == str(seg))

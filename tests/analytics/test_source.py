@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import pytest
 
 from analytics.schema import COLUMN_NAMES
 from tests.analytics.history import Known
+from tests.analytics.plant import copy_log, damage_crc
 
 pytestmark = pytest.mark.spark
 
@@ -52,12 +52,8 @@ def test_origin_and_topic_names(spark: Any, log_dir: tuple[Path, Known]) -> None
 
 def test_corrupt_log_fails_naming_file_or_reports_in_column(
         spark: Any, log_dir: tuple[Path, Known], tmp_path: Path) -> None:
-    copy = tmp_path / "bad"
-    shutil.copytree(log_dir[0], copy)
-    seg = sorted((copy / "metadata").glob("*.log"))[1]
-    data = bytearray(seg.read_bytes())
-    data[60] ^= 0xFF
-    seg.write_bytes(bytes(data))
+    copy = copy_log(log_dir[0], tmp_path / "bad")
+    seg, _ = damage_crc(copy)
     with pytest.raises(Exception, match=seg.name):
         spark.read.format("metakraft").load(str(copy)).count()
     df = spark.read.format("metakraft").option("mode", "permissive").load(str(copy))
