@@ -38,7 +38,7 @@ def record_count(log_dir: Path) -> int:
     """How many records the log's segment files hold, as the reader reads them."""
     from analytics.reader import plan_files, read_file
 
-    return sum(b.num_rows for piece in plan_files(log_dir) for b in read_file(piece))
+    return sum(b.num_rows for piece in plan_files(str(log_dir)) for b in read_file(piece))
 
 
 def plant(log_dir: Path, payloads: list[RecordPayload], *, epoch: int = 2,
