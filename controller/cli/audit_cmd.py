@@ -48,7 +48,7 @@ def failure_message(exc: BaseException) -> str:
     text = str(exc)
     damage = _CORRUPT.search(text)
     if damage is not None:
-        return (f"the log is damaged: {damage.group(1)}\n"
+        return (f"the log cannot be read: {damage.group(1)}\n"
                 "(--permissive audits what is readable and lists the damage in the report)")
     missing = _NO_MODULE.search(text)
     if missing is not None:

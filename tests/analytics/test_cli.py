@@ -125,7 +125,7 @@ def test_a_damaged_log_stops_the_audit_with_exit_2_naming_the_place(
     result = CliRunner().invoke(cli, ["audit", "--log-dir", str(copy), "--out", str(out)])
     assert result.exit_code == 2, result.output
     [error] = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert error.startswith(f"error: the audit could not run: the log is damaged: {seg}: "
+    assert error.startswith(f"error: the audit could not run: the log cannot be read: {seg}: "
                             f"corrupt batch at offset {offset}, byte position 0: CRC"), error
     assert "--permissive audits what is readable" in result.output
     assert "Traceback" not in result.output and "VIOLATED" not in result.output
