@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 import analytics
 from analytics import audit
-from analytics.invariants import INVARIANTS, USES_STATES
+from analytics.invariants import INVARIANTS, USES_STATES, first_divergence
 from analytics.schema import CORRUPT_COLUMN
 
 Progress = Callable[[str], None]
@@ -50,6 +50,12 @@ PLOT_INTERVALS = 2_000
 PLOTTED = frozenset({"Leader churn per broker", "Fencing intervals"})
 # In a permissive audit, the verdict on the log's damage (rows: the damaged places).
 DAMAGE_CHECK = "log_readable"
+# With logs to compare with, the verdict on the replicas (rows: one per log at the first
+# offset where they differ).
+REPLICA_CHECK = "replicas_agree"
+# A verdict beside the invariants: its name, and what runs it and returns the number
+# of rows at fault and its report section (Markdown lines).
+ExtraCheck = tuple[str, Callable[[], tuple[int, list[str]]]]
 # Sections and checks run at once (see `_report`); their Spark jobs share the cores.
 CONCURRENT_QUERIES = 4
 
@@ -174,7 +180,9 @@ def _save(fig: Any, path: Path) -> str:
 
 def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
               progress: Progress = print, *, max_rows: int = 200,
-              snapshots: bool = False, permissive: bool = False) -> dict[str, int]:
+              snapshots: bool = False, permissive: bool = False,
+              compare_with: Sequence[str] = (),
+              committed_offset: int | None = None) -> dict[str, int]:
     """Run everything, write `out_dir/report.md` and plots; return violations per check.
 
     The log is read once and cached, and the partition states (what most sections
@@ -186,6 +194,10 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
     audits what is readable instead: the damage is listed in the report and counted
     under `DAMAGE_CHECK` (the rest of a damaged file is not read, so the findings
     may miss what it held).
+
+    `compare_with`: other controllers' log directories, compared with `log_dir` by
+    `invariants.first_divergence` up to `committed_offset` (default: the shortest
+    log's end) under the verdict `REPLICA_CHECK`.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -207,8 +219,14 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
     # Damage rows carry no record: the audit runs on the others.
     raw = rows.where(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN) if permissive \
         else rows
-    damage = rows.where(F.col(CORRUPT_COLUMN).isNotNull()).select(
-        "file", "offset", CORRUPT_COLUMN) if permissive else None
+    extra: list[ExtraCheck] = []
+    if permissive:
+        damage = rows.where(F.col(CORRUPT_COLUMN).isNotNull())
+        extra.append((DAMAGE_CHECK, lambda: _damage_section(damage)))
+    if compare_with:
+        logs = [log_dir, *compare_with]
+        extra.append((REPLICA_CHECK,
+                      lambda: _replica_section(spark, logs, committed_offset, max_rows)))
     names = audit.topic_names(raw).persist(MEMORY_AND_DISK)
     indexed, index = audit.indexed_partition_states(raw, names)
     # Persisted without topic ids and names (see `indexed_partition_states`).
@@ -222,7 +240,7 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
         indexed.count()
         step("partition states derived")
         states = audit.name_partition_states(indexed, index)
-        return _report(raw, states, damage, out, log_dir, stats, progress, max_rows, started)
+        return _report(raw, states, extra, out, log_dir, stats, progress, max_rows, started)
     finally:
         for cached in (indexed, index, names, rows):
             cached.unpersist()
@@ -253,7 +271,35 @@ def report_rows(spark: SparkSession, log_dir: str, *, snapshots: bool = False,
     return rows.sortWithinPartitions("record_type")
 
 
-def _report(raw: DataFrame, states: DataFrame, damage: DataFrame | None, out: Path,
+def _damage_section(damage: DataFrame) -> tuple[int, list[str]]:
+    # At most one damaged place per file: reading a file stops at its damage.
+    damaged = damage.orderBy("file").collect()
+    if not damaged:
+        return 0, ["## Damage\n", "_none: every file read to its end_\n"]
+    return len(damaged), [
+        "## Damage\n",
+        f"**Damaged places: {len(damaged)}.** Each file was read up to its damage and no "
+        "further: the records after it are missing from everything below.\n",
+        *[f"- offset {r['offset']}: {r[CORRUPT_COLUMN]}" for r in damaged], ""]
+
+
+def _replica_section(spark: SparkSession, logs: list[str], committed_offset: int | None,
+                     max_rows: int) -> tuple[int, list[str]]:
+    differ = first_divergence(spark, logs, committed_offset)
+    rows = differ.limit(max_rows).collect()
+    upto = ("the shortest log's end" if committed_offset is None
+            else f"the committed offset {committed_offset}")
+    named = ", ".join(f"`{d}`" for d in logs)
+    if not rows:
+        return 0, ["## Replica agreement\n", f"The {len(logs)} logs ({named}) agree at "
+                   f"every offset up to {upto}.\n"]
+    return len(rows), [
+        "## Replica agreement\n",
+        f"**The logs differ at offset {rows[0]['offset']}** (compared up to {upto}); "
+        "replica 0 is the audited log:\n", markdown_table(rows, differ.columns)]
+
+
+def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Path,
             log_dir: str, stats: Any, progress: Progress, max_rows: int,
             started: float) -> dict[str, int]:
     total, last_offset, last_epoch, last_time = stats
@@ -275,6 +321,13 @@ def _report(raw: DataFrame, states: DataFrame, damage: DataFrame | None, out: Pa
         progress(f"invariant: {name}: {time.monotonic() - t:.1f} s")
         return bad.columns, rows, count
 
+    def extra_check(name: str, run: Callable[[], tuple[int, list[str]]]
+                    ) -> tuple[int, list[str]]:
+        t = time.monotonic()
+        result = run()
+        progress(f"check: {name}: {time.monotonic() - t:.1f} s")
+        return result
+
     # Each section and check is a chain of small Spark jobs (planning, a broadcast, a
     # sort's sampling, stages of one task) that alone keeps about half a core busy;
     # run a few at once so the cores are. Results are assembled in the usual order.
@@ -282,6 +335,7 @@ def _report(raw: DataFrame, states: DataFrame, damage: DataFrame | None, out: Pa
         section_futures = [(title, pool.submit(section, title, fn)) for title, fn in SECTIONS]
         check_futures = [(name, pool.submit(check, name, fn)) for name, fn in INVARIANTS.items()]
         per_type = pool.submit(lambda: audit.records_per_type(raw, "1 minute").collect())
+        extra_futures = [(name, pool.submit(extra_check, name, run)) for name, run in extra]
         body: list[str] = []
         collected: dict[str, list[Any]] = {}
         for title, future in section_futures:
@@ -297,17 +351,10 @@ def _report(raw: DataFrame, states: DataFrame, damage: DataFrame | None, out: Pa
             details.append(f"### {name}: {status}\n\n" + (markdown_table(rows, columns)
                                                            if count else ""))
         per_type_rows = per_type.result()
-    damage_part: list[str] = []
-    if damage is not None:
-        # At most one damaged place per file: reading a file stops at its damage.
-        damaged = damage.orderBy("file").collect()
-        violations[DAMAGE_CHECK] = len(damaged)
-        damage_part = [
-            "## Damage\n",
-            "_none: every file read to its end_\n" if not damaged else
-            f"**Damaged places: {len(damaged)}.** Each file was read up to its damage and "
-            "no further: the records after it are missing from everything below.\n",
-            *[f"- offset {r['offset']}: {r[CORRUPT_COLUMN]}" for r in damaged], ""]
+        extra_parts: list[str] = []
+        for name, efuture in extra_futures:
+            violations[name], part = efuture.result()
+            extra_parts += part
     t = time.monotonic()
     plots = _plots(per_type_rows, collected, last_time, out, violations)
     progress(f"plots: {time.monotonic() - t:.1f} s")
@@ -320,7 +367,7 @@ def _report(raw: DataFrame, states: DataFrame, damage: DataFrame | None, out: Pa
         f"- elapsed: {time.monotonic() - started:.1f} s\n",
         "## Plots\n",
         *[f"![{p}]({p})\n" for p in plots],
-        *damage_part,
+        *extra_parts,
         "## Invariants\n",
         *details,
     ]

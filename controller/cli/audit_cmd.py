@@ -89,19 +89,34 @@ def _spark_conf(ctx: click.Context, param: click.Parameter,
               help="Audit what is readable of a damaged log: the damage is listed in the "
                    "report (check log_readable) and the rest of a damaged file is skipped. "
                    "Without it, damage stops the audit (exit 2), naming the file and offset.")
+@click.option("--compare-with", "compare_with", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False),
+              help="Another controller's log directory (repeatable): the report's "
+                   "replicas_agree check finds the first offset up to the committed "
+                   "offset where it and --log-dir differ.")
+@click.option("--committed-offset", "committed_offset", type=click.IntRange(min=0),
+              default=None, help="With --compare-with: compare up to this offset (the "
+                                 "quorum's high watermark - 1). Default: the shortest "
+                                 "log's end.")
 @click.option("--ship-code", "ship_code", is_flag=True,
               help="Send this package's code to the executors (what spark-submit "
                    "--py-files does), for a cluster whose Python has the dependencies "
                    "but not metakraft.")
 def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
           driver_memory: str | None, spark_conf: dict[str, str], permissive: bool,
+          compare_with: tuple[str, ...], committed_offset: int | None,
           ship_code: bool) -> None:
     """Audit a metadata log with Spark: history, invariants, report with plots.
 
     Exits 1 when an invariant is violated (or, with --permissive, the log is
     damaged), 2 when the audit could not run.
     """
-    problem = _log_dir_problem(log_dir, snapshots) or _java_problem()
+    if committed_offset is not None and not compare_with:
+        click.echo("error: --committed-offset needs --compare-with", err=True)
+        sys.exit(2)
+    problem = (_log_dir_problem(log_dir, snapshots)
+               or next(filter(None, (_log_dir_problem(d, False) for d in compare_with)), None)
+               or _java_problem())
     if problem is not None:
         click.echo(f"error: {problem}", err=True)
         sys.exit(2)
@@ -121,7 +136,9 @@ def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
         if ship_code:
             progress(f"code for the executors: {analytics.ship_code(spark)}")
         violations = run_audit(spark, os.path.abspath(log_dir), out_dir, progress,
-                               snapshots=snapshots, permissive=permissive)
+                               snapshots=snapshots, permissive=permissive,
+                               compare_with=[os.path.abspath(d) for d in compare_with],
+                               committed_offset=committed_offset)
     except Exception as exc:  # any failure exits 2, never 1 (which is a verdict)
         click.echo(f"error: the audit could not run: {failure_message(exc)}", err=True)
         sys.exit(2)

@@ -154,6 +154,42 @@ def test_permissive_audit_lists_the_damage_and_audits_the_rest(
     assert f"- offset {offset}: {seg}: corrupt batch at offset {offset}" in report
 
 
+@pytest.mark.spark
+def test_compare_with_finds_where_a_replica_log_differs(spark: Any, log_dir: tuple[Path, Known],
+                                                        tmp_path: Path) -> None:
+    from analytics.report import REPLICA_CHECK
+
+    other = copy_log(log_dir[0], tmp_path / "other")
+    tail = plant(other, [PartitionChangeRecord(topic_id=log_dir[1].topic_ids["orders"],
+                                               partition_id=0, leader=0)])
+    out = tmp_path / "report"
+    # Committed up to the planted record: the audited log lacks an offset the other holds.
+    result = CliRunner().invoke(cli, [
+        "audit", "--log-dir", str(log_dir[0]), "--out", str(out), "--compare-with", str(other),
+        "--committed-offset", str(tail)])
+    assert result.exit_code == 1, result.output
+    assert f"VIOLATED  {REPLICA_CHECK} (2 rows)" in result.output
+    # The audited log itself is clean: that is the only verdict against it.
+    assert result.output.count("VIOLATED") == 1
+    report = (out / "report.md").read_text()
+    assert (f"**The logs differ at offset {tail}** (compared up to the committed offset "
+            f"{tail}); replica 0 is the audited log:") in report
+    assert f"| {tail} | 1 | {other} | 2 | False | partition_change |" in report
+
+
+def test_compare_options_are_checked_before_spark_starts(log_dir: tuple[Path, Known],
+                                                         tmp_path: Path) -> None:
+    alone = CliRunner().invoke(cli, ["audit", "--log-dir", str(log_dir[0]),
+                                     "--committed-offset", "5"])
+    assert alone.exit_code == 2 and "--committed-offset needs --compare-with" in alone.output
+    empty = tmp_path / "empty"
+    (empty / "metadata").mkdir(parents=True)
+    other = CliRunner().invoke(cli, ["audit", "--log-dir", str(log_dir[0]),
+                                     "--compare-with", str(empty)])
+    assert other.exit_code == 2 and "no segment files" in other.output, other.output
+    assert "starting Spark" not in alone.output + other.output
+
+
 def test_failure_message_names_the_cause_an_operator_can_act_on() -> None:
     from controller.cli.audit_cmd import failure_message
 

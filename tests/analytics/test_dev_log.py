@@ -14,6 +14,7 @@ from click.testing import CliRunner
 import analytics
 from analytics import audit
 from analytics.invariants import INVARIANTS, first_divergence
+from analytics.report import REPLICA_CHECK
 from controller.cli.main import cli
 from tests.analytics.conftest import DevRun
 from tests.analytics.history import Known
@@ -27,11 +28,17 @@ def test_audit_command_passes_on_a_dev_cluster_log(spark: Any, dev_run: DevRun,
     assert len(logs) == 3
     out = tmp_path / "report"
     # In-process: the command's getOrCreate returns the test session.
-    result = CliRunner().invoke(cli, ["audit", "--log-dir", str(logs[0]), "--out", str(out)])
+    result = CliRunner().invoke(cli, ["audit", "--log-dir", str(logs[0]), "--out", str(out),
+                                      "--compare-with", str(logs[1]),
+                                      "--compare-with", str(logs[2])])
     assert result.exit_code == 0, result.output
     assert [line.split() for line in result.output.splitlines() if line.startswith(" ")
-            and line.split()[0] in ("ok", "VIOLATED")] == [["ok", n] for n in INVARIANTS]
-    assert "- invariants violated: 0 of 6" in (out / "report.md").read_text()
+            and line.split()[0] in ("ok", "VIOLATED")] == [
+        ["ok", n] for n in [*INVARIANTS, REPLICA_CHECK]]
+    report = (out / "report.md").read_text()
+    assert "- invariants violated: 0 of 7" in report
+    assert (f"The 3 logs (`{logs[0]}`, `{logs[1]}`, `{logs[2]}`) agree at every offset up "
+            "to the shortest log's end.") in report
 
 
 def test_the_tour_shows_in_the_audit(spark: Any, dev_run: DevRun) -> None:
