@@ -163,7 +163,7 @@ def _plots(per_type: list[Any], sections: dict[str, list[Any]], last_time: Any, 
     names = list(violations)
     ax.barh(names, [violations[n] for n in names],
             color=["tab:red" if violations[n] else "tab:green" for n in names])
-    ax.set_title("Open invariant violations")
+    ax.set_title("Open violations per check (rows at fault)")
     fig.tight_layout()
     made.append(_save(fig, out / "invariant_violations.png"))
     return made
@@ -362,7 +362,7 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
         "# metakraft audit report\n",
         f"- log: `{log_dir}`",
         f"- records: {total}; last offset: {last_offset}; highest Raft epoch: {last_epoch}",
-        f"- invariants violated: {sum(1 for v in violations.values() if v)} of "
+        f"- checks failed: {sum(1 for v in violations.values() if v)} of "
         f"{len(violations)}",
         f"- elapsed: {time.monotonic() - started:.1f} s\n",
         "## Plots\n",
