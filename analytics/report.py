@@ -216,11 +216,11 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
     # no scan of the whole log goes through the name join.
     rows = report_rows(spark, log_dir, snapshots=snapshots, permissive=permissive
                        ).persist(MEMORY_AND_DISK)
-    # Damage rows carry no record: the audit runs on the others.
-    raw = rows.where(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN) if permissive \
-        else rows
+    raw = rows
     extra: list[ExtraCheck] = []
     if permissive:
+        # Damage rows carry no record: the audit runs on the others.
+        raw = rows.where(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN)
         damage = rows.where(F.col(CORRUPT_COLUMN).isNotNull())
         extra.append((DAMAGE_CHECK, lambda: _damage_section(damage)))
     if compare_with:
