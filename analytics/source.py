@@ -47,9 +47,34 @@ def _flag(opts: dict[str, str], name: str, default: bool) -> bool:
     return value.lower() in _TRUE
 
 
+# Every option the source takes (Spark lower-cases the keys); "path" is load()'s.
+KNOWN_OPTIONS = ("path", "snapshots", "partitionChangeJson", "mode", "startOffset",
+                 "endOffset")
+
+
+def _offset(opts: dict[str, str], name: str, default: int) -> int:
+    value = opts.get(name.lower())
+    if value is None:
+        return default
+    try:
+        offset = int(value)
+    except ValueError:
+        offset = -1
+    if offset < 0:
+        raise ValueError(f"metakraft source: option {name} must be an offset (an integer "
+                         f">= 0), not {value!r}")
+    return offset
+
+
 class _Options:
     def __init__(self, options: Any) -> None:
         opts = _options(options)
+        # A misspelt option would otherwise be ignored, and the read quietly differ
+        # from the one asked for (say, the whole log instead of an offset range).
+        unknown = sorted(set(opts) - {k.lower() for k in KNOWN_OPTIONS})
+        if unknown:
+            raise ValueError(f"metakraft source: unknown option(s) {', '.join(unknown)}; "
+                             f"the options are {', '.join(KNOWN_OPTIONS[1:])}")
         path = opts.get("path")
         if not path:
             raise ValueError("metakraft source: give the log directory to load(PATH)")
@@ -62,10 +87,11 @@ class _Options:
         if mode not in ("failfast", "permissive"):
             raise ValueError(f"metakraft source: mode must be failfast or permissive, not {mode}")
         self.permissive = mode == "permissive"
-        self.start = int(opts.get("startoffset", "0"))
-        self.end = int(opts.get("endoffset", str(MAX_OFFSET)))
-        if not 0 <= self.start <= self.end:
-            raise ValueError(f"metakraft source: bad offset range [{self.start}, {self.end})")
+        self.start = _offset(opts, "startOffset", 0)
+        self.end = _offset(opts, "endOffset", MAX_OFFSET)
+        if self.start > self.end:
+            raise ValueError(f"metakraft source: empty offset range: startOffset "
+                             f"{self.start} > endOffset {self.end}")
 
 
 class MetakraftPartition(InputPartition):

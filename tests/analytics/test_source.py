@@ -78,3 +78,38 @@ def test_partition_change_json_option(spark: Any, log_dir: tuple[Path, Known]) -
                 str(root)).count()
     with pytest.raises(Exception, match="snapshots must be true or false"):
         spark.read.format("metakraft").option("snapshots", "maybe").load(str(root)).count()
+
+
+@pytest.mark.parametrize(("options", "error"), [
+    ({"startoffset": "ten"}, "option startOffset must be an offset (an integer >= 0), not 'ten'"),
+    ({"endoffset": "-1"}, "option endOffset must be an offset (an integer >= 0), not '-1'"),
+    ({"startoffset": "9", "endoffset": "3"}, "empty offset range: startOffset 9 > endOffset 3"),
+    ({"mode": "lenient"}, "mode must be failfast or permissive, not lenient"),
+    ({"startofset": "5"}, "unknown option(s) startofset; the options are snapshots, "
+                          "partitionChangeJson, mode, startOffset, endOffset"),
+    ({"path": ""}, "give the log directory to load(PATH)"),
+])
+def test_bad_options_are_refused_by_name(options: dict[str, str], error: str) -> None:
+    """Checked where Spark asks for the schema, before any file is read (no JVM needed:
+    Spark hands the source its options lower-cased, as here)."""
+    from analytics.source import MetakraftDataSource
+
+    source = MetakraftDataSource({"path": "/var/lib/metakraft/node-1", **options})
+    with pytest.raises(ValueError) as raised:
+        source.schema()
+    assert str(raised.value) == f"metakraft source: {error}"
+
+
+def test_good_options_pass(log_dir: tuple[Path, Known]) -> None:
+    from analytics.source import MetakraftDataSource
+
+    source = MetakraftDataSource({"path": str(log_dir[0]), "startoffset": "0",
+                                  "endoffset": "0", "mode": "PERMISSIVE",
+                                  "snapshots": "false", "partitionchangejson": "true"})
+    assert source.schema().endswith("`_corrupt` STRING")
+    assert source.reader(None).partitions() == []  # the empty range [0, 0)
+
+
+def test_a_misspelt_option_fails_the_read(spark: Any, log_dir: tuple[Path, Known]) -> None:
+    with pytest.raises(Exception, match=r"unknown option\(s\) endoffest"):
+        spark.read.format("metakraft").option("endOffest", 10).load(str(log_dir[0])).count()
