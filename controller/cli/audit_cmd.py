@@ -108,8 +108,8 @@ def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
           ship_code: bool) -> None:
     """Audit a metadata log with Spark: history, invariants, report with plots.
 
-    Exits 1 when an invariant is violated (or, with --permissive, the log is
-    damaged), 2 when the audit could not run.
+    Exits 1 when a check fails (an invariant; with --permissive, the log's damage;
+    with --compare-with, the logs' agreement), 2 when the audit could not run.
     """
     if committed_offset is not None and not compare_with:
         click.echo("error: --committed-offset needs --compare-with", err=True)
