@@ -247,7 +247,11 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *,
     else:
         # Copy just this batch (not the whole buffer) so records can be bytes slices.
         data, start = bytes(memoryview(buf)[pos:pos + header.size_bytes]), 0
-    origin, bounds = record_bounds(data, start, header)
+    try:
+        origin, bounds = record_bounds(data, start, header)
+    except CorruptBatchError as exc:
+        # Positions in `data`, which may be a copy of the batch alone: name the real one.
+        raise CorruptBatchError(exc.reason, header.base_offset, pos) from None
     if len(bounds) == 2:
         records: tuple[bytes, ...] = (data[bounds[0]:bounds[1]],)
     else:

@@ -129,6 +129,21 @@ def test_crc_mismatch_names_offset() -> None:
     assert info.value.offset == 10
 
 
+def test_origin_not_utf8_names_the_batch_position_in_any_buffer() -> None:
+    import crc32c
+
+    data = bytearray(encode_batch(sample_batch()))
+    data[HEADER_SIZE] = 0xFF  # the first byte of the principal, with the CRC made to match
+    data[12:16] = crc32c.crc32c(bytes(data[16:])).to_bytes(4, "big")
+    at = 7
+    buffer = b"\0" * at + bytes(data)
+    # bytes are decoded in place, a bytearray or memoryview from a copy of the batch.
+    for buf in (buffer, bytearray(buffer), memoryview(buffer)):
+        with pytest.raises(CorruptBatchError, match="origin is not UTF-8") as info:
+            decode_batch(buf, at)
+        assert (info.value.offset, info.value.position) == (10, at)
+
+
 @settings(max_examples=300)
 @given(batches, st.data())
 def test_any_flipped_byte_is_detected(batch: RecordBatch, data: st.DataObject) -> None:
