@@ -74,7 +74,8 @@ class _Options:
         unknown = sorted(set(opts) - {k.lower() for k in KNOWN_OPTIONS})
         if unknown:
             raise ValueError(f"metakraft source: unknown option(s) {', '.join(unknown)}; "
-                             f"the options are {', '.join(KNOWN_OPTIONS[1:])}")
+                             f"the options are "
+                             f"{', '.join(o for o in KNOWN_OPTIONS if o != 'path')}")
         path = opts.get("path")
         if not path:
             raise ValueError("metakraft source: give the log directory to load(PATH)")
