@@ -267,6 +267,8 @@ _BY_TYPE: dict[str, Callable[[pb.MetadataRecord, int], RecordColumns]] = {
     "feature_level": _feature_level,
     "access_control_entry": _acl,
     "remove_access_control_entry": _plain("remove_access_control_entry"),
+    "remote_log_segment": _plain("remote_log_segment"),
+    "remote_log_segment_state_change": _plain("remote_log_segment_state_change"),
     "leader_change": _plain("leader_change"),
     "snapshot_header": _plain("snapshot_header"),
     "snapshot_footer": _plain("snapshot_footer"),

@@ -43,9 +43,10 @@ from controller.records.domain import (
 )
 
 # Records that carry no metadata for the image (Raft control records, no-ops, ACLs
-# which the broker agent does not use yet).
+# which the broker agent does not use yet, the remote tier's bookkeeping).
 _IGNORED = frozenset({"no_op", "leader_change", "snapshot_header", "snapshot_footer",
-                      "access_control_entry", "remove_access_control_entry"})
+                      "access_control_entry", "remove_access_control_entry",
+                      "remote_log_segment", "remote_log_segment_state_change"})
 _TOPIC_RESOURCE = int(pb.CONFIG_RESOURCE_TYPE_TOPIC)
 
 

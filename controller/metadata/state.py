@@ -7,7 +7,7 @@ timeline structures registered with ``self.registry``, so the controller can
 last committed offset; reads at a committed offset pass ``epoch=offset``.
 
 ``snapshot_records(epoch)`` writes the whole state as records, in the fixed order
-features, brokers, topics and partitions, configs, ACLs; replaying them into a fresh
+features, brokers, topics and partitions, configs, ACLs, remote tier objects; replaying them into a fresh
 ``MetadataState`` gives an equal ``to_image()``, which is plain attrs/tuple data built
 structure by structure, so two states compare with ``==`` and a test failure shows
 which structure differs.
@@ -25,6 +25,7 @@ from controller.metadata.errors import MetadataReplayError
 from controller.metadata.features import FeatureControlManager
 from controller.metadata.placement import RandomSource
 from controller.metadata.replication import ReplicationControlManager
+from controller.metadata.tier import RemoteLogControlManager, RemoteObject
 from controller.records import (
     AccessControlEntryRecord,
     MetadataRecord,
@@ -99,6 +100,8 @@ class MetadataImage:
     # (resource type, resource name, key, value), sorted.
     configs: tuple[tuple[int, str, str, str], ...]
     acls: tuple[AclEntry, ...]
+    # What the remote tier holds (objects by kind and offset).
+    remote_objects: tuple[RemoteObject, ...] = ()
 
 
 class MetadataState:
@@ -125,6 +128,7 @@ class MetadataState:
         self.configs.bind_topics(self.replication.topic_exists)
         self.features.bind_brokers(self.cluster.brokers)
         self._acls: TimelineHashMap[str, AclEntry] = TimelineHashMap(registry)
+        self.tier = RemoteLogControlManager(registry)
         self._last_offset = TimelineLong(registry, -1)
 
     # -- replay ------------------------------------------------------------------------
@@ -174,6 +178,10 @@ class MetadataState:
             if payload.id not in self._acls:
                 raise MetadataReplayError(f"cannot remove unknown ACL {payload.id}")
             del self._acls[payload.id]
+        elif kind == "remote_log_segment":
+            self.tier.replay_segment(payload)  # type: ignore[arg-type]
+        elif kind == "remote_log_segment_state_change":
+            self.tier.replay_state_change(payload)  # type: ignore[arg-type]
         elif kind not in IGNORED_RECORD_TYPES:
             raise MetadataReplayError(f"record at offset {offset} has unknown type {kind!r}")
         if offset != last:
@@ -269,6 +277,7 @@ class MetadataState:
         records += self.replication.snapshot_records(epoch)
         records += self.configs.snapshot_records(epoch)
         records += [make_record(acl.to_record()) for acl in self.acls(epoch)]
+        records += self.tier.snapshot_records(epoch)
         return records
 
     def acls(self, epoch: int | None = None) -> tuple[AclEntry, ...]:
@@ -286,6 +295,7 @@ class MetadataState:
             topics=topics,
             configs=tuple((*key, value) for key, value in self.configs.all_configs(epoch).items()),
             acls=self.acls(epoch),
+            remote_objects=tuple(self.tier.objects(epoch)),
         )
 
     # The name the controller's tests use for the same thing.

@@ -62,6 +62,8 @@ from controller.raft.replication import ReplicaProgress
 from controller.raft.roles import Role
 from controller.raft.values import EMPTY_ORIGIN, BatchOrigin, QuorumState, RecordBatch, SnapshotId
 from controller.storage import quorum_state as qs_file
+from controller.storage.errors import StorageError
+from controller.storage.log_config import SegmentInfo
 from controller.storage.meta_properties import DataDir, check_meta_properties
 
 logger = logging.getLogger(__name__)
@@ -163,6 +165,20 @@ class DriverStatus:
     replicas: tuple[ReplicaProgress, ...] = ()
 
 
+@attrs.frozen(slots=True)
+class LocalLogView:
+    """The local log as the remote tier sees it (`RaftDriver.local_log_view`)."""
+
+    segments: tuple[SegmentInfo, ...]
+    # First offset the local segments hold; the newest snapshot's end offset (the
+    # Raft log's logical start) and epoch.
+    local_start_offset: int
+    snapshot_end_offset: int
+    snapshot_epoch: int
+    high_watermark: int
+    flushed_offset: int
+
+
 # Inbox events. Tuples keep the hot path cheap.
 _TICK = ("tick",)
 _STOP = ("stop",)
@@ -255,6 +271,9 @@ class RaftDriver:
         stored = self._qs_file.read()
         self._log = DurableRaftLog.open(data_dir, cfg.log_config)
         self._log.cache = self.batch_cache
+        if cfg.tiered:
+            # Until the tier says what it holds, no local segment may go.
+            self._log.retention_floor = 0
         self._snapshots = FileSnapshotStore(data_dir.snapshot_dir)
         quorum = None if stored is None else QuorumState(stored.epoch, stored.voted_for,
                                                          stored.leader_id)
@@ -341,6 +360,41 @@ class RaftDriver:
     @property
     def snapshot_dir(self) -> Path:
         return DataDir(Path(self.config.data_dir)).snapshot_dir
+
+    # ------------------------------------------------- the remote tier's view of the log
+
+    def local_log_view(self) -> LocalLogView:
+        """The local log as the tier copier and local retention see it now."""
+        node, log = self._node, self._log
+        assert node is not None and log is not None, "driver not started"
+        return LocalLogView(tuple(log.segment_infos()), log.local_start_offset,
+                            log.start_offset, log.snapshot_id.epoch, node.high_watermark,
+                            node.flushed_offset)
+
+    def read_committed_range(self, from_offset: int, to_offset: int,
+                             max_bytes: int) -> list[bytes]:
+        """Stored batches in [from_offset, to_offset), both batch boundaries at or
+        below the high watermark that the local log holds."""
+        node, log = self._node, self._log
+        assert node is not None and log is not None, "driver not started"
+        assert to_offset <= node.high_watermark, (to_offset, node.high_watermark)
+        return log.read_committed_range(from_offset, to_offset, max_bytes)
+
+    async def apply_retention_floor(self, floor: int | None) -> int:
+        """Let local retention delete segments below `floor` (and the snapshot), on
+        the node task; returns the local log's first offset."""
+        self._check_running()
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def work(_access: NodeTaskAccess) -> None:
+            assert self._log is not None
+            try:
+                fut.set_result(self._log.apply_retention_floor(floor))
+            except StorageError as exc:
+                fut.set_exception(exc)
+
+        self._inbox.put_nowait(("work", work))
+        return await fut
 
     def status(self) -> DriverStatus:
         node, log = self._node, self._log

@@ -79,6 +79,9 @@ class DriverConfig:
 
     rpc_limits: RpcLimits = attrs.field(factory=RpcLimits)
     log_config: LogConfig = attrs.field(factory=LogConfig)
+    # A remote tier holds the log's history: local segments below the snapshot are
+    # deleted only once the tier and local retention allow (see controller/tier).
+    tiered: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.voter_addresses:

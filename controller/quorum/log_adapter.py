@@ -29,7 +29,7 @@ from controller.storage import snapshot_file as sf
 from controller.storage.batch import decode_batch
 from controller.storage.errors import LogCorruptionError, StorageError
 from controller.storage.leader_epoch import LeaderEpochCheckpoint
-from controller.storage.log import LogConfig, SegmentedLog
+from controller.storage.log import LogConfig, SegmentedLog, SegmentInfo
 from controller.storage.meta_properties import DataDir
 
 # How many appended batches `DurableRaftLog` keeps to serve reads of the tail.
@@ -54,6 +54,10 @@ class DurableRaftLog:
         self._checkpoint = checkpoint
         self._snapshot = snapshot_id
         self.cache = cache if cache is not None else StoredBatchCache()
+        # With a remote tier, local segments below the snapshot are deleted only below
+        # this offset (what the tier holds and local retention lets go); None: no tier,
+        # everything below the snapshot goes.
+        self.retention_floor: int | None = None
         # The batches appended last, by base offset (insertion order = log order):
         # reads of the log's tail (the followers' fetches, the commit of what was
         # just appended) are served from them instead of re-reading and decoding
@@ -202,8 +206,35 @@ class DurableRaftLog:
         if offset < self.end_offset:
             self._check_boundary(offset)
         self._snapshot = snapshot_id
-        self._log.delete_below(offset)
-        self._sync_checkpoint()
+        self._delete_local_below(offset)
+
+    def apply_retention_floor(self, floor: int | None) -> int:
+        """Set `retention_floor` and delete the local segments it and the snapshot
+        now allow; returns the local log's first offset."""
+        self.retention_floor = floor
+        self._delete_local_below(self._snapshot.end_offset)
+        return self._log.start_offset
+
+    def _delete_local_below(self, offset: int) -> None:
+        floor = self.retention_floor
+        limit = offset if floor is None else min(offset, floor)
+        if limit > self._log.start_offset:
+            self._log.delete_below(limit)
+            self._sync_checkpoint()
+
+    def segment_infos(self) -> list[SegmentInfo]:
+        return self._log.segment_infos()
+
+    def read_committed_range(self, from_offset: int, to_offset: int, max_bytes: int
+                             ) -> list[bytes]:
+        """Stored batches from `from_offset` (a batch boundary the local log holds)
+        up to `to_offset` (exclusive, a batch boundary), at most about `max_bytes`."""
+        return self._log.read(from_offset, max_bytes, max_offset=to_offset)
+
+    @property
+    def local_start_offset(self) -> int:
+        """The first offset the local segments hold (may be below `start_offset`)."""
+        return self._log.start_offset
 
     # -- driver side -----------------------------------------------------------
 

@@ -18,7 +18,10 @@ import attrs
 from controller.quorum.driver_config import DriverConfig
 from controller.quorum_controller.ports import ControllerSettings
 from controller.storage.errors import MetaPropertiesError
+from controller.storage.log_config import LogConfig
 from controller.storage.meta_properties import check_meta_properties
+from controller.tier.config import TierConfig
+from controller.tier.remote import parse_tier_url
 from controller.toml_config import (
     ConfigError,
     host_port,
@@ -62,6 +65,24 @@ request_timeout_ms = 30000      # the longest a request waits for its answer
 orphan_timeout_ms = 5000        # after losing leadership, wait this for a write's fate
 snapshot_interval_bytes = 16777216  # snapshot after this many bytes of new committed log
 
+[log]
+segment_bytes = 67108864        # a log segment is closed past this size ...
+segment_ms = 604800000          # ... or this age (only closed segments are tiered)
+
+# The remote tier: closed, committed log segments and snapshots are copied there,
+# and the local log is trimmed once they are (leave out [tier] for none: then the
+# log below the newest snapshot is deleted, and its history is gone).
+# [tier]
+# url = "file:///var/lib/metakraft/tier"     # or "s3://bucket/prefix?endpoint=http://host:9000&region=us-east-1"
+# access_key_id = "..."                     # S3 only; default: the AWS environment
+# secret_access_key = "..."
+# copy_interval_ms = 1000                   # look for work this often when idle
+# copy_timeout_ms = 30000                   # abandon a predecessor's copy after this
+# local_retention_ms = 600000               # keep tiered local segments this long (-1: no limit)
+# local_retention_bytes = -1                # ... or at most this many bytes of them (-1: no limit)
+# retention_ms = -1                         # delete tier objects older than this (-1: keep forever)
+# retention_bytes = -1                      # ... or beyond this many bytes (-1: keep forever)
+
 [logging]
 level = "INFO"                  # DEBUG, INFO, WARNING, ERROR
 format = "kv"                   # "kv" (key=value) or "json", one line per event, stderr
@@ -77,8 +98,12 @@ _RAFT_KEYS = ("election_timeout_ms", "fetch_max_wait_ms", "request_timeout_ms",
               "check_quorum_timeout_ms")
 _CONTROLLER_KEYS = ("session_timeout_ms", "max_queued_events", "max_items_per_request",
                     "request_timeout_ms", "orphan_timeout_ms", "snapshot_interval_bytes")
+_LOG_KEYS = ("segment_bytes", "segment_ms")
+_TIER_INT_KEYS = ("copy_interval_ms", "copy_timeout_ms", "max_backoff_ms", "local_retention_ms",
+                  "local_retention_bytes", "retention_ms", "retention_bytes")
+_TIER_STR_KEYS = ("url", "access_key_id", "secret_access_key")
 _TOP_KEYS = {"node_id", "cluster_id", "data_dir", "listen", "voters", "raft", "controller",
-             "logging", "metrics"}
+             "logging", "metrics", "log", "tier"}
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -93,6 +118,8 @@ class DaemonConfig:
     # Prometheus exporter; None: no exporter.
     metrics_address: str = "127.0.0.1"
     metrics_port: int | None = None
+    # The remote tier; None: none.
+    tier: TierConfig | None = None
 
 
 
@@ -151,10 +178,16 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
         raise ConfigError(f"metrics.port: must be <= 65535, got {metrics_port}")
     metrics_address = require_str(metrics, "address", "metrics.") if "address" in metrics \
         else "127.0.0.1"
+    log_table = sub_table(doc, "log")
+    reject_unknown(log_table, _LOG_KEYS, "log.")
+    log_values: dict[str, Any] = {k: require_int(log_table, k, "log.", minimum=1)
+                                  for k in _LOG_KEYS if k in log_table}
+    tier = _tier_config(doc, data_dir) if "tier" in doc else None
     try:
         # evolve() re-runs the validators with the configured values.
         driver = attrs.evolve(DriverConfig(node_id=node_id, cluster_id=cluster_id,
                                            voter_addresses=voters, data_dir=data_dir),
+                              log_config=LogConfig(**log_values), tiered=tier is not None,
                               **raft_values)
         settings = attrs.evolve(ControllerSettings(node_id=node_id, cluster_id=cluster_id,
                                                    voter_addresses=voters), **ctl_values)
@@ -162,7 +195,28 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
         raise ConfigError(f"inconsistent settings: {exc}") from None
     return DaemonConfig(path=path, driver=driver, controller=settings, listen=listen,
                         log_level=level, log_format=log_format, metrics_address=metrics_address,
-                        metrics_port=metrics_port)
+                        metrics_port=metrics_port, tier=tier)
+
+
+def _tier_config(doc: dict[str, Any], data_dir: Path) -> TierConfig:
+    table = sub_table(doc, "tier")
+    reject_unknown(table, _TIER_INT_KEYS + _TIER_STR_KEYS, "tier.")
+    if "url" not in table:
+        raise ConfigError("tier.url is required in [tier] (file:///path or s3://bucket/prefix)")
+    values: dict[str, Any] = {k: require_str(table, k, "tier.") for k in _TIER_STR_KEYS
+                              if k in table}
+    values.update({k: require_int(table, k, "tier.", minimum=-1) for k in _TIER_INT_KEYS
+                   if k in table})
+    try:
+        tier = TierConfig(**values)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    location = parse_tier_url(tier.url)
+    if location.scheme == "file" and Path(location.path).resolve().is_relative_to(
+            data_dir.resolve() / "metadata"):
+        raise ConfigError(f"tier.url {tier.url} is inside the log directory; put the tier "
+                          "elsewhere (e.g. a sibling directory or a shared mount)")
+    return tier
 
 
 def load_config(path: Path) -> DaemonConfig:

@@ -12,9 +12,11 @@ if the Raft node failed (a storage error or a broken invariant), else 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import signal
+from collections.abc import Callable
 
 from controller.api.admin_service import add_api_services
 from controller.api.seam import ControllerFacade
@@ -26,6 +28,9 @@ from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.metrics import ControllerMetrics
 from controller.quorum_controller.ports import QuorumPort
 from controller.rpc import NOT_SERVING, bind_insecure, create_server
+from controller.tier.copier import TierCopier
+from controller.tier.metrics import TierMetrics
+from controller.tier.remote import open_store
 
 logger = logging.getLogger("metakraft.daemon")
 
@@ -51,6 +56,7 @@ async def run_controller(config: DaemonConfig) -> int:
     health = add_api_services(server, facade, other_service_names=[raft_name])
     await driver.start()
     controller.start()
+    copier_task = start_tier_copier(config, controller, driver, clock)
     await server.start()
     host = config.listen.rpartition(":")[0]
     logger.info("event=serving node=%d address=%s:%d voters=%s data_dir=%s", cfg.node_id,
@@ -68,6 +74,10 @@ async def run_controller(config: DaemonConfig) -> int:
         task.cancel()
     logger.info("event=stopping node=%d reason=%s mode=%s", cfg.node_id,
                 "signal" if stop.is_set() else "raft_failed", controller.mode.value)
+    if copier_task is not None:
+        copier_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await copier_task
     # Hand leadership over while still serving, so clients follow to the successor.
     await driver.stop(resign=True)
     await controller.stop()
@@ -79,6 +89,23 @@ async def run_controller(config: DaemonConfig) -> int:
         return 1
     logger.info("event=stopped node=%d status=clean", cfg.node_id)
     return 0
+
+
+def start_tier_copier(config: DaemonConfig, controller: QuorumController, driver: RaftDriver,
+                      clock: Callable[[], int]) -> asyncio.Task[None] | None:
+    """Start the remote tier's copier task (None without a [tier] section)."""
+    tier = config.tier
+    if tier is None:
+        return None
+    store = open_store(tier.url, access_key_id=tier.access_key_id,
+                       secret_access_key=tier.secret_access_key)
+    metrics = None if controller.metrics is None else TierMetrics(controller.metrics.registry)
+    copier = TierCopier(controller=controller, driver=driver, store=store, config=tier,
+                        clock_ms=clock, metrics=metrics)
+    logger.info("event=tier_enabled url=%s local_retention_ms=%d local_retention_bytes=%d "
+                "retention_ms=%d retention_bytes=%d", store.url, tier.local_retention_ms,
+                tier.local_retention_bytes, tier.retention_ms, tier.retention_bytes)
+    return asyncio.create_task(copier.run(), name="tier-copier")
 
 
 __all__ = ["NOT_SERVING", "run_controller"]

@@ -68,6 +68,7 @@ def iter_image_chunks(state: MetadataState, epoch: int,
             pending = []
     tail = state.configs.snapshot_records(epoch)
     tail += [make_record(acl.to_record()) for acl in state.acls(epoch)]
+    tail += state.tier.snapshot_records(epoch)
     pending += [encode_record(r) for r in tail]
     yield pending
 

@@ -248,6 +248,57 @@ ACL_PERMISSION_TYPE_DENY: AclPermissionType.ValueType  # 1
 ACL_PERMISSION_TYPE_ALLOW: AclPermissionType.ValueType  # 2
 Global___AclPermissionType: _TypeAlias = AclPermissionType  # noqa: Y015
 
+class _RemoteLogObjectKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RemoteLogObjectKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RemoteLogObjectKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REMOTE_LOG_OBJECT_KIND_UNSPECIFIED: _RemoteLogObjectKind.ValueType  # 0
+    REMOTE_LOG_OBJECT_KIND_SEGMENT: _RemoteLogObjectKind.ValueType  # 1
+    """A range of committed log batches, byte for byte as stored."""
+    REMOTE_LOG_OBJECT_KIND_SNAPSHOT: _RemoteLogObjectKind.ValueType  # 2
+    """A snapshot file (the image at its end offset)."""
+
+class RemoteLogObjectKind(_RemoteLogObjectKind, metaclass=_RemoteLogObjectKindEnumTypeWrapper):
+    """---------------------------------------------------------------------------------
+    The remote tier (tiered metadata log)
+    ---------------------------------------------------------------------------------
+
+    What a remote object holds.
+    """
+
+REMOTE_LOG_OBJECT_KIND_UNSPECIFIED: RemoteLogObjectKind.ValueType  # 0
+REMOTE_LOG_OBJECT_KIND_SEGMENT: RemoteLogObjectKind.ValueType  # 1
+"""A range of committed log batches, byte for byte as stored."""
+REMOTE_LOG_OBJECT_KIND_SNAPSHOT: RemoteLogObjectKind.ValueType  # 2
+"""A snapshot file (the image at its end offset)."""
+Global___RemoteLogObjectKind: _TypeAlias = RemoteLogObjectKind  # noqa: Y015
+
+class _RemoteLogSegmentState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RemoteLogSegmentStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RemoteLogSegmentState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REMOTE_LOG_SEGMENT_STATE_UNSPECIFIED: _RemoteLogSegmentState.ValueType  # 0
+    REMOTE_LOG_SEGMENT_STATE_COPY_STARTED: _RemoteLogSegmentState.ValueType  # 1
+    REMOTE_LOG_SEGMENT_STATE_COPY_FINISHED: _RemoteLogSegmentState.ValueType  # 2
+    REMOTE_LOG_SEGMENT_STATE_DELETE_STARTED: _RemoteLogSegmentState.ValueType  # 3
+    REMOTE_LOG_SEGMENT_STATE_DELETE_FINISHED: _RemoteLogSegmentState.ValueType  # 4
+
+class RemoteLogSegmentState(_RemoteLogSegmentState, metaclass=_RemoteLogSegmentStateEnumTypeWrapper):
+    """Life of a remote object: COPY_STARTED -> COPY_FINISHED -> DELETE_STARTED ->
+    DELETE_FINISHED; a copy that never finished goes COPY_STARTED -> DELETE_STARTED.
+    """
+
+REMOTE_LOG_SEGMENT_STATE_UNSPECIFIED: RemoteLogSegmentState.ValueType  # 0
+REMOTE_LOG_SEGMENT_STATE_COPY_STARTED: RemoteLogSegmentState.ValueType  # 1
+REMOTE_LOG_SEGMENT_STATE_COPY_FINISHED: RemoteLogSegmentState.ValueType  # 2
+REMOTE_LOG_SEGMENT_STATE_DELETE_STARTED: RemoteLogSegmentState.ValueType  # 3
+REMOTE_LOG_SEGMENT_STATE_DELETE_FINISHED: RemoteLogSegmentState.ValueType  # 4
+Global___RemoteLogSegmentState: _TypeAlias = RemoteLogSegmentState  # noqa: Y015
+
 @_typing.final
 class MetadataRecord(_message.Message):
     """---------------------------------------------------------------------------------
@@ -275,6 +326,8 @@ class MetadataRecord(_message.Message):
     ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _builtins.int
     REMOVE_ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _builtins.int
     NO_OP_FIELD_NUMBER: _builtins.int
+    REMOTE_LOG_SEGMENT_FIELD_NUMBER: _builtins.int
+    REMOTE_LOG_SEGMENT_STATE_CHANGE_FIELD_NUMBER: _builtins.int
     LEADER_CHANGE_FIELD_NUMBER: _builtins.int
     SNAPSHOT_HEADER_FIELD_NUMBER: _builtins.int
     SNAPSHOT_FOOTER_FIELD_NUMBER: _builtins.int
@@ -309,6 +362,10 @@ class MetadataRecord(_message.Message):
     @_builtins.property
     def no_op(self) -> Global___NoOpRecord: ...
     @_builtins.property
+    def remote_log_segment(self) -> Global___RemoteLogSegmentRecord: ...
+    @_builtins.property
+    def remote_log_segment_state_change(self) -> Global___RemoteLogSegmentStateChangeRecord: ...
+    @_builtins.property
     def leader_change(self) -> Global___LeaderChangeRecord:
         """Raft control records (30..39): written in control batches, never replayed
         into the metadata image.
@@ -334,15 +391,17 @@ class MetadataRecord(_message.Message):
         access_control_entry: Global___AccessControlEntryRecord | None = ...,
         remove_access_control_entry: Global___RemoveAccessControlEntryRecord | None = ...,
         no_op: Global___NoOpRecord | None = ...,
+        remote_log_segment: Global___RemoteLogSegmentRecord | None = ...,
+        remote_log_segment_state_change: Global___RemoteLogSegmentStateChangeRecord | None = ...,
         leader_change: Global___LeaderChangeRecord | None = ...,
         snapshot_header: Global___SnapshotHeaderRecord | None = ...,
         snapshot_footer: Global___SnapshotFooterRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remote_log_segment", b"remote_log_segment", "remote_log_segment_state_change", b"remote_log_segment_state_change", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remote_log_segment", b"remote_log_segment", "remote_log_segment_state_change", b"remote_log_segment_state_change", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "access_control_entry", "remove_access_control_entry", "no_op", "leader_change", "snapshot_header", "snapshot_footer"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "access_control_entry", "remove_access_control_entry", "no_op", "remote_log_segment", "remote_log_segment_state_change", "leader_change", "snapshot_header", "snapshot_footer"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 
@@ -926,6 +985,103 @@ class NoOpRecord(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NoOpRecord: _TypeAlias = NoOpRecord  # noqa: Y015
+
+@_typing.final
+class RemoteLogSegmentRecord(_message.Message):
+    """The active controller started copying an object to the remote tier (its state is
+    COPY_STARTED). Written before the first byte is uploaded, so a successor knows
+    what may be half written.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEGMENT_ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    START_OFFSET_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    START_TIME_MS_FIELD_NUMBER: _builtins.int
+    END_TIME_MS_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    LAST_EPOCH_FIELD_NUMBER: _builtins.int
+    COPIER_ID_FIELD_NUMBER: _builtins.int
+    COPIER_EPOCH_FIELD_NUMBER: _builtins.int
+    EVENT_TIME_MS_FIELD_NUMBER: _builtins.int
+    segment_id: _builtins.str
+    """Unique id of this copy (a uuid); part of the object's name."""
+    kind: Global___RemoteLogObjectKind.ValueType
+    start_offset: _builtins.int
+    """Segment: offsets [start_offset, end_offset). Snapshot: start_offset is 0 and
+    end_offset the snapshot's end offset.
+    """
+    end_offset: _builtins.int
+    start_time_ms: _builtins.int
+    """Append times of the first and last batch (snapshot: of its last record)."""
+    end_time_ms: _builtins.int
+    size_bytes: _builtins.int
+    """Bytes of the data object."""
+    last_epoch: _builtins.int
+    """Raft epoch of the last batch held (snapshot: the snapshot's epoch)."""
+    copier_id: _builtins.int
+    """Node id of the controller that copies, and its leader epoch then."""
+    copier_epoch: _builtins.int
+    event_time_ms: _builtins.int
+    """When the copy started (copier's clock)."""
+    def __init__(
+        self,
+        *,
+        segment_id: _builtins.str = ...,
+        kind: Global___RemoteLogObjectKind.ValueType = ...,
+        start_offset: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        start_time_ms: _builtins.int = ...,
+        end_time_ms: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+        last_epoch: _builtins.int = ...,
+        copier_id: _builtins.int = ...,
+        copier_epoch: _builtins.int = ...,
+        event_time_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copier_epoch", b"copier_epoch", "copier_id", b"copier_id", "end_offset", b"end_offset", "end_time_ms", b"end_time_ms", "event_time_ms", b"event_time_ms", "kind", b"kind", "last_epoch", b"last_epoch", "segment_id", b"segment_id", "size_bytes", b"size_bytes", "start_offset", b"start_offset", "start_time_ms", b"start_time_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoteLogSegmentRecord: _TypeAlias = RemoteLogSegmentRecord  # noqa: Y015
+
+@_typing.final
+class RemoteLogSegmentStateChangeRecord(_message.Message):
+    """A remote object moved to another state."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEGMENT_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    COPIER_ID_FIELD_NUMBER: _builtins.int
+    COPIER_EPOCH_FIELD_NUMBER: _builtins.int
+    EVENT_TIME_MS_FIELD_NUMBER: _builtins.int
+    segment_id: _builtins.str
+    state: Global___RemoteLogSegmentState.ValueType
+    copier_id: _builtins.int
+    """Node id of the controller that made the change, and its leader epoch then."""
+    copier_epoch: _builtins.int
+    event_time_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        segment_id: _builtins.str = ...,
+        state: Global___RemoteLogSegmentState.ValueType = ...,
+        copier_id: _builtins.int = ...,
+        copier_epoch: _builtins.int = ...,
+        event_time_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copier_epoch", b"copier_epoch", "copier_id", b"copier_id", "event_time_ms", b"event_time_ms", "segment_id", b"segment_id", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoteLogSegmentStateChangeRecord: _TypeAlias = RemoteLogSegmentStateChangeRecord  # noqa: Y015
 
 @_typing.final
 class LeaderChangeRecord(_message.Message):

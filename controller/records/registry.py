@@ -29,6 +29,8 @@ RecordPayload = (
     | pb.AccessControlEntryRecord
     | pb.RemoveAccessControlEntryRecord
     | pb.NoOpRecord
+    | pb.RemoteLogSegmentRecord
+    | pb.RemoteLogSegmentStateChangeRecord
     | pb.LeaderChangeRecord
     | pb.SnapshotHeaderRecord
     | pb.SnapshotFooterRecord
@@ -63,6 +65,8 @@ _TABLE = (
     RecordType("access_control_entry", pb.AccessControlEntryRecord, 1),
     RecordType("remove_access_control_entry", pb.RemoveAccessControlEntryRecord, 1),
     RecordType("no_op", pb.NoOpRecord, 1),
+    RecordType("remote_log_segment", pb.RemoteLogSegmentRecord, 1),
+    RecordType("remote_log_segment_state_change", pb.RemoteLogSegmentStateChangeRecord, 1),
     RecordType("leader_change", pb.LeaderChangeRecord, 1, is_control=True),
     RecordType("snapshot_header", pb.SnapshotHeaderRecord, 1, is_control=True),
     RecordType("snapshot_footer", pb.SnapshotFooterRecord, 1, is_control=True),

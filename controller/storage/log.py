@@ -45,10 +45,10 @@ from controller.storage.errors import (
 from controller.storage.flush import PendingFlush
 from controller.storage.fsutil import fsync_dir
 from controller.storage.leader_epoch import EpochHistory
-from controller.storage.log_config import LogConfig, RecoveryReport
+from controller.storage.log_config import LogConfig, RecoveryReport, SegmentInfo
 from controller.storage.segment import Segment, parse_segment_file_name
 
-__all__ = ["LogConfig", "RecoveryReport", "SegmentedLog"]
+__all__ = ["LogConfig", "RecoveryReport", "SegmentInfo", "SegmentedLog"]
 
 logger = logging.getLogger(__name__)
 
@@ -185,6 +185,13 @@ class SegmentedLog:
 
     def segment_paths(self) -> list[Path]:
         return [s.path for s in self._segments]
+
+    def segment_infos(self) -> list[SegmentInfo]:
+        """Each segment's offsets, size and last write time, oldest first (the last
+        is the active one)."""
+        return [SegmentInfo(s.base_offset, s.next_offset, s.size_bytes, s.modified_ms(),
+                            i == len(self._segments) - 1)
+                for i, s in enumerate(self._segments)]
 
     def epoch_history(self) -> list[tuple[int, int]]:
         """(epoch, start offset) for each epoch with batches in the log, ascending."""

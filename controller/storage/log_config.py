@@ -25,6 +25,17 @@ class LogConfig:
 
 
 @attrs.frozen
+class SegmentInfo:
+    """One segment as retention sees it: offsets [base, next), size, last write."""
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    modified_ms: int
+    is_active: bool
+
+
+@attrs.frozen
 class RecoveryReport:
     """What opening the log did to repair a crash: empty `reason` means nothing."""
 

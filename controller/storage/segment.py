@@ -237,6 +237,10 @@ class Segment:
             self.first_append_time_ms = None
         self.dirty = True
 
+    def modified_ms(self) -> int:
+        """When the file was last written (the file system's clock)."""
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
     def take_dirty_fd(self) -> int | None:
         """A duplicate descriptor to fsync if the file changed since the last one, else None.
 

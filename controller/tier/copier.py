@@ -1,0 +1,323 @@
+"""`TierCopier`: moves committed history to the remote tier and trims the local log.
+
+One asyncio task per controller. Each round:
+1. every controller (active or standby) applies local retention: the floor below
+   which its local segments may go, from the tier state it replayed
+   (`retention.local_retention_floor`);
+2. the active controller only:
+   - finishes what a predecessor left half done: a COPY_STARTED object of an
+     earlier leader epoch older than `copy_timeout_ms` (or one of its own from a
+     round that failed) is abandoned, DELETE_STARTED objects are deleted;
+   - copies the next range of committed batches, from the committed copied end
+     offset (never from file names: segment boundaries differ between
+     controllers) to the end of the first closed local segment past it, if that is
+     committed and flushed: COPY_STARTED is committed first, then the data object
+     and its manifest are put, then COPY_FINISHED;
+   - copies its newest snapshot when it is newer than the tier's;
+   - applies remote retention (`retention.remote_expired`).
+Every state change is a metadata record written through the controller like any
+write (committed before the next step), so a successor knows exactly what the tier
+holds. Tier failures leave writes and commits alone: the copier logs one line when
+the tier starts failing and one when it is back, backs off, and local deletion
+simply waits (the copied end does not move).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from controller.metadata.errors import ControllerResult
+from controller.metadata.tier import ObjectKind, RemoteObject, SegmentState, TierStateError
+from controller.quorum.driver import LocalLogView, RaftDriver
+from controller.quorum_controller.controller import QuorumController
+from controller.quorum_controller.events import Mode
+from controller.records import MetadataRecord
+from controller.storage import snapshot_file as sf
+from controller.storage.batch import EMPTY_ORIGIN, peek_batch_header
+from controller.storage.errors import StorageError
+from controller.tier import retention
+from controller.tier.config import TierConfig
+from controller.tier.history import claim_tier
+from controller.tier.metrics import TierMetrics
+from controller.tier.objects import (
+    Manifest,
+    data_key,
+    manifest_key,
+    segment_manifest,
+    snapshot_manifest,
+)
+from controller.tier.remote import RemoteStorage, TierError
+
+logger = logging.getLogger("metakraft.tier")
+
+# Bytes read from the local log per call while assembling a copy.
+_READ_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+class TierCopier:
+    def __init__(self, *, controller: QuorumController, driver: RaftDriver,
+                 store: RemoteStorage, config: TierConfig, clock_ms: Callable[[], int],
+                 metrics: TierMetrics | None = None) -> None:
+        self._controller = controller
+        self._driver = driver
+        self._store = store
+        self.config = config
+        self._clock_ms = clock_ms
+        self.metrics = metrics
+        self._node_id = controller.settings.node_id
+        self._cluster_id = controller.settings.cluster_id
+        self._claimed = False
+        self._failing: str | None = None
+        self._warned_start: int | None = None
+        self.rounds = 0
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        """Round after round until cancelled; never raises for tier trouble."""
+        backoff_ms = self.config.copy_interval_ms
+        while True:
+            try:
+                busy = await self.round()
+                self._succeeded()
+                backoff_ms = self.config.copy_interval_ms
+                delay_ms = 0 if busy else self.config.copy_interval_ms
+            except asyncio.CancelledError:
+                raise
+            except (TierError, StorageError, OSError, TierStateError) as exc:
+                self._failed(exc)
+                delay_ms = backoff_ms
+                backoff_ms = min(backoff_ms * 2, self.config.max_backoff_ms)
+            except Exception as exc:
+                # E.g. the controller lost leadership during a write: try again later.
+                if type(exc).__name__ in ("NotControllerError", "ControllerTimeoutError",
+                                          "ControllerBusyError", "DriverStoppedError"):
+                    delay_ms = self.config.copy_interval_ms
+                else:
+                    logger.exception("event=tier_round_failed")
+                    self._failed(exc)
+                    delay_ms = backoff_ms
+                    backoff_ms = min(backoff_ms * 2, self.config.max_backoff_ms)
+            await asyncio.sleep(delay_ms / 1e3)
+
+    def _succeeded(self) -> None:
+        if self._failing is not None:
+            logger.info("event=tier_available url=%s", self._store.url)
+            self._failing = None
+        if self.metrics is not None:
+            self.metrics.up.set(1)
+            self.metrics.last_success.set(time.time())
+
+    def _failed(self, exc: BaseException) -> None:
+        reason = str(exc) or type(exc).__name__
+        if self.metrics is not None:
+            self.metrics.up.set(0)
+            self.metrics.errors.inc()
+        if self._failing is None:
+            # One line when the tier starts failing, not one per retry.
+            logger.warning("event=tier_unavailable url=%s error=%r", self._store.url, reason)
+        self._failing = reason
+
+    async def round(self) -> bool:
+        """One round (see the module docstring); True if it changed the tier, so the
+        next round should come at once."""
+        self.rounds += 1
+        controller = self._controller
+        committed = controller.committed_offset - 1
+        objects = controller.state.tier.objects(committed)
+        copied_end = controller.state.tier.copied_end_offset(committed)
+        view = self._driver.local_log_view()
+        await self._apply_local_retention(view, copied_end)
+        self._update_metrics(view, objects, copied_end)
+        if controller.mode is not Mode.ACTIVE:
+            return False
+        if not self._claimed:
+            await asyncio.to_thread(claim_tier, self._store, self._cluster_id)
+            self._claimed = True
+        busy = await self._clean_up(objects)
+        busy = await self._copy_log(view, objects, copied_end) or busy
+        busy = await self._copy_snapshot(view, objects) or busy
+        busy = await self._expire_remote(objects) or busy
+        return busy
+
+    # ---------------------------------------------------------------- local retention
+
+    async def _apply_local_retention(self, view: LocalLogView, copied_end: int | None) -> None:
+        cfg = self.config
+        floor = retention.local_retention_floor(
+            view.segments, snapshot_end_offset=view.snapshot_end_offset,
+            copied_end_offset=copied_end, now_ms=int(time.time() * 1000),
+            retention_ms=cfg.local_retention_ms, retention_bytes=cfg.local_retention_bytes)
+        if floor > view.local_start_offset:
+            start = await self._driver.apply_retention_floor(floor)
+            logger.info("event=local_segments_deleted node=%d below=%d log_start=%d",
+                        self._node_id, floor, start)
+
+    # ------------------------------------------------------------------- writes
+
+    async def _write(self, name: str,
+                     generate: Callable[[], list[MetadataRecord]]) -> None:
+        def run(_next_offset: int, _now_ms: int) -> ControllerResult[Any]:
+            try:
+                return ControllerResult(tuple(generate()), None)
+            except TierStateError as exc:
+                return ControllerResult((), exc)
+
+        error = await self._controller.write(name, run, EMPTY_ORIGIN)
+        if isinstance(error, TierStateError):
+            raise error
+
+    def _epoch(self) -> int:
+        return self._driver.status().epoch
+
+    async def _change_state(self, obj: RemoteObject, state: SegmentState) -> None:
+        """Move `obj` (as it was when the round began) on to `state`."""
+        tier = self._controller.state.tier
+        epoch, now = self._epoch(), self._clock_ms()
+        await self._write(f"tier_{state.name.lower()}", lambda: tier.state_change_records(
+            obj.segment_id, state, copier_id=self._node_id, copier_epoch=epoch, now_ms=now))
+
+    async def _delete_objects(self, obj: RemoteObject) -> None:
+        key = data_key("segment" if obj.kind is ObjectKind.SEGMENT else "snapshot",
+                       obj.start_offset, obj.end_offset, obj.segment_id, obj.last_epoch)
+        # The manifest first: from then on no reader takes the object as complete.
+        await asyncio.to_thread(self._store.delete, manifest_key(key))
+        await asyncio.to_thread(self._store.delete, key)
+
+    async def _delete(self, obj: RemoteObject, reason: str) -> None:
+        if obj.state is not SegmentState.DELETE_STARTED:
+            await self._change_state(obj, SegmentState.DELETE_STARTED)
+        await self._delete_objects(obj)
+        await self._change_state(obj, SegmentState.DELETE_FINISHED)
+        if self.metrics is not None:
+            self.metrics.deletes.labels(kind=obj.kind.name.lower()).inc()
+        logger.info("event=tier_object_deleted id=%s kind=%s offsets=%d-%d reason=%s",
+                    obj.segment_id, obj.kind.name.lower(), obj.start_offset, obj.end_offset,
+                    reason)
+
+    # ------------------------------------------------------------------ the steps
+
+    async def _clean_up(self, objects: list[RemoteObject]) -> bool:
+        now, epoch = self._clock_ms(), self._epoch()
+        busy = False
+        for obj in objects:
+            if obj.state is SegmentState.DELETE_STARTED:
+                await self._delete(obj, "unfinished_delete")
+                busy = True
+            elif obj.state is SegmentState.COPY_STARTED:
+                mine = obj.copier_id == self._node_id and obj.copier_epoch == epoch
+                # Our own: a round of ours failed half way (rounds do not overlap).
+                # Another leader's: it may still be uploading; give it the timeout.
+                if mine or now - obj.state_time_ms >= self.config.copy_timeout_ms:
+                    await self._delete(obj, "abandoned_copy")
+                    busy = True
+        return busy
+
+    async def _copy_log(self, view: LocalLogView, objects: list[RemoteObject],
+                        copied_end: int | None) -> bool:
+        start = copied_end if copied_end is not None else view.local_start_offset
+        if copied_end is None and start > 0 and self._warned_start != start:
+            self._warned_start = start
+            logger.warning("event=tier_history_starts offset=%d reason=%r", start,
+                           "the local log no longer holds older offsets: the tier's history "
+                           "starts here")
+        if start < view.local_start_offset:
+            raise TierError(f"cannot copy offsets from {start}: this controller's local log "
+                            f"starts at {view.local_start_offset} (it was reset to a "
+                            "snapshot); another controller must copy them")
+        committed = min(view.high_watermark, view.flushed_offset)
+        ends = [s.next_offset for s in view.segments if not s.is_active]
+        target = next((e for e in ends if e > start), None)
+        if target is None or target > committed:
+            return False
+        chunks: list[bytes] = []
+        offset = start
+        while offset < target:
+            got = self._driver.read_committed_range(offset, target, _READ_CHUNK_BYTES)
+            if not got:
+                raise TierError(f"the local log returned nothing at offset {offset}")
+            chunks += got
+            offset = peek_batch_header(got[-1]).next_offset
+        data = b"".join(chunks)
+        segment_id = uuid.uuid4().hex
+        epoch, now = self._epoch(), self._clock_ms()
+        manifest = segment_manifest(self._cluster_id, segment_id, start, data,
+                                    copier_id=self._node_id, copier_epoch=epoch)
+        assert manifest.end_offset == target, (manifest.end_offset, target)
+        obj = _object_of(manifest, ObjectKind.SEGMENT, now)
+        await self._upload(obj, manifest, data)
+        return True
+
+    async def _copy_snapshot(self, view: LocalLogView, objects: list[RemoteObject]) -> bool:
+        latest = sf.latest_snapshot(self._driver.snapshot_dir)
+        if latest is None or latest.end_offset > view.high_watermark:
+            return False
+        remote_ends = [o.end_offset for o in objects if o.kind is ObjectKind.SNAPSHOT]
+        if remote_ends and max(remote_ends) >= latest.end_offset:
+            return False
+        path = self._driver.snapshot_dir / latest.file_name
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            return False  # pruned meanwhile: the next round takes the newer one
+        now = self._clock_ms()
+        manifest = snapshot_manifest(self._cluster_id, uuid.uuid4().hex, latest.end_offset,
+                                     latest.epoch, data, now, copier_id=self._node_id,
+                                     copier_epoch=self._epoch())
+        await self._upload(_object_of(manifest, ObjectKind.SNAPSHOT, now), manifest, data)
+        return True
+
+    async def _upload(self, obj: RemoteObject, manifest: Manifest, data: bytes) -> None:
+        tier = self._controller.state.tier
+        await self._write("tier_copy_started", lambda: tier.copy_started_records(obj))
+        started = time.monotonic()
+        await asyncio.to_thread(self._store.put, manifest.data_key, data)
+        await asyncio.to_thread(self._store.put, manifest.manifest_key, manifest.encode())
+        await self._change_state(obj, SegmentState.COPY_FINISHED)
+        kind = obj.kind.name.lower()
+        if self.metrics is not None:
+            self.metrics.copies.labels(kind=kind).inc()
+            self.metrics.copied_bytes.labels(kind=kind).inc(len(data))
+        logger.info("event=tier_object_copied id=%s kind=%s offsets=%d-%d bytes=%d ms=%d",
+                    obj.segment_id, kind, obj.start_offset, obj.end_offset, len(data),
+                    int((time.monotonic() - started) * 1000))
+
+    async def _expire_remote(self, objects: list[RemoteObject]) -> bool:
+        cfg = self.config
+        expired = retention.remote_expired(objects, now_ms=int(time.time() * 1000),
+                                           retention_ms=cfg.retention_ms,
+                                           retention_bytes=cfg.retention_bytes)
+        for obj in expired:
+            await self._delete(obj, "retention")
+        return bool(expired)
+
+    # ------------------------------------------------------------------ metrics
+
+    def _update_metrics(self, view: LocalLogView, objects: list[RemoteObject],
+                        copied_end: int | None) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        end = copied_end if copied_end is not None else view.local_start_offset
+        m.copy_lag_offsets.set(max(0, view.high_watermark - end))
+        m.copy_lag_bytes.set(sum(
+            s.size_bytes for s in view.segments if s.next_offset > end))
+        m.copied_end.set(-1 if copied_end is None else copied_end)
+        m.local_start.set(view.local_start_offset)
+        m.local_bytes.set(sum(s.size_bytes for s in view.segments))
+        finished = [o for o in objects if o.state is SegmentState.COPY_FINISHED]
+        m.remote_objects.set(len(finished))
+        m.remote_bytes.set(sum(o.size_bytes for o in finished))
+
+
+def _object_of(manifest: Manifest, kind: ObjectKind, now_ms: int) -> RemoteObject:
+    return RemoteObject(manifest.segment_id, kind, manifest.start_offset, manifest.end_offset,
+                        manifest.start_time_ms, manifest.end_time_ms, manifest.size_bytes,
+                        manifest.last_epoch, manifest.copier_id, manifest.copier_epoch,
+                        SegmentState.COPY_STARTED, now_ms)
+

@@ -1,0 +1,207 @@
+"""What a remote object is: its name, its manifest, and how to check it.
+
+Layout under the tier root:
+
+    cluster.json                                         {"cluster_id": ...}: whose tier
+    log/<start:020d>-<end:020d>-<id>.log                 batches [start, end), as stored
+    log/<start:020d>-<end:020d>-<id>.manifest            JSON, see below
+    snapshots/<end:020d>-<epoch:010d>-<id>.checkpoint    a snapshot file, as written
+    snapshots/<end:020d>-<epoch:010d>-<id>.manifest
+
+An object is complete when its manifest exists: the data is put first and the
+manifest last; a delete removes the manifest first. Readers go by manifests only, so
+a half-copied object is never read. The manifest holds the data's size and CRC-32C,
+an offset index (offset -> byte position, sparse), a time index (append time ->
+first offset at or after it, sparse), the slice of the leader-epoch history the
+range covers, and a CRC-32C of itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import attrs
+import crc32c
+
+from controller.storage.batch import verify_batch
+from controller.storage.errors import CorruptBatchError
+from controller.tier.remote import TierError
+
+FORMAT_VERSION = 1
+CLUSTER_MARKER = "cluster.json"
+LOG_PREFIX = "log/"
+SNAPSHOT_PREFIX = "snapshots/"
+MANIFEST_SUFFIX = ".manifest"
+# One index entry per this many bytes of batches (as the local segments do).
+INDEX_INTERVAL_BYTES = 4096
+
+_LOG_NAME = re.compile(r"^log/(\d{20})-(\d{20})-([0-9a-f]{32})\.(log|manifest)$")
+_SNAPSHOT_NAME = re.compile(r"^snapshots/(\d{20})-(\d{10})-([0-9a-f]{32})\.(checkpoint|manifest)$")
+
+
+class CorruptObjectError(TierError):
+    """A remote object that fails a check; names the object and the offset."""
+
+    def __init__(self, key: str, reason: str, offset: int | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        self.offset = offset
+        where = f" at offset {offset}" if offset is not None else ""
+        super().__init__(f"remote object {key}{where}: {reason}")
+
+
+def data_key(kind: str, start: int, end: int, segment_id: str, epoch: int = 0) -> str:
+    if kind == "segment":
+        return f"{LOG_PREFIX}{start:020d}-{end:020d}-{segment_id}.log"
+    return f"{SNAPSHOT_PREFIX}{end:020d}-{epoch:010d}-{segment_id}.checkpoint"
+
+
+def manifest_key(data_key_: str) -> str:
+    return data_key_.rsplit(".", 1)[0] + MANIFEST_SUFFIX
+
+
+def parse_key(key: str) -> tuple[str, str, bool] | None:
+    """(kind, segment id, is manifest) of a key the tier may hold, None if foreign."""
+    if m := _LOG_NAME.match(key):
+        return "segment", m.group(3), m.group(4) == "manifest"
+    if m := _SNAPSHOT_NAME.match(key):
+        return "snapshot", m.group(3), m.group(4) == "manifest"
+    return None
+
+
+@attrs.frozen
+class Manifest:
+    cluster_id: str
+    segment_id: str
+    kind: str  # "segment" or "snapshot"
+    start_offset: int
+    end_offset: int
+    size_bytes: int
+    data_crc32c: int
+    start_time_ms: int
+    end_time_ms: int
+    last_epoch: int
+    # (epoch, start offset) of each epoch with batches in the range.
+    epochs: tuple[tuple[int, int], ...] = ()
+    # (offset, byte position) and (append time ms, offset), sparse, ascending.
+    offset_index: tuple[tuple[int, int], ...] = ()
+    time_index: tuple[tuple[int, int], ...] = ()
+    copier_id: int = -1
+    copier_epoch: int = -1
+
+    @property
+    def data_key(self) -> str:
+        return data_key(self.kind, self.start_offset, self.end_offset, self.segment_id,
+                        self.last_epoch)
+
+    @property
+    def manifest_key(self) -> str:
+        return manifest_key(self.data_key)
+
+    def encode(self) -> bytes:
+        body = attrs.asdict(self, retain_collection_types=False)
+        body["format_version"] = FORMAT_VERSION
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return json.dumps({"crc32c": crc32c.crc32c(text.encode()), "manifest": text}
+                          ).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, key: str, data: bytes) -> Manifest:
+        try:
+            outer = json.loads(data)
+            text = outer["manifest"]
+            if crc32c.crc32c(text.encode()) != outer["crc32c"]:
+                raise CorruptObjectError(key, "manifest CRC-32C mismatch")
+            body: dict[str, Any] = json.loads(text)
+            if body.pop("format_version") != FORMAT_VERSION:
+                raise CorruptObjectError(key, "unknown manifest format version")
+            for name in ("epochs", "offset_index", "time_index"):
+                body[name] = tuple(tuple(pair) for pair in body[name])
+            manifest = cls(**body)
+        except CorruptObjectError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptObjectError(key, f"unreadable manifest ({exc})") from None
+        if manifest.manifest_key != key:
+            raise CorruptObjectError(key, f"manifest describes {manifest.data_key}, "
+                                     "not the object its name says")
+        return manifest
+
+
+def describe_batches(data: bytes, start_offset: int,
+                     index_interval_bytes: int = INDEX_INTERVAL_BYTES
+                     ) -> tuple[int, int, int, int, tuple[tuple[int, int], ...],
+                                tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """Walk back-to-back batches starting at `start_offset`, checking each CRC and the
+    offsets' continuity; returns (end offset, first time, last time, last epoch,
+    epochs, offset index, time index). CorruptBatchError at the first bad batch."""
+    pos, expected = 0, start_offset
+    epochs: list[tuple[int, int]] = []
+    offset_index: list[tuple[int, int]] = []
+    time_index: list[tuple[int, int]] = []
+    since_index = index_interval_bytes  # the first batch always gets an entry
+    first_time = last_time = max_time = -1
+    while pos < len(data):
+        header = verify_batch(data, pos)
+        if header.base_offset != expected:
+            raise CorruptBatchError(f"offset discontinuity: batch starts at "
+                                    f"{header.base_offset}, expected {expected}", expected, pos)
+        if not epochs or header.epoch > epochs[-1][0]:
+            epochs.append((header.epoch, header.base_offset))
+        elif header.epoch < epochs[-1][0]:
+            raise CorruptBatchError(f"epoch goes back to {header.epoch}", expected, pos)
+        if since_index >= index_interval_bytes:
+            offset_index.append((header.base_offset, pos))
+            since_index = 0
+        if header.append_time_ms > max_time:
+            # The first batch whose append time passes every earlier one.
+            time_index.append((header.append_time_ms, header.base_offset))
+            max_time = header.append_time_ms
+        if first_time < 0:
+            first_time = header.append_time_ms
+        last_time = header.append_time_ms
+        since_index += header.size_bytes
+        pos += header.size_bytes
+        expected = header.next_offset
+    last_epoch = epochs[-1][0] if epochs else -1
+    return (expected, first_time, last_time, last_epoch, tuple(epochs), tuple(offset_index),
+            tuple(time_index))
+
+
+def segment_manifest(cluster_id: str, segment_id: str, start_offset: int, data: bytes, *,
+                     copier_id: int = -1, copier_epoch: int = -1) -> Manifest:
+    """The manifest of a log object holding `data` (batches from `start_offset`)."""
+    end, first_t, last_t, last_epoch, epochs, offsets, times = describe_batches(
+        data, start_offset)
+    return Manifest(cluster_id, segment_id, "segment", start_offset, end, len(data),
+                    crc32c.crc32c(data), first_t, last_t, last_epoch, epochs, offsets, times,
+                    copier_id, copier_epoch)
+
+
+def snapshot_manifest(cluster_id: str, segment_id: str, end_offset: int, epoch: int,
+                      data: bytes, time_ms: int, *, copier_id: int = -1,
+                      copier_epoch: int = -1) -> Manifest:
+    return Manifest(cluster_id, segment_id, "snapshot", 0, end_offset, len(data),
+                    crc32c.crc32c(data), time_ms, time_ms, epoch, copier_id=copier_id,
+                    copier_epoch=copier_epoch)
+
+
+def check_data(manifest: Manifest, data: bytes) -> None:
+    """The data object must be exactly what the manifest describes; else
+    CorruptObjectError naming the object and the first offset found damaged."""
+    key = manifest.data_key
+    if len(data) != manifest.size_bytes:
+        raise CorruptObjectError(key, f"object holds {len(data)} bytes, the manifest says "
+                                 f"{manifest.size_bytes} (short or overwritten object)",
+                                 manifest.start_offset if manifest.kind == "segment" else None)
+    if crc32c.crc32c(data) == manifest.data_crc32c:
+        return
+    if manifest.kind == "segment":
+        try:
+            describe_batches(data, manifest.start_offset)
+        except CorruptBatchError as exc:
+            raise CorruptObjectError(key, exc.reason, exc.offset) from None
+    raise CorruptObjectError(key, "data CRC-32C does not match the manifest",
+                             manifest.start_offset if manifest.kind == "segment" else None)
