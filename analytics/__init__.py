@@ -33,13 +33,14 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(MetakraftDataSource)
 
 
-def read_log(spark: SparkSession, log_dir: str, **options: str | int | bool) -> DataFrame:
-    """`spark.read.format("metakraft")` with `options` (booleans as "true"/"false")."""
+def read_log(spark: SparkSession, log_dir: str | None, **options: str | int | bool) -> DataFrame:
+    """`spark.read.format("metakraft")` with `options` (booleans as "true"/"false").
+    `log_dir` may be None when `tier=URL` is given (the tier alone)."""
     register(spark)
     reader = spark.read.format("metakraft")
     for key, value in options.items():
         reader = reader.option(key, str(value).lower() if isinstance(value, bool) else value)
-    return reader.load(log_dir)
+    return reader.load(log_dir) if log_dir else reader.load()
 
 
 def load(spark: SparkSession, log_dir: str, **options: str | int | bool) -> DataFrame:

@@ -38,8 +38,12 @@ from analytics.wire import PartitionChanges, Positions, decode_partition_changes
 from controller.records.codec import RecordDecodeError
 from controller.storage.batch import record_bounds, verify_batch
 from controller.storage.errors import CorruptBatchError, TruncatedBatchError
+from controller.storage.meta_properties import read_meta_properties
 from controller.storage.segment import parse_segment_file_name
 from controller.storage.snapshot_file import parse_snapshot_file_name
+from controller.tier.history import list_tier, local_segments, plan_history
+from controller.tier.objects import CorruptObjectError, Manifest, check_data, manifest_key
+from controller.tier.remote import RemoteStorage, open_store
 
 # Rows per Arrow batch handed to Spark: large enough to amortise the per-batch cost,
 # small enough that an executor holds a few MiB at a time.
@@ -61,6 +65,72 @@ class FileSlice:
     end: int
     # For snapshots: the offset every row of the file gets (last contained offset).
     snapshot_offset: int = -1
+    # A remote tier object: the tier's URL (`path` is then the object's key) and its
+    # manifest, which the executor checks the object against. Empty: a local file.
+    tier: str = ""
+    manifest: str = ""
+
+
+def plan_history_files(log_dir: str | None, tier: str, *, snapshots: bool = False,
+                       start: int = 0, end: int = MAX_OFFSET) -> list[FileSlice]:
+    """`plan_files` over a remote tier and (optionally) a local log directory, read as
+    one history: each offset from one place (controller.tier.history.plan_history),
+    a gap an error naming the missing range. With `snapshots`, the tier's snapshots
+    and the local ones (one per end offset) are read too."""
+    store = open_store(tier)
+    cluster_id = None
+    local: list[tuple[int, Path]] = []
+    if log_dir:
+        root = Path(log_dir)
+        data_root = root.parent if root.name == "metadata" else root
+        if (data_root / "meta.properties").is_file():
+            cluster_id = read_meta_properties(data_root).cluster_id
+        local = local_segments(log_dir)
+    listing = list_tier(store, cluster_id)
+    out: list[FileSlice] = []
+    for piece in plan_history(listing.segments, local, start=start, end=end):
+        if piece.source == "tier":
+            assert piece.manifest is not None
+            out.append(FileSlice(piece.location, "segment", piece.start, piece.end, tier=tier,
+                                 manifest=piece.manifest.encode().decode()))
+        else:
+            out.append(FileSlice(piece.location, "segment", piece.start, piece.end))
+    if snapshots:
+        seen: set[int] = set()
+        if log_dir:
+            for f in plan_files(log_dir, snapshots=True, start=start, end=end):
+                if f.kind == "snapshot":
+                    out.append(f)
+                    seen.add(f.snapshot_offset)
+        for m in listing.snapshots:
+            last = m.end_offset - 1
+            if start <= last < end and last not in seen:
+                seen.add(last)
+                out.append(FileSlice(m.data_key, "snapshot", start, end, last, tier=tier,
+                                     manifest=m.encode().decode()))
+    if not out:
+        raise FileNotFoundError(f"{tier}: the tier holds no log objects"
+                                + (f" and {log_dir} no segments" if log_dir else "")
+                                + f" in offsets [{start}, {end})")
+    return out
+
+
+# Executors open each tier once per process (an S3 client is costly to make).
+_STORES: dict[str, RemoteStorage] = {}
+
+
+def _load(piece: FileSlice) -> bytes:
+    """The bytes of a piece's file, or of its tier object checked against its manifest
+    (CorruptObjectError naming the object and offset)."""
+    if not piece.tier:
+        return Path(piece.path).read_bytes()
+    store = _STORES.get(piece.tier)
+    if store is None:
+        store = _STORES[piece.tier] = open_store(piece.tier)
+    manifest = Manifest.decode(manifest_key(piece.path), piece.manifest.encode())
+    data = store.get(piece.path)
+    check_data(manifest, data)
+    return data
 
 
 def plan_files(log_dir: str, *, snapshots: bool = False, start: int = 0,
@@ -335,7 +405,17 @@ def read_file(piece: FileSlice, *, permissive: bool = False,
 
 def _read_file(piece: FileSlice, permissive: bool,
                change_json: bool) -> Iterator[pa.RecordBatch]:
-    data = Path(piece.path).read_bytes()
+    try:
+        data = _load(piece)
+    except CorruptObjectError as exc:
+        # A damaged or short tier object: none of it is trusted (its CRC covers it all).
+        message = f"{piece.tier}: {exc}"
+        if not permissive:
+            raise MetakraftCorruptLogError(message) from exc
+        out = _Builder(piece, b"", permissive, change_json)
+        out.add_damaged(exc.offset if exc.offset is not None else piece.start, 0, message)
+        yield from out.flush()
+        return
     out = _Builder(piece, data, permissive, change_json)
     pos = 0
     while pos < len(data) and not out.stopped:

@@ -178,11 +178,11 @@ def _save(fig: Any, path: Path) -> str:
     return path.name
 
 
-def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
+def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
               progress: Progress = print, *, max_rows: int = 200,
               snapshots: bool = False, permissive: bool = False,
               compare_with: Sequence[str] = (),
-              committed_offset: int | None = None) -> dict[str, int]:
+              committed_offset: int | None = None, tier: str | None = None) -> dict[str, int]:
     """Run everything, write `out_dir/report.md` and plots; return violations per check.
 
     The log is read once and cached, and the partition states (what most sections
@@ -210,12 +210,13 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
         progress(f"{message}: {now - last[0]:.1f} s")
         last[0] = now
 
-    progress(f"reading {log_dir}")
+    label = " + ".join(f"`{s}`" for s in (tier, log_dir) if s)
+    progress(f"reading {label}")
     # The source rows are cached once (one scan of the files), names not resolved:
     # the functions that show topic names join them to their (few) result rows, so
     # no scan of the whole log goes through the name join.
-    rows = report_rows(spark, log_dir, snapshots=snapshots, permissive=permissive
-                       ).persist(MEMORY_AND_DISK)
+    rows = report_rows(spark, log_dir, snapshots=snapshots, permissive=permissive,
+                       tier=tier).persist(MEMORY_AND_DISK)
     raw = rows
     extra: list[ExtraCheck] = []
     if permissive:
@@ -224,6 +225,7 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
         damage = rows.where(F.col(CORRUPT_COLUMN).isNotNull())
         extra.append((DAMAGE_CHECK, lambda: _damage_section(damage)))
     if compare_with:
+        assert log_dir, "the replica check compares local log directories"
         logs = [log_dir, *compare_with]
         extra.append((REPLICA_CHECK,
                       lambda: _replica_section(spark, logs, committed_offset, max_rows)))
@@ -233,14 +235,14 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
     indexed, index = indexed.persist(MEMORY_AND_DISK), index.persist(MEMORY_AND_DISK)
     try:
         stats = raw.agg(F.count("*"), F.max("offset"), F.max("epoch"),
-                        F.max("append_time")).first()
+                        F.max("append_time"), F.min("offset")).first()
         assert stats is not None
         index.count()
         step(f"{stats[0]} records read")
         indexed.count()
         step("partition states derived")
         states = audit.name_partition_states(indexed, index)
-        return _report(raw, states, extra, out, log_dir, stats, progress, max_rows, started)
+        return _report(raw, states, extra, out, label, stats, progress, max_rows, started)
     finally:
         for cached in (indexed, index, names, rows):
             cached.unpersist()
@@ -250,8 +252,8 @@ def run_audit(spark: SparkSession, log_dir: str, out_dir: str | Path,
 UNUSED_COLUMNS = ("version", "is_control")
 
 
-def report_rows(spark: SparkSession, log_dir: str, *, snapshots: bool = False,
-                permissive: bool = False) -> DataFrame:
+def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = False,
+                permissive: bool = False, tier: str | None = None) -> DataFrame:
     """The rows as the report caches them: the source read without PartitionChange
     JSON (`partitionChangeJson=False`) and without the columns in `UNUSED_COLUMNS`.
 
@@ -260,9 +262,10 @@ def report_rows(spark: SparkSession, log_dir: str, *, snapshots: bool = False,
     every other record keeps its JSON. Not building it saves reader time, and every
     byte and column left out of the cache saves its building time.
     """
+    options: dict[str, str | bool] = {} if not tier else {"tier": tier}
     rows = analytics.read_log(spark, log_dir, snapshots=snapshots,
                               mode="permissive" if permissive else "failfast",
-                              partitionChangeJson=False).drop(*UNUSED_COLUMNS)
+                              partitionChangeJson=False, **options).drop(*UNUSED_COLUMNS)
     # Grouped by record type within each file: the cache keeps min/max per column per
     # batch of rows, so a filter on a type spread thinly over the log (broker changes,
     # configs, leader changes) skips the batches of the others instead of decoding
@@ -302,7 +305,7 @@ def _replica_section(spark: SparkSession, logs: list[str], committed_offset: int
 def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Path,
             log_dir: str, stats: Any, progress: Progress, max_rows: int,
             started: float) -> dict[str, int]:
-    total, last_offset, last_epoch, last_time = stats
+    total, last_offset, last_epoch, last_time, first_offset = stats
 
     def section(title: str, fn: Callable[..., DataFrame]) -> tuple[list[str], list[Any]]:
         t = time.monotonic()
@@ -360,8 +363,9 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
     progress(f"plots: {time.monotonic() - t:.1f} s")
     head = [
         "# metakraft audit report\n",
-        f"- log: `{log_dir}`",
-        f"- records: {total}; last offset: {last_offset}; highest Raft epoch: {last_epoch}",
+        f"- log: {log_dir}",
+        f"- records: {total}; offsets {first_offset} to {last_offset}; highest Raft epoch: "
+        f"{last_epoch}",
         f"- checks failed: {sum(1 for v in violations.values() if v)} of "
         f"{len(violations)}",
         f"- elapsed: {time.monotonic() - started:.1f} s\n",

@@ -9,7 +9,14 @@
           .option("partitionChangeJson", "false")  # no record_json on PartitionChange rows
           .load("/var/lib/metakraft/node-1"))
 
-One Spark partition per segment (and per snapshot) file. Readers run on executors:
+    # The whole history: the remote tier's objects, then the local log after them.
+    df = (spark.read.format("metakraft")
+          .option("tier", "s3://bucket/metakraft?endpoint=http://127.0.0.1:9000")
+          .load("/var/lib/metakraft/node-1"))     # or .load() for the tier alone
+
+One Spark partition per segment (and per snapshot) file, or tier object. Executors
+read tier objects themselves (S3 credentials from their environment): no data goes
+through the driver. Readers run on executors:
 they import this package there, so on a cluster the package (and `controller`) must
 be installed on every executor or shipped with `--py-files` (docs/analytics.md).
 
@@ -26,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from analytics.reader import MAX_OFFSET, FileSlice, plan_files, read_file
+from analytics.reader import MAX_OFFSET, FileSlice, plan_files, plan_history_files, read_file
 from analytics.schema import ddl_schema
 
 _TRUE = {"true", "1", "yes"}
@@ -49,7 +56,7 @@ def _flag(opts: dict[str, str], name: str, default: bool) -> bool:
 
 # Every option the source takes (Spark lower-cases the keys); "path" is load()'s.
 KNOWN_OPTIONS = ("path", "snapshots", "partitionChangeJson", "mode", "startOffset",
-                 "endOffset")
+                 "endOffset", "tier")
 
 
 def _offset(opts: dict[str, str], name: str, default: int) -> int:
@@ -77,9 +84,17 @@ class _Options:
                              f"the options are "
                              f"{', '.join(o for o in KNOWN_OPTIONS if o != 'path')}")
         path = opts.get("path")
-        if not path:
-            raise ValueError("metakraft source: give the log directory to load(PATH)")
-        self.path = path
+        # The remote tier's URL: its objects and the log directory (if any) are read as
+        # one history.
+        self.tier = opts.get("tier") or ""
+        if not path and not self.tier:
+            raise ValueError("metakraft source: give the log directory to load(PATH), "
+                             "or a remote tier with option(\"tier\", URL), or both")
+        if self.tier:
+            from controller.tier.remote import parse_tier_url
+
+            parse_tier_url(self.tier)  # ValueError naming what is wrong, on the driver
+        self.path = path or ""
         self.snapshots = _flag(opts, "snapshots", False)
         # False: PartitionChange rows get no record_json (their fields are the typed
         # partition columns); saves building and shipping most of a busy log's JSON.
@@ -106,8 +121,13 @@ class MetakraftReader(DataSourceReader):
         self.opts = options
 
     def partitions(self) -> list[MetakraftPartition]:
-        pieces = plan_files(self.opts.path, snapshots=self.opts.snapshots,
-                            start=self.opts.start, end=self.opts.end)
+        opts = self.opts
+        if opts.tier:
+            pieces = plan_history_files(opts.path or None, opts.tier, snapshots=opts.snapshots,
+                                        start=opts.start, end=opts.end)
+        else:
+            pieces = plan_files(opts.path, snapshots=opts.snapshots, start=opts.start,
+                                end=opts.end)
         return [MetakraftPartition(p) for p in pieces]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

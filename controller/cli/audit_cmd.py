@@ -1,4 +1,4 @@
-"""`metakraft audit --log-dir DIR [--master URL] [--out DIR] [--conf K=V]...`: the audit report.
+"""`metakraft audit [--log-dir DIR] [--tier URL] [--master URL] [--out DIR] [--conf K=V]...`: the audit report.
 
 pyspark is imported inside the command, not at module level: every `metakraft`
 invocation imports this module, and starting the CLI must not pay for (or need)
@@ -25,14 +25,20 @@ def _java_problem() -> str | None:
     return None
 
 
-def _log_dir_problem(log_dir: str, snapshots: bool) -> str | None:
+def _log_dir_problem(log_dir: str | None, snapshots: bool, tier: str | None = None
+                     ) -> str | None:
     # Checked here, before Spark starts: inside Spark the same error arrives wrapped
     # in a JVM traceback.
-    from analytics.reader import plan_files
+    from analytics.reader import plan_files, plan_history_files
+    from controller.tier.remote import TierError
 
     try:
-        plan_files(log_dir, snapshots=snapshots)
-    except (OSError, ValueError) as exc:
+        if tier:
+            plan_history_files(log_dir, tier, snapshots=snapshots)
+        else:
+            assert log_dir is not None
+            plan_files(log_dir, snapshots=snapshots)
+    except (OSError, ValueError, TierError) as exc:
         return str(exc)
     return None
 
@@ -71,8 +77,12 @@ def _spark_conf(ctx: click.Context, param: click.Parameter,
 
 
 @click.command()
-@click.option("--log-dir", "log_dir", required=True, type=click.Path(exists=True, file_okay=False),
+@click.option("--log-dir", "log_dir", type=click.Path(exists=True, file_okay=False),
               help="A controller's data directory (holding metadata/) or its metadata/ dir.")
+@click.option("--tier", "tier", metavar="URL",
+              help="The cluster's remote tier (file:///path or s3://bucket/prefix?endpoint="
+                   "URL): its objects and --log-dir (optional then) are audited as one "
+                   "history, from the oldest offset the tier holds.")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master URL, e.g. spark://host:7077 for a standalone cluster.")
 @click.option("--out", "out_dir", default="audit-report", show_default=True,
@@ -102,7 +112,7 @@ def _spark_conf(ctx: click.Context, param: click.Parameter,
               help="Send this package's code to the executors (what spark-submit "
                    "--py-files does), for a cluster whose Python has the dependencies "
                    "but not metakraft.")
-def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
+def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snapshots: bool,
           driver_memory: str | None, spark_conf: dict[str, str], permissive: bool,
           compare_with: tuple[str, ...], committed_offset: int | None,
           ship_code: bool) -> None:
@@ -114,7 +124,11 @@ def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
     if committed_offset is not None and not compare_with:
         click.echo("error: --committed-offset needs --compare-with", err=True)
         sys.exit(2)
-    problem = (_log_dir_problem(log_dir, snapshots)
+    if log_dir is None and (tier is None or compare_with):
+        click.echo("error: give --log-dir (--tier alone is enough without --compare-with)",
+                   err=True)
+        sys.exit(2)
+    problem = (_log_dir_problem(log_dir, snapshots, tier)
                or next(filter(None, (_log_dir_problem(d, False) for d in compare_with)), None)
                or _java_problem())
     if problem is not None:
@@ -135,10 +149,10 @@ def audit(log_dir: str, master: str, out_dir: str, snapshots: bool,
         spark = audit_session(master, driver_memory=driver_memory, extra=spark_conf)
         if ship_code:
             progress(f"code for the executors: {analytics.ship_code(spark)}")
-        violations = run_audit(spark, os.path.abspath(log_dir), out_dir, progress,
+        violations = run_audit(spark, log_dir and os.path.abspath(log_dir), out_dir, progress,
                                snapshots=snapshots, permissive=permissive,
                                compare_with=[os.path.abspath(d) for d in compare_with],
-                               committed_offset=committed_offset)
+                               committed_offset=committed_offset, tier=tier)
     except Exception as exc:  # any failure exits 2, never 1 (which is a verdict)
         click.echo(f"error: the audit could not run: {failure_message(exc)}", err=True)
         sys.exit(2)

@@ -35,6 +35,15 @@ from controller.storage.snapshot_file import (
     SnapshotReader,
     parse_snapshot_file_name,
 )
+from controller.tier.history import (
+    MAX_OFFSET,
+    Piece,
+    history_batches,
+    list_tier,
+    local_segments,
+    plan_history,
+)
+from controller.tier.remote import RemoteStorage, TierError, open_store
 
 
 def _collect(paths: tuple[str, ...]) -> list[Path]:
@@ -98,11 +107,82 @@ def log() -> None:
     """Dump and verify metadata log segments and snapshots."""
 
 
+_TIER_HELP = ("Also read the remote tier at this URL (file:///path or s3://bucket/prefix?"
+              "endpoint=...): the tier's objects and the log directory PATH (at most one, "
+              "optional) are read as one history from its oldest offset.")
+
+
+def _tier_pieces(tier: str, paths: tuple[str, ...]) -> tuple[RemoteStorage, list[Piece]]:
+    if len(paths) > 1:
+        raise click.BadParameter("with --tier, give at most one log directory",
+                                 param_hint="PATH")
+    try:
+        store = open_store(tier)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tier") from None
+    try:
+        local = local_segments(paths[0]) if paths else []
+    except FileNotFoundError as exc:
+        raise click.BadParameter(str(exc), param_hint="PATH") from None
+    cluster_id = _cluster_id_of(paths[0]) if paths else None
+    try:
+        listing = list_tier(store, cluster_id)
+        return store, plan_history(listing.segments, local)
+    except TierError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+def _cluster_id_of(path: str) -> str | None:
+    from controller.storage.meta_properties import read_meta_properties
+
+    root = Path(path)
+    for candidate in (root, root.parent):
+        try:
+            return read_meta_properties(candidate).cluster_id
+        except Exception:
+            continue
+    return None
+
+
+def _dump_history(tier: str, paths: tuple[str, ...], skip_metadata: bool) -> None:
+    store, pieces = _tier_pieces(tier, paths)
+    out = sys.stdout
+    errors = 0
+    current: Piece | None = None
+    try:
+        for piece, batch in history_batches(store, pieces):
+            if piece is not current and not skip_metadata:
+                out.write(json.dumps({"file": piece.location, "kind": "segment",
+                                      "source": piece.source, "start_offset": piece.start,
+                                      "end_offset": piece.end}) + "\n")
+            current = piece
+            for i, data in enumerate(batch.records):
+                if not piece.start <= batch.base_offset + i < piece.end:
+                    continue
+                line, ok = _record_line(batch, i, data, skip_metadata)
+                errors += not ok
+                out.write(json.dumps(line) + "\n")
+    except (TierError, CorruptBatchError) as exc:
+        errors += 1
+        out.write(json.dumps({"error": str(exc), "offset": getattr(exc, "offset", None)})
+                  + "\n")
+    out.flush()
+    if errors:
+        sys.exit(1)
+
+
 @log.command()
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1, required=False)
 @click.option("--skip-metadata", is_flag=True, help="Print the records only, no batch metadata.")
-def dump(paths: tuple[str, ...], skip_metadata: bool) -> None:
+@click.option("--tier", "tier", metavar="URL", help=_TIER_HELP)
+def dump(paths: tuple[str, ...], skip_metadata: bool, tier: str | None) -> None:
     """Print segment or snapshot files (or the ones under directories) as JSON lines."""
+    if tier is not None:
+        _dump_history(tier, paths, skip_metadata)
+        return
+    if not paths:
+        raise click.UsageError("give at least one PATH (or --tier URL)")
     errors = 0
     out = sys.stdout
     for path in _collect(paths):
@@ -141,10 +221,37 @@ def _verify_segment(path: Path, expected: int | None) -> tuple[int, int, int]:
     return (expected if expected is not None else 0), batches, records
 
 
+def _verify_history(tier: str, paths: tuple[str, ...]) -> None:
+    store, pieces = _tier_pieces(tier, paths)
+    batches = records = 0
+    try:
+        for _piece, batch in history_batches(store, pieces):
+            batches += 1
+            records += batch.record_count
+    except (TierError, CorruptBatchError) as exc:
+        click.echo(f"BAD {exc}", err=True)
+        sys.exit(1)
+    tiered = [p for p in pieces if p.source == "tier"]
+    span = f"offsets [{pieces[0].start}, {batch_end(pieces)})" if pieces else "no offsets"
+    click.echo(f"OK: {span} in {len(tiered)} tier object(s) and {len(pieces) - len(tiered)} "
+               f"local segment(s): {batches} batches, {records} records")
+
+
+def batch_end(pieces: list[Piece]) -> str:
+    last = pieces[-1]
+    return "end of log" if last.end == MAX_OFFSET else str(last.end)
+
+
 @log.command()
-@click.argument("paths", nargs=-1, required=True)
-def verify(paths: tuple[str, ...]) -> None:
+@click.argument("paths", nargs=-1, required=False)
+@click.option("--tier", "tier", metavar="URL", help=_TIER_HELP)
+def verify(paths: tuple[str, ...], tier: str | None) -> None:
     """Check every CRC and offset continuity; exit 1 naming the first bad file and offset."""
+    if tier is not None:
+        _verify_history(tier, paths)
+        return
+    if not paths:
+        raise click.UsageError("give at least one PATH (or --tier URL)")
     segments = snapshots = batches = records = snapshot_records = 0
     next_by_dir: dict[Path, int] = {}
     for path in _collect(paths):

@@ -18,6 +18,7 @@ from controller.cli.controller_cmd import controller
 from controller.cli.dev_cmd import dev
 from controller.cli.log_cmd import log
 from controller.cli.storage_cmd import storage
+from controller.cli.tier_cmd import tier
 
 
 def metakraft_version() -> str:
@@ -45,6 +46,7 @@ cli.add_command(dev)
 cli.add_command(storage)
 cli.add_command(log)
 cli.add_command(audit)
+cli.add_command(tier)
 for _command in ADMIN_COMMANDS:
     cli.add_command(_command)
 

@@ -21,6 +21,14 @@ HEARTBEAT_INTERVAL_MS = 500
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 5_000
 _RAFT = {"election_timeout_ms": 400, "fetch_max_wait_ms": 150, "request_timeout_ms": 300,
          "check_quorum_timeout_ms": 1000}
+# The remote tier (a directory beside the nodes): segments close after 20 s of
+# activity (or the 8 MiB floor), so a minute of work puts objects in the tier;
+# snapshots every 256 KiB of log and a minute of local retention let the local logs
+# be trimmed while the tier keeps the whole history.
+SEGMENT_MS = 20_000
+SNAPSHOT_INTERVAL_BYTES = 256 * 1024
+LOCAL_RETENTION_MS = 60_000
+TIER_DIR_NAME = "tier"
 
 
 def _quote(text: str) -> str:
@@ -47,9 +55,18 @@ def controller_config(spec: ClusterSpec, node: NodeSpec) -> str:
         f"\n[voters]\n{_address_table(spec)}"
         f"\n[raft]\n{raft}"
         f"\n[controller]\nsession_timeout_ms = {SESSION_TIMEOUT_MS}\n"
+        f"snapshot_interval_bytes = {SNAPSHOT_INTERVAL_BYTES}\n"
+        f"\n[log]\nsegment_ms = {SEGMENT_MS}\n"
+        f"\n[tier]\nurl = {_quote(tier_url(spec))}\n"
+        f"local_retention_ms = {LOCAL_RETENTION_MS}\n"
         f'\n[logging]\nlevel = "INFO"\nformat = "kv"\n'
         f"{metrics}"
     )
+
+
+def tier_url(spec: ClusterSpec) -> str:
+    """The dev cluster's remote tier: a directory under its data dir."""
+    return (spec.root.resolve() / TIER_DIR_NAME).as_uri()
 
 
 def broker_config(spec: ClusterSpec, node: NodeSpec) -> str:

@@ -12,15 +12,19 @@ naming the missing range.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import attrs
 
+from controller.storage.batch import RecordBatch, decode_batch, verify_batch
+from controller.storage.errors import CorruptBatchError
 from controller.storage.segment import parse_segment_file_name
 from controller.tier.objects import (
     CLUSTER_MARKER,
+    CorruptObjectError,
     Manifest,
+    check_data,
     parse_key,
 )
 from controller.tier.remote import RemoteStorage, TierError
@@ -178,3 +182,52 @@ def plan_history(segments: Sequence[Manifest], local: Sequence[tuple[int, Path]]
             raise HistoryGapError(cur, following[0].start_offset,
                                   "no tier object holds them and no local log was given")
     return pieces
+
+
+def read_piece(store: RemoteStorage | None, piece: Piece) -> bytes:
+    """The bytes of a piece's object or file, checked against its manifest (tier)."""
+    if piece.source == "local":
+        return Path(piece.location).read_bytes()
+    assert store is not None and piece.manifest is not None
+    data = store.get(piece.location)
+    check_data(piece.manifest, data)
+    return data
+
+
+def iter_piece_batches(data: bytes, piece: Piece, start_offset: int | None = None
+                       ) -> Iterator[RecordBatch]:
+    """The decoded batches of a piece's bytes that hold offsets of [piece.start,
+    piece.end). CorruptObjectError (tier) or CorruptBatchError (local) at damage."""
+    pos = 0
+    expected = start_offset
+    while pos < len(data):
+        try:
+            header = verify_batch(data, pos)
+            if expected is not None and header.base_offset != expected:
+                raise CorruptBatchError(f"offset discontinuity: batch starts at "
+                                        f"{header.base_offset}, expected {expected}",
+                                        expected, pos)
+        except CorruptBatchError as exc:
+            if piece.source == "tier":
+                raise CorruptObjectError(piece.location, exc.reason, exc.offset) from None
+            raise CorruptBatchError(exc.reason, exc.offset, pos) from None
+        batch, size = decode_batch(data, pos, verified=header)
+        pos += size
+        expected = batch.next_offset
+        if batch.next_offset <= piece.start:
+            continue
+        if batch.base_offset >= piece.end:
+            return
+        yield batch
+
+
+def history_batches(store: RemoteStorage | None, pieces: Sequence[Piece]
+                    ) -> Iterator[tuple[Piece, RecordBatch]]:
+    """Every batch of the planned history, in offset order, with its piece."""
+    for piece in pieces:
+        data = read_piece(store, piece)
+        first = piece.manifest.start_offset if piece.manifest is not None else None
+        if first is None:
+            first = parse_segment_file_name(Path(piece.location).name)
+        for batch in iter_piece_batches(data, piece, first):
+            yield piece, batch

@@ -101,7 +101,7 @@ class Manifest:
         return manifest_key(self.data_key)
 
     def encode(self) -> bytes:
-        body = attrs.asdict(self, retain_collection_types=False)
+        body = attrs.asdict(self)
         body["format_version"] = FORMAT_VERSION
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return json.dumps({"crc32c": crc32c.crc32c(text.encode()), "manifest": text}
