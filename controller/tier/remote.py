@@ -17,6 +17,7 @@ copier); a missing object is `ObjectNotFoundError`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from pathlib import Path
@@ -151,7 +152,8 @@ class DirectoryStore:
             os.replace(tmp, path)
             fsync_dir(path.parent)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             raise TierUnavailableError(f"{self.url}: cannot write {key}: "
                                        f"{exc.strerror or exc}") from exc
 
