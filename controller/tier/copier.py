@@ -275,11 +275,13 @@ class TierCopier:
     async def _upload(self, obj: RemoteObject, manifest: Manifest, data: bytes) -> None:
         tier = self._controller.state.tier
         await self._write("tier_copy_started", lambda: tier.copy_started_records(obj))
+        kind = obj.kind.name.lower()
+        logger.info("event=tier_copy_started id=%s kind=%s offsets=%d-%d bytes=%d",
+                    obj.segment_id, kind, obj.start_offset, obj.end_offset, len(data))
         started = time.monotonic()
         await asyncio.to_thread(self._store.put, manifest.data_key, data)
         await asyncio.to_thread(self._store.put, manifest.manifest_key, manifest.encode())
         await self._change_state(obj, SegmentState.COPY_FINISHED)
-        kind = obj.kind.name.lower()
         if self.metrics is not None:
             self.metrics.copies.labels(kind=kind).inc()
             self.metrics.copied_bytes.labels(kind=kind).inc(len(data))

@@ -37,8 +37,10 @@ LAUNCH = "from controller.cli.main import main; main()"
 
 
 class ControllerProcess:
-    def __init__(self, node_id: int, address: str, config_path: Path, data_dir: Path) -> None:
+    def __init__(self, node_id: int, address: str, config_path: Path, data_dir: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.node_id = node_id
+        self.env = env or {}
         self.address = address
         self.config_path = config_path
         self.data_dir = data_dir
@@ -51,7 +53,7 @@ class ControllerProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", LAUNCH, "controller", "--config", str(self.config_path)],
                 cwd=REPO_ROOT, stdout=err, stderr=err,
-                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+                env={**os.environ, **self.env, "PYTHONPATH": str(REPO_ROOT)})
 
     @property
     def running(self) -> bool:
@@ -93,7 +95,8 @@ class ControllerProcess:
 
 class ControllerCluster:
     def __init__(self, root: Path, count: int = 3, *, session_timeout_ms: int = 600_000,
-                 snapshot_interval_bytes: int = 16 << 20) -> None:
+                 snapshot_interval_bytes: int = 16 << 20, extra_config: str = "",
+                 env: dict[str, str] | None = None) -> None:
         self.root = root
         self.cluster_id = random_cluster_id()
         ports = free_ports(count)
@@ -109,8 +112,8 @@ class ControllerCluster:
                 f'data_dir = "{data_dir}"\n[voters]\n{voters}\n'
                 f"[controller]\nsession_timeout_ms = {session_timeout_ms}\n"
                 f"snapshot_interval_bytes = {snapshot_interval_bytes}\n"
-                '[logging]\nlevel = "INFO"\n')
-            self.nodes[node_id] = ControllerProcess(node_id, address, config, data_dir)
+                '[logging]\nlevel = "INFO"\n' + extra_config)
+            self.nodes[node_id] = ControllerProcess(node_id, address, config, data_dir, env)
 
     @property
     def bootstrap(self) -> list[str]:
