@@ -1,0 +1,147 @@
+"""The Spark audit over a remote tier + a trimmed local log (real controller processes
+wrote both): the whole history from offset 0, the topic lifecycle equal to what the
+writer was told, time travel from the tier's snapshots, and a damaged tier object
+named by the reader (failfast) or reported and skipped (permissive)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from click.testing import CliRunner
+
+import analytics
+from analytics import audit, state
+from analytics.reader import MetakraftCorruptLogError, plan_history_files, read_file
+from controller.cli.main import cli
+from controller.storage.meta_properties import DataDir
+from controller.tier.history import list_tier
+from controller.tier.remote import open_store
+from tests.support.raft_node_process import wait_until
+from tests.support.tiered_cluster import Writer, count_lines, start_cluster
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+
+@attrs.frozen
+class TieredRun:
+    tier_url: str
+    tier_dir: Path
+    data_dirs: tuple[Path, ...]
+    created: tuple[str, ...]
+    deleted: tuple[str, ...]
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory: pytest.TempPathFactory) -> TieredRun:
+    """Three controllers with a directory tier, a writer creating and deleting topics,
+    the leader killed once, run until every controller trimmed its local log twice."""
+    root = tmp_path_factory.mktemp("tiered")
+    tier_dir = root / "tier"
+    cluster = start_cluster(root, tier_dir.as_uri())
+    writer = Writer(cluster.bootstrap)
+    try:
+        wait_until(cluster.active_node, 20.0, "an active controller")
+        cluster.register_brokers([1, 2, 3])
+        writer.start()
+        active = wait_until(cluster.active_node, 20.0, "an active controller")
+        wait_until(lambda: count_lines(active, "tier_object_copied") >= 2, 60.0, "copies")
+        active.kill()
+        wait_until(lambda: (n := cluster.active_node()) is not None and n is not active, 20.0,
+                   "a new active controller")
+        active.start()
+        wait_until(lambda: all(count_lines(n, "local_segments_deleted") >= 2
+                               for n in cluster.nodes.values()), 90.0, "local trimming")
+        writer.stop()
+    finally:
+        writer.stop()
+        for node in cluster.nodes.values():
+            if node.running:
+                node.terminate()
+    return TieredRun(tier_dir.as_uri(), tier_dir,
+                     tuple(n.data_dir for n in cluster.nodes.values()),
+                     tuple(writer.created), tuple(writer.deleted))
+
+
+def lifecycle(spark: Any, log_dir: Path | None, tier: str | None) -> dict[str, set[str]]:
+    options = {"tier": tier} if tier else {}
+    df = analytics.load(spark, str(log_dir) if log_dir else None, **options)
+    events: dict[str, set[str]] = {"created": set(), "deleted": set()}
+    for row in audit.topic_lifecycle(df).collect():
+        if row["event"] in events:
+            events[row["event"]].add(row["topic_name"])
+    return events
+
+
+def test_the_audit_sees_every_record_from_offset_0_through_the_tier(
+        spark: Any, tiered: TieredRun, tmp_path: Path) -> None:
+    local = tiered.data_dirs[1]
+    first_local = min(int(p.stem) for p in DataDir(local).log_dir.glob("*.log"))
+    assert first_local > 0  # the local log alone has lost its head
+    df = analytics.read_log(spark, str(local), tier=tiered.tier_url)
+    stats = df.agg({"offset": "min"}).first()
+    assert stats is not None and stats[0] == 0
+    offsets = df.select("offset").distinct().count()
+    assert offsets == df.agg({"offset": "max"}).first()[0] + 1  # type: ignore[index]
+    assert df.count() == offsets  # each offset once, though copies overlap
+
+    through_tier = lifecycle(spark, local, tiered.tier_url)
+    assert set(tiered.created) <= through_tier["created"]
+    assert set(tiered.deleted) <= through_tier["deleted"]
+    local_only = lifecycle(spark, local, None)
+    assert local_only["created"] < through_tier["created"]  # what the tier adds
+    # The tier alone holds everything up to its copied end.
+    tier_only = lifecycle(spark, None, tiered.tier_url)
+    assert tier_only["created"] <= through_tier["created"] and tier_only["created"]
+
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["audit", "--tier", tiered.tier_url, "--log-dir",
+                                      str(local), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = (out / "report.md").read_text()
+    assert f"- records: {offsets}; offsets 0 to {offsets - 1};" in report
+
+
+def test_time_travel_starts_from_the_tiers_snapshots(spark: Any, tiered: TieredRun) -> None:
+    local = str(tiered.data_dirs[0])
+    full = analytics.read_log(spark, local, tier=tiered.tier_url)
+    with_snapshots = analytics.read_log(spark, local, tier=tiered.tier_url, snapshots=True)
+    snapshot_offsets = sorted(r[0] for r in with_snapshots.where("source = 'snapshot'")
+                              .select("offset").distinct().collect())
+    assert snapshot_offsets, "the tier holds snapshots"
+    at = snapshot_offsets[len(snapshot_offsets) // 2] + 3
+    names = [r["topic_name"] for r in state.topics_at(full, at).collect()]
+    assert names and names == [r["topic_name"] for r in
+                               state.topics_at(with_snapshots, at).collect()]
+
+
+def test_a_damaged_tier_object_is_named_or_skipped(spark: Any, tiered: TieredRun,
+                                                   tmp_path: Path) -> None:
+    damaged = tmp_path / "tier"
+    shutil.copytree(tiered.tier_dir, damaged)
+    listing = list_tier(open_store(damaged.as_uri()))
+    victim = listing.segments[1]
+    path = damaged / victim.data_key
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+    pieces = plan_history_files(str(tiered.data_dirs[0]), damaged.as_uri())
+    piece = next(p for p in pieces if p.path == victim.data_key)
+    with pytest.raises(MetakraftCorruptLogError, match=victim.data_key) as failfast:
+        list(read_file(piece))
+    assert "at offset" in str(failfast.value)
+    rows = [b for b in read_file(piece, permissive=True)]
+    assert sum(b.num_rows for b in rows) == 1
+    assert victim.data_key in rows[0].column("_corrupt")[0].as_py()
+    # Through Spark and the CLI: exit 2 naming the object; --permissive reports it.
+    result = CliRunner().invoke(cli, ["audit", "--tier", damaged.as_uri(), "--log-dir",
+                                      str(tiered.data_dirs[0]), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and victim.data_key in result.output, result.output
+    result = CliRunner().invoke(cli, ["audit", "--tier", damaged.as_uri(), "--log-dir",
+                                      str(tiered.data_dirs[0]), "--out", str(tmp_path / "p"),
+                                      "--permissive"])
+    assert result.exit_code == 1 and "VIOLATED  log_readable" in result.output, result.output
+    assert victim.data_key in (tmp_path / "p" / "report.md").read_text()
