@@ -81,10 +81,11 @@ def _pool(rng: random.Random, topic_ids: list[str], replicas: dict[tuple[str, in
     return out
 
 
-def write_log(directory: Path, records: int, seed: int = 7) -> float:
+def write_log(directory: Path, records: int, seed: int = 7,
+              segment_bytes: int = 32 * 1024 * 1024) -> float:
     rng = random.Random(seed)
     started = time.monotonic()
-    log = SegmentedLog.open(directory / "metadata", LogConfig(segment_bytes=32 * 1024 * 1024))
+    log = SegmentedLog.open(directory / "metadata", LogConfig(segment_bytes=segment_bytes))
     now = 1_700_000_000_000
     # A real beginning: brokers registered at their own offsets, topics and partitions.
     head = [make_record(RegisterBrokerRecord(broker_id=b, incarnation_id=str(uuid.uuid4()),

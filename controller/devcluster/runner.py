@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from controller.api.client import AdminClientError
+from controller.devcluster.configs import tier_url
 from controller.devcluster.layout import ClusterSpec, DevClusterError
 from controller.devcluster.session import DevSession, Interrupted, ProcessDied, WaitAborted
 from controller.devcluster.supervisor import Exit
@@ -88,7 +89,12 @@ def next_steps(session: DevSession, leader: int | None) -> list[str]:
     ]
     if spec.brokers:
         lines.append(f"{cli} broker-status --address {spec.brokers[0].address}")
-    lines.append(f"{cli} log dump {shown(spec.paths(first_controller).data_dir)}")
+    data_dir = shown(spec.paths(first_controller).data_dir)
+    lines.append(f"{cli} log dump {data_dir}")
+    tier = tier_url(spec)
+    lines.append(f"{cli} tier describe --tier {tier} --log-dir {data_dir}    # the remote tier")
+    lines.append(f"{cli} audit --tier {tier} --log-dir {data_dir}    # Spark audit of the "
+                 "whole history (needs Java)")
     leader_node = next((n for n in spec.controllers if n.node_id == leader), None)
     pid = session.supervisor.pid(leader_node.name) if leader_node is not None else None
     if pid is not None:

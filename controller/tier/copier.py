@@ -11,7 +11,9 @@ One asyncio task per controller. Each round:
    - copies the next range of committed batches, from the committed copied end
      offset (never from file names: segment boundaries differ between
      controllers) to the end of the first closed local segment past it, if that is
-     committed and flushed: COPY_STARTED is committed first, then the data object
+     committed and flushed and holds more than the tier's own records (else it
+     waits for real data: copying a range of bookkeeping alone would write more
+     bookkeeping, forever): COPY_STARTED is committed first, then the data object
      and its manifest are put, then COPY_FINISHED;
    - copies its newest snapshot when it is newer than the tier's;
    - applies remote retention (`retention.remote_expired`).
@@ -36,9 +38,9 @@ from controller.metadata.tier import ObjectKind, RemoteObject, SegmentState, Tie
 from controller.quorum.driver import LocalLogView, RaftDriver
 from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import Mode
-from controller.records import MetadataRecord
+from controller.records import MetadataRecord, decode_record, record_type
 from controller.storage import snapshot_file as sf
-from controller.storage.batch import EMPTY_ORIGIN, peek_batch_header
+from controller.storage.batch import EMPTY_ORIGIN, decode_batch, peek_batch_header
 from controller.storage.errors import StorageError
 from controller.tier import retention
 from controller.tier.config import TierConfig
@@ -231,18 +233,27 @@ class TierCopier:
                             f"starts at {view.local_start_offset} (it was reset to a "
                             "snapshot); another controller must copy them")
         committed = min(view.high_watermark, view.flushed_offset)
-        ends = [s.next_offset for s in view.segments if not s.is_active]
-        target = next((e for e in ends if e > start), None)
-        if target is None or target > committed:
-            return False
+        ends = [s.next_offset for s in view.segments
+                if not s.is_active and start < s.next_offset <= committed]
+        # Copy up to the end of the first closed segment past `start`, or past it to
+        # the first segment end that holds more than the tier's own bookkeeping: a
+        # range of only COPY_* records waits for real data, or copying it would write
+        # more of them, and an idle cluster would copy a tiny object forever.
         chunks: list[bytes] = []
-        offset = start
-        while offset < target:
-            got = self._driver.read_committed_range(offset, target, _READ_CHUNK_BYTES)
-            if not got:
-                raise TierError(f"the local log returned nothing at offset {offset}")
-            chunks += got
-            offset = peek_batch_header(got[-1]).next_offset
+        offset, target, substantive = start, None, False
+        for end in ends:
+            while offset < end:
+                got = self._driver.read_committed_range(offset, end, _READ_CHUNK_BYTES)
+                if not got:
+                    raise TierError(f"the local log returned nothing at offset {offset}")
+                chunks += got
+                substantive = substantive or not all(map(_only_bookkeeping, got))
+                offset = peek_batch_header(got[-1]).next_offset
+            if substantive:
+                target = end
+                break
+        if target is None:
+            return False
         data = b"".join(chunks)
         segment_id = uuid.uuid4().hex
         epoch, now = self._epoch(), self._clock_ms()
@@ -315,6 +326,18 @@ class TierCopier:
         finished = [o for o in objects if o.state is SegmentState.COPY_FINISHED]
         m.remote_objects.set(len(finished))
         m.remote_bytes.set(sum(o.size_bytes for o in finished))
+
+
+_BOOKKEEPING_TYPES = frozenset({"remote_log_segment", "remote_log_segment_state_change"})
+
+
+def _only_bookkeeping(batch: bytes) -> bool:
+    """True for a batch of the tier's own records only (the copier writes each of
+    them as a batch of its own)."""
+    decoded, _ = decode_batch(batch)
+    if decoded.is_control or decoded.record_count > 4:
+        return False
+    return all(record_type(decode_record(r)) in _BOOKKEEPING_TYPES for r in decoded.records)
 
 
 def _object_of(manifest: Manifest, kind: ObjectKind, now_ms: int) -> RemoteObject:

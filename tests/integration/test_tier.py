@@ -29,7 +29,13 @@ from controller.tier.remote import open_store
 from tests.support.controller_processes import ControllerCluster
 from tests.support.raft_node_process import wait_until
 from tests.support.s3_server import CREDENTIALS, S3Server
-from tests.support.tiered_cluster import Writer, count_lines, start_cluster, topic_history
+from tests.support.tiered_cluster import (
+    Writer,
+    count_lines,
+    scrape,
+    start_cluster,
+    topic_history,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -105,6 +111,21 @@ def test_directory_tier_trims_local_logs_and_keeps_history_across_leader_kills(
         wait_until(lambda: all(count_lines(n, "local_segments_deleted") >= 3
                                for n in cluster.nodes.values()),
                    90.0, "every controller to delete local segments three times")
+        active = wait_until(cluster.active_node, START_S, "an active controller")
+        # (A counter counts since the process started: this one may be new.)
+        metrics = wait_until(
+            lambda: (m := scrape(active)).get('metakraft_tier_copies_total{kind="segment"}', 0)
+            >= 1 and m, 30.0, "a copy counted by the active controller")
+        assert metrics["metakraft_tier_up"] == 1
+        assert metrics['metakraft_tier_copied_bytes_total{kind="segment"}'] > 0
+        assert metrics["metakraft_tier_copied_end_offset"] > 0
+        assert metrics["metakraft_tier_local_log_start_offset"] > 0
+        assert metrics["metakraft_tier_remote_objects"] >= 2
+        for name in ("metakraft_tier_copy_lag_offsets", "metakraft_tier_copy_lag_bytes",
+                     "metakraft_tier_errors_total", "metakraft_tier_local_log_bytes",
+                     "metakraft_tier_remote_bytes",
+                     "metakraft_tier_last_success_timestamp_seconds"):
+            assert name in metrics, name
         writer.stop()
         assert len(writer.created) > 20, writer.created
     finally:

@@ -21,7 +21,25 @@ def tier_config(url: str, *, segment_ms: int = 400, copy_timeout_ms: int = 3_000
     return (f"[log]\nsegment_ms = {segment_ms}\n"
             f'[tier]\nurl = "{url}"\ncopy_interval_ms = 100\n'
             f"copy_timeout_ms = {copy_timeout_ms}\nmax_backoff_ms = 1000\n"
-            f"local_retention_ms = {local_retention_ms}\n")
+            f"local_retention_ms = {local_retention_ms}\n"
+            '[metrics]\naddress = "127.0.0.1"\nport = 0\n')
+
+
+def scrape(node: ControllerProcess) -> dict[str, float]:
+    """The node's Prometheus metrics (its exporter's port is in its log)."""
+    import re
+    import urllib.request
+
+    found = re.search(r"event=metrics_serving address=([\d.]+:\d+)", node.log_text())
+    assert found is not None, "no metrics exporter"
+    with urllib.request.urlopen(f"http://{found.group(1)}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
 
 
 class Writer(threading.Thread):

@@ -88,3 +88,48 @@ def test_cli_bad_config_exits_2_with_the_message(tmp_path: Path) -> None:
 def test_cli_prints_the_example() -> None:
     result = CliRunner().invoke(cli, ["controller", "--print-example"])
     assert result.exit_code == 0 and result.output == EXAMPLE_CONFIG
+
+
+TIER = GOOD + """
+[log]
+segment_ms = 30000
+[tier]
+url = "file:///var/tier"
+local_retention_bytes = 1048576
+retention_ms = -1
+"""
+
+
+def test_log_and_tier_sections_parse_and_gate_local_deletion(tmp_path: Path) -> None:
+    config = parse_config(TIER, tmp_path / "c.toml")
+    assert config.driver.log_config.segment_ms == 30000
+    assert config.driver.tiered
+    assert config.tier is not None and config.tier.url == "file:///var/tier"
+    assert (config.tier.local_retention_bytes, config.tier.local_retention_ms) == (1048576,
+                                                                                 600_000)
+    plain = parse_config(GOOD, tmp_path / "c.toml")
+    assert plain.tier is None and not plain.driver.tiered
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t.replace('url = "file:///var/tier"', ""), "tier.url is required"),
+    (lambda t: t.replace("file:///var/tier", "file://var/tier"), "file:///absolute/path"),
+    (lambda t: t.replace("file:///var/tier", "ftp://host/x"), "expected file:///path or s3://"),
+    (lambda t: t.replace("file:///var/tier", "s3://b/p?endpont=http://x"), "unknown option"),
+    (lambda t: t.replace("retention_ms = -1", "retention_ms = -2"), "tier.retention_ms: must be >= -1"),
+    (lambda t: t.replace("retention_ms = -1", "retention_ms = \"1h\""), "expected an integer"),
+    (lambda t: t.replace("retention_ms = -1", "retension_ms = 5"), "unknown key(s) retension_ms"),
+    (lambda t: t.replace("retention_ms = -1", 'access_key_id = "a"'), "go together"),
+    (lambda t: t.replace("retention_ms = -1", 'access_key_id = "a"\nsecret_access_key = "b"'),
+     "for an s3:// tier"),
+    (lambda t: t.replace("segment_ms = 30000", "segment_ms = 0"), "log.segment_ms: must be >= 1"),
+    (lambda t: t.replace("segment_ms = 30000", "segment_bytes = 1024"),
+     "segment_bytes must be in"),
+    (lambda t: t.replace("file:///var/tier", "file:///TMP/data/metadata/tier"),
+     "inside the log directory"),
+])
+def test_bad_tier_configs_say_what_is_wrong(tmp_path: Path, edit: object, message: str) -> None:
+    text = edit(TIER).replace("/TMP", str(tmp_path))  # type: ignore[operator]
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, tmp_path / "c.toml")
+    assert message in str(info.value)
