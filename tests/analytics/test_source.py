@@ -86,10 +86,12 @@ def test_partition_change_json_option(spark: Any, log_dir: tuple[Path, Known]) -
     ({"startoffset": "9", "endoffset": "3"}, "empty offset range: startOffset 9 > endOffset 3"),
     ({"mode": "lenient"}, "mode must be failfast or permissive, not lenient"),
     ({"startofset": "5"}, "unknown option(s) startofset; the options are snapshots, "
-                          "partitionChangeJson, mode, startOffset, endOffset"),
-    ({"path": ""}, "give the log directory to load(PATH)"),
+                          "partitionChangeJson, mode, startOffset, endOffset, tier"),
+    ({"path": ""}, "give the log directory to load(PATH), or a remote tier with "
+                   'option("tier", URL), or both'),
+    ({"tier": "gs://bucket/x"}, None),
 ])
-def test_bad_options_are_refused_by_name(options: dict[str, str], error: str) -> None:
+def test_bad_options_are_refused_by_name(options: dict[str, str], error: str | None) -> None:
     """Checked where Spark asks for the schema, before any file is read (no JVM needed:
     Spark hands the source its options lower-cased, as here)."""
     from analytics.source import MetakraftDataSource
@@ -97,7 +99,10 @@ def test_bad_options_are_refused_by_name(options: dict[str, str], error: str) ->
     source = MetakraftDataSource({"path": "/var/lib/metakraft/node-1", **options})
     with pytest.raises(ValueError) as raised:
         source.schema()
-    assert str(raised.value) == f"metakraft source: {error}"
+    if error is None:  # a bad tier URL: the tier's own message
+        assert "expected file:///path or s3://bucket/prefix" in str(raised.value)
+    else:
+        assert str(raised.value) == f"metakraft source: {error}"
 
 
 def test_good_options_pass(log_dir: tuple[Path, Known]) -> None:
