@@ -6,11 +6,13 @@ endpoint hang without losing what it stores; `stop()` makes it refuse connection
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.raft_node_process import free_ports, wait_until
@@ -72,3 +74,21 @@ class S3Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def running_s3(log_path: Path) -> Iterator[S3Server]:
+    """A started server, with this process's AWS environment set to its credentials
+    (for the test's own reads of the tier) and restored afterwards."""
+    server = S3Server(log_path).start()
+    saved = {k: os.environ.get(k) for k in CREDENTIALS}
+    os.environ.update(CREDENTIALS)
+    try:
+        yield server
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

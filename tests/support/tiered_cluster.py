@@ -30,9 +30,10 @@ def scrape(node: ControllerProcess) -> dict[str, float]:
     import re
     import urllib.request
 
-    found = re.search(r"event=metrics_serving address=([\d.]+:\d+)", node.log_text())
-    assert found is not None, "no metrics exporter"
-    with urllib.request.urlopen(f"http://{found.group(1)}/metrics", timeout=5) as reply:
+    # The log is appended to across restarts: the last exporter is this process's.
+    found = re.findall(r"event=metrics_serving address=([\d.]+:\d+)", node.log_text())
+    assert found, "no metrics exporter"
+    with urllib.request.urlopen(f"http://{found[-1]}/metrics", timeout=5) as reply:
         text = reply.read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
@@ -110,3 +111,17 @@ def start_cluster(root: Path, tier_url: str, env: dict[str, str] | None = None,
 
 def count_lines(node: ControllerProcess, event: str) -> int:
     return node.log_text().count(f"event={event} ")
+
+
+def copy_in_flight(node: ControllerProcess) -> bool:
+    """Whether the node's newest copy started (COPY_STARTED committed) and has neither
+    finished nor been cleaned up, by its log."""
+    import re
+
+    text = node.log_text()
+    started = re.findall(r"event=tier_copy_started id=(\w+)", text)
+    if not started:
+        return False
+    last = started[-1]
+    return (f"event=tier_object_copied id={last}" not in text
+            and f"event=tier_object_deleted id={last}" not in text)

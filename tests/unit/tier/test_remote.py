@@ -18,23 +18,13 @@ from controller.tier.remote import (
     parse_tier_url,
 )
 from tests.support.raft_node_process import free_ports
-from tests.support.s3_server import CREDENTIALS, S3Server
+from tests.support.s3_server import CREDENTIALS, S3Server, running_s3
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = S3Server(tmp_path_factory.mktemp("s3") / "moto.log").start()
-    saved = {k: os.environ.get(k) for k in CREDENTIALS}
-    os.environ.update(CREDENTIALS)
-    try:
+    with running_s3(tmp_path_factory.mktemp("s3") / "moto.log") as server:
         yield server
-    finally:
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture(params=["directory", "s3"])
