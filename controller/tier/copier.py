@@ -57,8 +57,10 @@ from controller.tier.remote import RemoteStorage, TierError
 
 logger = logging.getLogger("metakraft.tier")
 
-# Bytes read from the local log per call while assembling a copy.
-_READ_CHUNK_BYTES = 4 * 1024 * 1024
+# Bytes read from the local log per call while assembling a copy. The reads run on
+# the event loop (the log has one owner); small ones, with a yield between them,
+# keep the controller's requests from waiting behind a whole segment.
+_READ_CHUNK_BYTES = 64 * 1024
 
 
 class TierCopier:
@@ -249,6 +251,7 @@ class TierCopier:
                 chunks += got
                 substantive = substantive or not all(map(_only_bookkeeping, got))
                 offset = peek_batch_header(got[-1]).next_offset
+                await asyncio.sleep(0)
             if substantive:
                 target = end
                 break
@@ -257,8 +260,11 @@ class TierCopier:
         data = b"".join(chunks)
         segment_id = uuid.uuid4().hex
         epoch, now = self._epoch(), self._clock_ms()
-        manifest = segment_manifest(self._cluster_id, segment_id, start, data,
-                                    copier_id=self._node_id, copier_epoch=epoch)
+        # Indexing the batches is CPU work: off the loop. Their CRCs were checked as
+        # the log served them; the object's own CRC-32C covers them from here on.
+        manifest = await asyncio.to_thread(segment_manifest, self._cluster_id, segment_id,
+                                           start, data, copier_id=self._node_id,
+                                           copier_epoch=epoch, check_crcs=False)
         assert manifest.end_offset == target, (manifest.end_offset, target)
         obj = _object_of(manifest, ObjectKind.SEGMENT, now)
         await self._upload(obj, manifest, data)
@@ -277,9 +283,9 @@ class TierCopier:
         except FileNotFoundError:
             return False  # pruned meanwhile: the next round takes the newer one
         now = self._clock_ms()
-        manifest = snapshot_manifest(self._cluster_id, uuid.uuid4().hex, latest.end_offset,
-                                     latest.epoch, data, now, copier_id=self._node_id,
-                                     copier_epoch=self._epoch())
+        manifest = await asyncio.to_thread(
+            snapshot_manifest, self._cluster_id, uuid.uuid4().hex, latest.end_offset,
+            latest.epoch, data, now, copier_id=self._node_id, copier_epoch=self._epoch())
         await self._upload(_object_of(manifest, ObjectKind.SNAPSHOT, now), manifest, data)
         return True
 

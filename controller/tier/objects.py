@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import crc32c
 
-from controller.storage.batch import verify_batch
+from controller.storage.batch import peek_batch_header, verify_batch
 from controller.storage.errors import CorruptBatchError
 from controller.tier.remote import TierError
 
@@ -131,12 +131,15 @@ class Manifest:
 
 
 def describe_batches(data: bytes, start_offset: int,
-                     index_interval_bytes: int = INDEX_INTERVAL_BYTES
+                     index_interval_bytes: int = INDEX_INTERVAL_BYTES, *,
+                     check_crcs: bool = True,
                      ) -> tuple[int, int, int, int, tuple[tuple[int, int], ...],
                                 tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
-    """Walk back-to-back batches starting at `start_offset`, checking each CRC and the
-    offsets' continuity; returns (end offset, first time, last time, last epoch,
-    epochs, offset index, time index). CorruptBatchError at the first bad batch."""
+    """Walk back-to-back batches starting at `start_offset`, checking each CRC (unless
+    the caller just did: `check_crcs=False`) and the offsets' continuity; returns
+    (end offset, first time, last time, last epoch, epochs, offset index, time index).
+    CorruptBatchError at the first bad batch."""
+    check = verify_batch if check_crcs else peek_batch_header
     pos, expected = 0, start_offset
     epochs: list[tuple[int, int]] = []
     offset_index: list[tuple[int, int]] = []
@@ -144,7 +147,9 @@ def describe_batches(data: bytes, start_offset: int,
     since_index = index_interval_bytes  # the first batch always gets an entry
     first_time = last_time = max_time = -1
     while pos < len(data):
-        header = verify_batch(data, pos)
+        header = check(data, pos)
+        if pos + header.size_bytes > len(data):
+            raise CorruptBatchError("the data ends inside a batch", expected, pos)
         if header.base_offset != expected:
             raise CorruptBatchError(f"offset discontinuity: batch starts at "
                                     f"{header.base_offset}, expected {expected}", expected, pos)
@@ -171,10 +176,12 @@ def describe_batches(data: bytes, start_offset: int,
 
 
 def segment_manifest(cluster_id: str, segment_id: str, start_offset: int, data: bytes, *,
-                     copier_id: int = -1, copier_epoch: int = -1) -> Manifest:
-    """The manifest of a log object holding `data` (batches from `start_offset`)."""
+                     copier_id: int = -1, copier_epoch: int = -1,
+                     check_crcs: bool = True) -> Manifest:
+    """The manifest of a log object holding `data` (batches from `start_offset`;
+    `check_crcs=False` when they were verified as they were read)."""
     end, first_t, last_t, last_epoch, epochs, offsets, times = describe_batches(
-        data, start_offset)
+        data, start_offset, check_crcs=check_crcs)
     return Manifest(cluster_id, segment_id, "segment", start_offset, end, len(data),
                     crc32c.crc32c(data), first_t, last_t, last_epoch, epochs, offsets, times,
                     copier_id, copier_epoch)

@@ -17,12 +17,12 @@ from tests.support.controller_processes import ControllerCluster, ControllerProc
 
 
 def tier_config(url: str, *, segment_ms: int = 400, copy_timeout_ms: int = 3_000,
-                local_retention_ms: int = 0) -> str:
+                local_retention_ms: int = 0, metrics: bool = True) -> str:
     return (f"[log]\nsegment_ms = {segment_ms}\n"
             f'[tier]\nurl = "{url}"\ncopy_interval_ms = 100\n'
             f"copy_timeout_ms = {copy_timeout_ms}\nmax_backoff_ms = 1000\n"
             f"local_retention_ms = {local_retention_ms}\n"
-            '[metrics]\naddress = "127.0.0.1"\nport = 0\n')
+            + ('[metrics]\naddress = "127.0.0.1"\nport = 0\n' if metrics else ""))
 
 
 def scrape(node: ControllerProcess) -> dict[str, float]:
