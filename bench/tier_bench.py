@@ -184,6 +184,8 @@ def run_audit_bench(args: argparse.Namespace) -> None:
     import analytics
     from analytics.report import audit_session, run_audit
 
+    # Spark's Python workers must run this interpreter (it has pyarrow and this package).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     root = Path(tempfile.mkdtemp(prefix="tier-audit-", dir=args.dir))
     try:
         print(f"# {machine()}")
@@ -197,12 +199,14 @@ def run_audit_bench(args: argparse.Namespace) -> None:
         # The trimmed local log: only the last segment remains.
         trimmed = root / "trimmed"
         format_data_dir(trimmed, CLUSTER_ID, 1)
-        DataDir(trimmed).log_dir.mkdir()
+        DataDir(trimmed).log_dir.mkdir(exist_ok=True)
         shutil.copy(segs[-1][1], DataDir(trimmed).log_dir / segs[-1][1].name)
         spark = audit_session(f"local[{args.cores}]", "tier-bench", args.driver_memory)
         analytics.register(spark)
         times: dict[str, list[float]] = {"local": [], "tier": []}
-        order = ["local", "tier"] * args.rounds
+        # Alternating, so neither side always runs cold.
+        order = [s for i in range(args.rounds)
+                 for s in (("local", "tier") if i % 2 == 0 else ("tier", "local"))]
         for i, source in enumerate(order):
             t = time.monotonic()
             if source == "local":
