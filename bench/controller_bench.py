@@ -54,6 +54,7 @@ from controller.metadata import (
     CreatableTopic,
     MetadataState,
 )
+from controller.records.domain import Listener
 from controller.storage import snapshot_file as sf
 
 # What a client process reports: topics created in the window, request latencies
@@ -241,7 +242,7 @@ def build_state(topics: int, partitions: int, rf: int) -> tuple[MetadataState, i
     state.cluster.activate(0)
     for b in range(1, BROKERS + 1):
         req = BrokerRegistrationRequest(b, f"incarnation-{b}", "bench-cluster",
-                                        rack=f"rack-{b % RACKS}")
+                                        rack=f"rack-{b % RACKS}", listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),))
         result = state.cluster.register_broker(req, next_offset=offset, now_ms=1)
         epoch = result.response.broker_epoch
         apply(list(result.records))

@@ -74,7 +74,8 @@ class _Servicer(spb_grpc.BrokerStatusServicer):
 
 
 def add_status_service(server: aio.Server, view: Callable[[], BrokerStatusView]) -> str:
-    spb_grpc.add_BrokerStatusServicer_to_server(_Servicer(view), server)
+    rpc.add_decoding_service(server, spb.DESCRIPTOR.services_by_name["BrokerStatus"],
+                             _Servicer(view))
     return SERVICE_NAME
 
 

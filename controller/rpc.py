@@ -6,13 +6,19 @@ One place means one change when mutual TLS and authenticated clients arrive
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 import attrs
 import grpc
+from google.protobuf import message as pb_message
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc import aio
 from grpc_health.v1 import _async as health_async
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
 
 # Fetch responses carry up to a few batches of at most 8 MiB each; snapshot chunks are
@@ -76,6 +82,119 @@ def create_sync_channel(target: str, limits: RpcLimits = RpcLimits()) -> grpc.Ch
     return grpc.insecure_channel(target, options=limits.channel_options())
 
 
+logger = logging.getLogger("metakraft.rpc")
+
+
+def _undecodable(service: str, method: str, context: Any, exc: Exception) -> Awaitable[None]:
+    # One line, no traceback: bad input from a client is not a server error.
+    logger.warning("event=undecodable_request method=%s/%s peer=%s error=%r", service, method,
+                   context.peer(), str(exc))
+    result: Awaitable[None] = context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                            f"malformed {method} request: the message does "
+                                            f"not decode ({exc})")
+    return result
+
+
+def add_decoding_service(server: aio.Server, service: ServiceDescriptor,
+                         servicer: object) -> str:
+    """Register `servicer` (methods named as in the .proto) for every method of
+    `service`, decoding the requests ourselves: undecodable bytes get INVALID_ARGUMENT
+    and one log line, where gRPC's own deserializer answers UNKNOWN with the Python
+    exception text and logs a traceback per request. Returns the service's name."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in service.methods:
+        request_class = message_factory.GetMessageClass(method.input_type)
+        impl = getattr(servicer, method.name)
+        name, full = method.name, service.full_name
+        if method.client_streaming:
+            handlers[name] = _stream_in_handler(full, name, request_class, impl,
+                                                method.server_streaming)
+        elif method.server_streaming:
+            handlers[name] = grpc.unary_stream_rpc_method_handler(
+                _unary_stream(full, name, request_class, impl), request_deserializer=None,
+                response_serializer=_serialize)
+        else:
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                _unary_unary(full, name, request_class, impl), request_deserializer=None,
+                response_serializer=_serialize)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    return service.full_name
+
+
+def _serialize(message: pb_message.Message) -> bytes:
+    return message.SerializeToString()
+
+
+def _decode(request_class: type[pb_message.Message], raw: bytes) -> pb_message.Message:
+    return request_class.FromString(raw)
+
+
+def _unary_unary(service: str, method: str, request_class: type[pb_message.Message],
+                 impl: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def handle(raw: bytes, context: Any) -> Any:
+        try:
+            request = _decode(request_class, raw)
+        except pb_message.DecodeError as exc:
+            await _undecodable(service, method, context, exc)
+            raise
+        return await impl(request, context)
+
+    return handle
+
+
+def _unary_stream(service: str, method: str, request_class: type[pb_message.Message],
+                  impl: Callable[..., Any]) -> Callable[..., Any]:
+    async def decode(raw: bytes, context: Any) -> Any:
+        try:
+            return _decode(request_class, raw)
+        except pb_message.DecodeError as exc:
+            await _undecodable(service, method, context, exc)
+            raise
+
+    if not inspect.isasyncgenfunction(impl):
+        # A handler that answers with `context.write` (grpc_health's Watch): the
+        # wrapper must not yield, gRPC refuses a mix of the two.
+        async def writing(raw: bytes, context: Any) -> None:
+            await impl(await decode(raw, context), context)
+
+        return writing
+
+    async def handle(raw: bytes, context: Any) -> AsyncIterator[Any]:
+        async for item in impl(await decode(raw, context), context):
+            yield item
+
+    return handle
+
+
+def _stream_in_handler(service: str, method: str, request_class: type[pb_message.Message],
+                       impl: Callable[..., Any], server_streaming: bool
+                       ) -> grpc.RpcMethodHandler[Any, Any]:
+    def decoded(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
+        async def each() -> AsyncIterator[Any]:
+            async for raw in requests:
+                try:
+                    yield _decode(request_class, raw)
+                except pb_message.DecodeError as exc:
+                    await _undecodable(service, method, context, exc)
+                    raise
+        return each()
+
+    if server_streaming:
+        async def stream(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
+            async for item in impl(decoded(requests, context), context):
+                yield item
+
+        return grpc.stream_stream_rpc_method_handler(stream, request_deserializer=None,
+                                                     response_serializer=_serialize)
+
+    async def unary(requests: AsyncIterator[bytes], context: Any) -> Any:
+        return await impl(decoded(requests, context), context)
+
+    return grpc.stream_unary_rpc_method_handler(unary, request_deserializer=None,
+                                                response_serializer=_serialize)
+
+
 def add_health_and_reflection(
     server: aio.Server, service_names: Sequence[str]
 ) -> health_async.HealthServicer:
@@ -85,7 +204,8 @@ def add_health_and_reflection(
     # with no watcher yet, writing the status table is all `set` would do.
     for name in service_names:
         health_servicer._server_status[name] = health_pb2.HealthCheckResponse.SERVING
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    add_decoding_service(server, health_pb2.DESCRIPTOR.services_by_name["Health"],
+                         health_servicer)
     names = [*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
     reflection.enable_server_reflection(names, server)
     return health_servicer

@@ -76,6 +76,42 @@ class BrokerRegistrationRequest:
     features: tuple[FeatureRange, ...] = ()
 
 
+# Bounds of a registration: a broker has a few listeners with short names.
+MAX_LISTENERS = 64
+MAX_NAME_CHARS = 255
+MAX_BROKER_ID = 2**31 - 1
+
+
+def registration_problem(request: BrokerRegistrationRequest,
+                         controller_ids: frozenset[int]) -> str | None:
+    """What makes a registration invalid, or None (checked before anything else)."""
+    bid = request.broker_id
+    if not 0 <= bid <= MAX_BROKER_ID:
+        return f"broker id must be in [0, {MAX_BROKER_ID}], got {bid}"
+    if bid in controller_ids:
+        return (f"broker id {bid} is a controller's node id (controllers: "
+                f"{sorted(controller_ids)}); give the broker an id of its own")
+    if not request.incarnation_id or len(request.incarnation_id) > MAX_NAME_CHARS:
+        return f"the incarnation id must have 1 to {MAX_NAME_CHARS} characters"
+    if not 1 <= len(request.listeners) <= MAX_LISTENERS:
+        return (f"a broker needs 1 to {MAX_LISTENERS} listeners (where it can be reached), "
+                f"got {len(request.listeners)}")
+    names = [li.name for li in request.listeners]
+    if len(set(names)) != len(names):
+        return f"listener names must be unique, got {names[:MAX_LISTENERS]}"
+    for li in request.listeners:
+        for field, value, least in (("name", li.name, 1), ("host", li.host, 1),
+                                    ("security protocol", li.security_protocol, 0)):
+            if not least <= len(value) <= MAX_NAME_CHARS:
+                return (f"listener {li.name[:40]!r}: {field} must have {least} to "
+                        f"{MAX_NAME_CHARS} characters, got {len(value)}")
+        if not 1 <= li.port <= 65535:
+            return f"listener {li.name!r}: port must be in [1, 65535], got {li.port}"
+    if request.rack is not None and not 1 <= len(request.rack) <= MAX_NAME_CHARS:
+        return f"rack must have 1 to {MAX_NAME_CHARS} characters, got {len(request.rack)}"
+    return None
+
+
 @attrs.frozen
 class BrokerRegistrationReply:
     error: ApiError
@@ -148,9 +184,12 @@ class ClusterControlManager:
         cluster_id: str,
         session_timeout_ms: int,
         features: FeatureControlManager,
+        controller_ids: frozenset[int] = frozenset(),
     ) -> None:
         assert session_timeout_ms > 0, session_timeout_ms
         self.cluster_id = cluster_id
+        # A broker may not take a controller's node id (both are Raft node ids).
+        self.controller_ids = controller_ids
         self.session_timeout_ms = session_timeout_ms
         self._features = features
         self._brokers: TimelineHashMap[int, BrokerRegistration] = TimelineHashMap(registry)
@@ -218,12 +257,9 @@ class ClusterControlManager:
                 f"broker {request.broker_id} belongs to cluster {request.cluster_id!r} but "
                 f"this controller's cluster is {self.cluster_id!r}; check its meta.properties",
             )
-        if request.broker_id < 0:
-            return ApiError(
-                ErrorCode.INVALID_REQUEST, f"broker id must be >= 0, got {request.broker_id}"
-            )
-        if not request.incarnation_id:
-            return ApiError(ErrorCode.INVALID_REQUEST, "the incarnation id must not be empty")
+        problem = registration_problem(request, self.controller_ids)
+        if problem is not None:
+            return ApiError(ErrorCode.INVALID_REQUEST, problem)
         level = self._features.finalized_level(METADATA_VERSION)
         for feature in request.features:
             if (

@@ -111,6 +111,7 @@ class MetadataState:
         cluster_id: str,
         rng: RandomSource,
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        controller_ids: frozenset[int] = frozenset(),
     ) -> None:
         registry = self.registry = SnapshotRegistry()
         self.features = FeatureControlManager(registry)
@@ -119,6 +120,7 @@ class MetadataState:
             cluster_id=cluster_id,
             session_timeout_ms=session_timeout_ms,
             features=self.features,
+            controller_ids=controller_ids,
         )
         self.configs = ConfigurationControlManager(registry)
         self.replication = ReplicationControlManager(

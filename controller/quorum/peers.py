@@ -143,10 +143,16 @@ class PeerClients:
     async def _call(self, req: Request, timeout_s: float) -> None:
         peer = req.dst
         method, _ = RPC_METHODS[type(req)]
+        try:
+            message = to_pb(req, self._cache)
+        except ValueError as exc:
+            # A value the wire cannot carry: a bug, but never a silent dead task.
+            logger.error("cannot send %s to %d: %s", method, peer, exc)
+            self.dropped["unencodable"] += 1
+            return
         self._inflight[peer] += 1
         try:
-            response = await getattr(self._stub(peer), method)(to_pb(req, self._cache),
-                                                               timeout=timeout_s)
+            response = await getattr(self._stub(peer), method)(message, timeout=timeout_s)
         except aio.AioRpcError as exc:
             self.dropped[exc.code().name.lower()] += 1
             if exc.code() is grpc.StatusCode.FAILED_PRECONDITION:

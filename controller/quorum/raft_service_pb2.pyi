@@ -45,6 +45,7 @@ class _ErrorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Error.ValueType
     ERROR_NOT_LEADER: _Error.ValueType  # 4
     ERROR_SNAPSHOT_NOT_FOUND: _Error.ValueType  # 5
     ERROR_NOT_VOTER: _Error.ValueType  # 6
+    ERROR_INVALID_REQUEST: _Error.ValueType  # 7
 
 class Error(_Error, metaclass=_ErrorEnumTypeWrapper):
     """0 is "unset" so that a message missing its error field is rejected as malformed
@@ -58,6 +59,7 @@ ERROR_FENCED_LEADER_EPOCH: Error.ValueType  # 3
 ERROR_NOT_LEADER: Error.ValueType  # 4
 ERROR_SNAPSHOT_NOT_FOUND: Error.ValueType  # 5
 ERROR_NOT_VOTER: Error.ValueType  # 6
+ERROR_INVALID_REQUEST: Error.ValueType  # 7
 Global___Error: _TypeAlias = Error  # noqa: Y015
 
 @_typing.final

@@ -45,6 +45,7 @@ from controller.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from controller.rpc import add_decoding_service
 
 logger = logging.getLogger(__name__)
 
@@ -315,5 +316,5 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Raft"].full_name
 
 def add_raft_service(server: aio.Server, sink: RequestSink) -> str:
     """Register the Raft service for `sink` on `server`; returns its full name."""
-    pb_grpc.add_RaftServicer_to_server(RaftService(sink), server)
+    add_decoding_service(server, pb.DESCRIPTOR.services_by_name["Raft"], RaftService(sink))
     return SERVICE_NAME

@@ -45,6 +45,7 @@ _ERROR_TO_PB: Final[dict[Errors, pb.Error.ValueType]] = {
     Errors.NOT_LEADER: pb.ERROR_NOT_LEADER,
     Errors.SNAPSHOT_NOT_FOUND: pb.ERROR_SNAPSHOT_NOT_FOUND,
     Errors.NOT_VOTER: pb.ERROR_NOT_VOTER,
+    Errors.INVALID_REQUEST: pb.ERROR_INVALID_REQUEST,
 }
 _ERROR_FROM_PB: Final = {v: k for k, v in _ERROR_TO_PB.items()}
 assert len(_ERROR_FROM_PB) == len(Errors), "every core error needs a wire code"

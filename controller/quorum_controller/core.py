@@ -49,7 +49,8 @@ class ControllerCore:
         self.settings = settings
         self._clock_ms = clock_ms
         self.state = MetadataState(cluster_id=settings.cluster_id, rng=rng,
-                                   session_timeout_ms=settings.session_timeout_ms)
+                                   session_timeout_ms=settings.session_timeout_ms,
+                                   controller_ids=frozenset(settings.voter_addresses))
         self.registry = self.state.registry
         # Invariants: a registry snapshot exists at committed_next - 1, and none below
         # it except from the offset a snapshot file being written reads; the newest

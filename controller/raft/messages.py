@@ -32,6 +32,9 @@ class Errors(enum.Enum):
     SNAPSHOT_NOT_FOUND = "snapshot_not_found"
     # A sender that is not a voter asked for something only voters may do.
     NOT_VOTER = "not_voter"
+    # The request carries a value no legitimate peer sends (an epoch beyond
+    # `EPOCH_LIMIT`); the receiver changed nothing.
+    INVALID_REQUEST = "invalid_request"
 
 
 @attrs.frozen(slots=True, kw_only=True)

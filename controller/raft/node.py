@@ -46,7 +46,7 @@ from controller.raft.ready import Ready
 from controller.raft.roles import Role
 from controller.raft.snapshot import SnapshotStore
 from controller.raft.state import RandomSource
-from controller.raft.values import QuorumState, SnapshotId
+from controller.raft.values import EPOCH_LIMIT, QuorumState, SnapshotId
 
 
 class RaftNode(LeaderMixin, FollowerMixin):
@@ -136,6 +136,11 @@ class RaftNode(LeaderMixin, FollowerMixin):
             if isinstance(message, REQUEST_TYPES):
                 self._reject(message, Errors.INCONSISTENT_CLUSTER_ID)  # type: ignore[arg-type]
             return
+        if message.epoch > EPOCH_LIMIT:
+            # No legitimate peer gets there; adopting it would leave no epochs to elect in.
+            if isinstance(message, REQUEST_TYPES):
+                self._reject(message, Errors.INVALID_REQUEST)  # type: ignore[arg-type]
+            return
         if isinstance(message, VoteRequest):
             self._on_vote_request(message)
         elif isinstance(message, REQUEST_TYPES):
@@ -146,9 +151,22 @@ class RaftNode(LeaderMixin, FollowerMixin):
     # -------------------------------------------------------------- requests
 
     def _on_request(self, req: Request) -> None:
-        """Epoch rules shared by every request but Vote, then dispatch."""
+        """Epoch rules shared by every request but Vote, then dispatch.
+
+        Only voters lead, so only a voter's request may move this replica's epoch or
+        name its leader: Begin/EndQuorumEpoch from anyone else is refused, and an
+        observer's fetch in a newer epoch is answered NOT_LEADER without adopting
+        the epoch (a legitimate observer learned it from the real leader, whom it
+        finds by itself)."""
         if req.epoch < self.epoch:
             self._reject(req, Errors.FENCED_LEADER_EPOCH)
+            return
+        from_voter = req.src in self.config.voters
+        if isinstance(req, BeginQuorumEpochRequest | EndQuorumEpochRequest) and not from_voter:
+            self._reject(req, Errors.NOT_VOTER)
+            return
+        if req.epoch > self.epoch and not from_voter:
+            self._reject(req, Errors.NOT_LEADER)
             return
         if isinstance(req, BeginQuorumEpochRequest):
             self._on_begin_quorum_epoch(req)

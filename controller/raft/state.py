@@ -277,6 +277,9 @@ class NodeState:
     def become_candidate(self) -> None:
         """A majority would vote for us: bump the epoch and vote for ourselves."""
         self._transition(Role.CANDIDATE)
+        # Inputs above EPOCH_LIMIT are refused, so only a million of our own
+        # elections could get here; the wire carries int32.
+        assert self.epoch < 2**31 - 1, f"epoch {self.epoch} cannot grow"
         self.epoch += 1
         self.voted_for, self.leader_id = self.node_id, None
         self.last_leader_contact_ms = None

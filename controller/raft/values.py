@@ -41,6 +41,12 @@ class SnapshotId:
 # The snapshot every log implicitly starts from: nothing, at epoch 0.
 EMPTY_SNAPSHOT = SnapshotId(0, 0)
 
+# Epochs go on the wire as int32. A message with an epoch above this is refused, so
+# no message can move a replica so close to the top that its elections run out of
+# epochs (one forged Fetch at 2**31 - 1 once left every voter unable to elect for
+# ever): a million elections of headroom, more than any real quorum will hold.
+EPOCH_LIMIT = 2**31 - 1 - 2**20
+
 
 @attrs.frozen(slots=True)
 class EpochEndOffset:

@@ -45,6 +45,7 @@ from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
 from controller.records import decode_record, encode_record
+from controller.records.domain import Listener
 from controller.storage.batch import BatchOrigin, RecordBatch
 from controller.storage.log import LogConfig, SegmentedLog
 from controller.storage.snapshot_file import SnapshotId, SnapshotWriter
@@ -134,7 +135,8 @@ class Script:
 
     async def register(self, bid: int) -> None:
         reply = await self.api[self.leader].register_broker(
-            BrokerRegistrationRequest(bid, f"incarnation-{bid}-{self.clock[0]}", CLUSTER_ID),
+            BrokerRegistrationRequest(bid, f"incarnation-{bid}-{self.clock[0]}", CLUSTER_ID,
+                                      listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)),
             origin=Origin(f"broker-{bid}", f"ipv4:10.0.1.{bid}:9092"))
         assert reply.error.ok, reply
         self.known.broker_epochs[bid] = reply.broker_epoch

@@ -26,6 +26,7 @@ from controller.api.broker_convert import (
     registration_request_to_pb,
 )
 from controller.metadata import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from controller.records.domain import Listener
 from controller.rpc import create_sync_channel
 from controller.storage.batch import RecordBatch
 from controller.storage.log import SegmentedLog
@@ -34,6 +35,7 @@ from tests.support.raft_node_process import free_ports, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = "from controller.cli.main import main; main()"
+FIRST_CONTROLLER_ID = 3000
 
 
 class ControllerProcess:
@@ -100,7 +102,10 @@ class ControllerCluster:
         self.root = root
         self.cluster_id = random_cluster_id()
         ports = free_ports(count)
-        self.addresses = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+        # Controller ids of their own (as `metakraft dev` gives them): brokers take
+        # small ids, and a broker may not take a controller's.
+        self.addresses = {FIRST_CONTROLLER_ID + i: f"127.0.0.1:{p}"
+                          for i, p in enumerate(ports)}
         voters = "\n".join(f'{i} = "{a}"' for i, a in self.addresses.items())
         self.nodes: dict[int, ControllerProcess] = {}
         for node_id, address in self.addresses.items():
@@ -148,7 +153,9 @@ class ControllerCluster:
         """Register and unfence brokers through BrokerLifecycle, as a broker would."""
         for broker_id in broker_ids:
             request = registration_request_to_pb(
-                BrokerRegistrationRequest(broker_id, f"incarnation-{broker_id}", self.cluster_id))
+                BrokerRegistrationRequest(broker_id, f"incarnation-{broker_id}", self.cluster_id,
+                                      listeners=(Listener("PLAINTEXT", "localhost", 9092,
+                                                          "PLAINTEXT"),)))
             reply = wait_until(partial(self._broker_call, "RegisterBroker", request),
                                timeout_s, "registration")
             assert reply.broker_epoch >= 0, reply

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
+import attrs
+import pytest
+
 from controller.metadata import BrokerHeartbeatRequest, BrokerRegistrationRequest, ErrorCode
 from controller.records import record_type
-from controller.records.domain import FeatureRange
+from controller.records.domain import FeatureRange, Listener
 from tests.unit.metadata.support import CLUSTER_ID, SESSION_MS, Harness
 
 
@@ -64,7 +69,8 @@ def _request(
     features: tuple[FeatureRange, ...] = (),
 ) -> BrokerRegistrationRequest:
     return BrokerRegistrationRequest(
-        broker_id=broker_id, incarnation_id=incarnation, cluster_id=cluster_id, features=features
+        broker_id=broker_id, incarnation_id=incarnation, cluster_id=cluster_id, features=features,
+        listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)
     )
 
 
@@ -232,3 +238,37 @@ def test_queries_at_an_epoch() -> None:
     assert [b.broker_id for b in h.state.cluster.brokers(committed)] == [1]
     assert [b.broker_id for b in h.state.cluster.brokers()] == [1, 2]
     assert h.state.cluster.racks() == {1: "a", 2: "b"}
+
+
+PLAIN = Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"broker_id": 3000}, "is a controller's node id"),
+    ({"broker_id": -1}, "broker id must be in [0, 2147483647]"),
+    ({"listeners": ()}, "1 to 64 listeners"),
+    ({"listeners": tuple(Listener(f"L{i}", "h", 9092, "P") for i in range(20_000))},
+     "1 to 64 listeners"),
+    ({"listeners": (attrs.evolve(PLAIN, port=-1),)}, "port must be in [1, 65535], got -1"),
+    ({"listeners": (attrs.evolve(PLAIN, port=70_000),)}, "got 70000"),
+    ({"listeners": (PLAIN, PLAIN)}, "listener names must be unique"),
+    ({"listeners": (attrs.evolve(PLAIN, host=""),)}, "host must have 1 to 255"),
+    ({"listeners": (attrs.evolve(PLAIN, name="n" * 10_000),)}, "name must have 1 to 255"),
+    ({"rack": "r" * 10_000}, "rack must have 1 to 255 characters, got 10000"),
+    ({"incarnation_id": ""}, "incarnation id must have 1 to 255"),
+])
+def test_bad_registrations_are_refused_with_the_reason_and_write_nothing(
+        change: dict[str, object], message: str) -> None:
+    """As found from outside: a controller's node id, ports -1 and 70000, no listeners,
+    20,000 listeners and a 10,000-character rack were all accepted."""
+    from controller.metadata import MetadataState
+
+    state = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0),
+                          controller_ids=frozenset({3000, 3001, 3002}))
+    request = attrs.evolve(_request(1, "inc"), **change)
+    result = state.cluster.register_broker(request, next_offset=0, now_ms=0)
+    assert result.records == ()
+    assert result.response.error.code is ErrorCode.INVALID_REQUEST
+    assert message in result.response.error.message
+    ok = state.cluster.register_broker(_request(1, "inc"), next_offset=0, now_ms=0)
+    assert ok.response.error.ok

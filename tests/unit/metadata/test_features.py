@@ -11,7 +11,7 @@ from controller.metadata import (
     FeatureUpdate,
     UpgradeType,
 )
-from controller.records.domain import FeatureRange
+from controller.records.domain import FeatureRange, Listener
 from tests.unit.metadata.support import CLUSTER_ID, Harness
 
 
@@ -90,6 +90,7 @@ def test_upgrade_refused_when_a_broker_does_not_support_it() -> None:
         incarnation_id="i",
         cluster_id=CLUSTER_ID,
         features=(FeatureRange(METADATA_VERSION, 1, 2),),
+        listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),),
     )
     h.apply(h.state.cluster.register_broker(request, next_offset=h.next_offset, now_ms=0))
     ok = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 2)])

@@ -22,6 +22,7 @@ from controller.metadata import (
     ResourceType,
     TopicPartition,
 )
+from controller.records.domain import Listener
 from tests.unit.metadata.support import CLUSTER_ID, SESSION_MS, Harness
 
 KINDS = (
@@ -53,7 +54,8 @@ def step(h: Harness, kind: str, rnd: random.Random) -> None:
         bid = rnd.choice(BROKERS)
         rack = RACKS[bid % 2]
         registration = BrokerRegistrationRequest(
-            bid, f"inc-{rnd.randrange(3)}", CLUSTER_ID, rack=rack
+            bid, f"inc-{rnd.randrange(3)}", CLUSTER_ID, rack=rack,
+            listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)
         )
         h.apply(
             state.cluster.register_broker(registration, next_offset=h.next_offset, now_ms=h.now_ms)

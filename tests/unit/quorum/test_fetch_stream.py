@@ -224,7 +224,7 @@ def test_a_message_that_is_no_fetch_request_ends_the_stream_invalid_argument() -
         with pytest.raises(aio.AioRpcError) as info:
             await call.read()
         assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-        assert "malformed FetchStream message" in (info.value.details() or "")
+        assert "malformed FetchStream request" in (info.value.details() or "")
 
     serve(sink, body)
     assert sink.seen == [1]

@@ -29,13 +29,16 @@ from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
 from controller.quorum_controller.snapshots import iter_image_chunks
 from controller.records import decode_record, encode_record
+from controller.records.domain import Listener
 from controller.storage.batch import EMPTY_ORIGIN, RecordBatch
 from tests.support.controller_fake_quorum import FakeQuorum
 
 T = TypeVar("T")
 CLUSTER_ID = "qc-test-cluster"
 ORIGIN = Origin("alice", "ipv4:127.0.0.1:5000", "req-1")
+# Brokers take other node ids than the controllers (0, 4, 5...): ids are one space.
 VOTERS = {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", 3: "127.0.0.1:9003"}
+LISTENERS = (Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)
 
 
 class Clock:
@@ -69,7 +72,8 @@ class Env:
         api = self.api[leader]
         for bid in ids:
             reply = await api.register_broker(
-                BrokerRegistrationRequest(bid, f"inc-{bid}", CLUSTER_ID), origin=ORIGIN)
+                BrokerRegistrationRequest(bid, f"inc-{bid}", CLUSTER_ID, listeners=LISTENERS),
+                origin=ORIGIN)
             assert reply.error.ok, reply
             beat = await api.broker_heartbeat(
                 BrokerHeartbeatRequest(bid, reply.broker_epoch, 1 << 40), origin=ORIGIN)
@@ -138,7 +142,7 @@ def test_response_waits_for_commit_and_batch_has_origin() -> None:
         env.quorum.commit()
         await settle()
         reg = spawn(env.api[1].register_broker(
-            BrokerRegistrationRequest(0, "inc-0", CLUSTER_ID), origin=ORIGIN))
+            BrokerRegistrationRequest(0, "inc-0", CLUSTER_ID, listeners=LISTENERS), origin=ORIGIN))
         await settle()
         assert not reg.done(), "answered before commit"
         env.quorum.commit()
@@ -158,7 +162,7 @@ def test_held_back_commits_keep_responses_waiting_but_later_writes_see_them() ->
         env.quorum.commit()
         await settle()
         env.quorum.auto_commit = True
-        await env.register_brokers(1, [0, 1, 2])
+        await env.register_brokers(1, [0, 4, 5])
         env.quorum.auto_commit = False
         api = env.api[1]
         first = spawn(api.create_topics([topic("a")], validate_only=False, origin=ORIGIN))
@@ -206,7 +210,7 @@ def test_forced_resignation_reverts_to_committed_state_exactly(keep_uncommitted:
     async def main() -> None:
         env = Env(auto_commit=True)
         await env.elect(1)
-        await env.register_brokers(1, [0, 1, 2])
+        await env.register_brokers(1, [0, 4, 5])
         api = env.api[1]
         done = await api.create_topics([topic("kept", 3, 2)], validate_only=False,
                                        origin=ORIGIN)
@@ -276,7 +280,7 @@ def test_standby_replaying_the_log_has_an_equal_image() -> None:
     async def main() -> None:
         env = Env()
         await env.elect(1)
-        await env.register_brokers(1, [0, 1, 2])
+        await env.register_brokers(1, [0, 4, 5])
         api = env.api[1]
         for i in range(5):
             await api.create_topics([topic(f"s{i}", 4, 3)], validate_only=False, origin=ORIGIN)
@@ -368,17 +372,17 @@ def test_stale_brokers_are_fenced_by_the_controller_itself() -> None:
     async def main() -> None:
         env = Env(session_timeout_ms=1_000)
         await env.elect(1)
-        await env.register_brokers(1, [0, 1])
+        await env.register_brokers(1, [0, 4])
         env.clock.now_ms += 500
         beat = await env.api[1].broker_heartbeat(
-            BrokerHeartbeatRequest(1, env.ctrl[1].state.cluster.broker(1).broker_epoch,  # type: ignore[union-attr]
+            BrokerHeartbeatRequest(4, env.ctrl[1].state.cluster.broker(4).broker_epoch,  # type: ignore[union-attr]
                                    1 << 40), origin=ORIGIN)
         assert beat.error.ok
         env.clock.now_ms += 700
         env.ctrl[1].request_tick()
         await settle()
         brokers = {b.broker_id: b for b in env.ctrl[1].state.cluster.brokers()}
-        assert brokers[0].fenced and not brokers[1].fenced
+        assert brokers[0].fenced and not brokers[4].fenced
         last = env.quorum.log[-1]
         assert record_types(last) == ["broker_registration_change"]
         assert last.origin == EMPTY_ORIGIN
@@ -395,7 +399,7 @@ def test_voters_snapshot_at_different_offsets(tmp_path: Path) -> None:
         for node_id, ctrl in env.ctrl.items():
             ctrl.enable_snapshots(tmp_path / f"snapshots-{node_id}")
         await env.elect(1)
-        await env.register_brokers(1, [0, 1, 2])
+        await env.register_brokers(1, [0, 4, 5])
         for i in range(60):
             res = await env.api[1].create_topics([topic(f"st{i}", 3, 3)], validate_only=False,
                                                  origin=ORIGIN)
@@ -418,7 +422,7 @@ def test_snapshots_written_in_steps_while_serving_and_load_into_equal_image(
         env = Env(snapshot_interval_bytes=2_000, snapshot_chunk_records=7)
         env.ctrl[1].enable_snapshots(tmp_path / "snapshots")
         await env.elect(1)
-        await env.register_brokers(1, [0, 1, 2])
+        await env.register_brokers(1, [0, 4, 5])
         api = env.api[1]
         for i in range(30):
             res = await api.create_topics([topic(f"snap{i}", 3, 3)], validate_only=False,
@@ -459,7 +463,7 @@ def test_image_chunks_concatenate_to_snapshot_records() -> None:
     async def main() -> None:
         env = Env()
         await env.elect(1)
-        await env.register_brokers(1, [0, 1])
+        await env.register_brokers(1, [0, 4])
         for i in range(5):
             await env.api[1].create_topics([topic(f"c{i}", 4, 2)], validate_only=False,
                                            origin=ORIGIN)
@@ -495,7 +499,7 @@ def test_coalesced_writes_run_in_one_turn_each_with_its_own_batch_origin_and_ans
     async def main() -> None:
         env = Env(auto_commit=True)
         await env.elect(1)
-        await env.register_brokers(1, [0, 1, 2])
+        await env.register_brokers(1, [0, 4, 5])
         env.quorum.auto_commit = False
         counter = TurnCounter(env, 1)
         before = len(env.quorum.log)
@@ -564,7 +568,7 @@ def test_leadership_lost_with_several_coalesced_batches_in_flight(keep_uncommitt
     async def main() -> None:
         env = Env(auto_commit=True)
         await env.elect(1)
-        await env.register_brokers(1, [0, 1, 2])
+        await env.register_brokers(1, [0, 4, 5])
         env.quorum.auto_commit = False
         counter = TurnCounter(env, 1)
         before = len(env.quorum.log)

@@ -14,7 +14,7 @@ def test_metrics_follow_the_controller_and_are_served() -> None:
         env = Env()
         metrics = env.ctrl[1].metrics = ControllerMetrics(1)
         await env.elect(1)
-        await env.register_brokers(1, [0, 1, 2])
+        await env.register_brokers(1, [0, 4, 5])
         for i in range(3):
             await env.api[1].create_topics([topic(f"m{i}", 2, 3)], validate_only=False,
                                            origin=ORIGIN)

@@ -17,6 +17,7 @@ from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import Mode
 from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
+from controller.records.domain import Listener
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
 
 ORIGIN = Origin("unit", "local", "")
@@ -59,7 +60,7 @@ def test_real_driver_writes_commit_and_restart_replays(tmp_path: Path) -> None:
         driver, ctrl, api = await start(data_dir, cluster_id)
         try:
             reply = await api.register_broker(
-                BrokerRegistrationRequest(0, "inc", cluster_id), origin=ORIGIN)
+                BrokerRegistrationRequest(0, "inc", cluster_id, listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)), origin=ORIGIN)
             assert reply.error.ok
             beat = await api.broker_heartbeat(
                 BrokerHeartbeatRequest(0, reply.broker_epoch, 1 << 40), origin=ORIGIN)
@@ -102,7 +103,7 @@ def test_restart_loads_the_latest_snapshot_and_replays_the_tail(tmp_path: Path) 
         driver, ctrl, api = await start(data_dir, cluster_id, snapshot_interval_bytes=4096)
         try:
             reply = await api.register_broker(
-                BrokerRegistrationRequest(0, "inc", cluster_id), origin=ORIGIN)
+                BrokerRegistrationRequest(0, "inc", cluster_id, listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)), origin=ORIGIN)
             await api.broker_heartbeat(
                 BrokerHeartbeatRequest(0, reply.broker_epoch, 1 << 40), origin=ORIGIN)
             for i in range(120):

@@ -26,6 +26,7 @@ from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import Mode
 from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
+from controller.records.domain import Listener
 from controller.storage.batch import EMPTY_ORIGIN
 from controller.storage.log_config import LogConfig
 from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
@@ -93,7 +94,7 @@ def run(tmp_path: Path, body: Callable[[Rig], Awaitable[None]], **tier: Any) -> 
         copier = TierCopier(controller=ctrl, driver=driver, store=store, config=config,
                             clock_ms=clock)
         api = ControllerApi(ctrl, driver)
-        reg = await api.register_broker(BrokerRegistrationRequest(0, "inc", cluster_id),
+        reg = await api.register_broker(BrokerRegistrationRequest(0, "inc", cluster_id, listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)),
                                         origin=ORIGIN)
         await api.broker_heartbeat(BrokerHeartbeatRequest(0, reg.broker_epoch, 1 << 40),
                                    origin=ORIGIN)
