@@ -8,7 +8,7 @@ is written with the real `SnapshotWriter`.
 
 Why in-process rather than three controller processes: the history must be exact
 (the tests check audit answers against it) and fast (it runs in every test session);
-the failover here is a real change of the active controller (node 1 -> node 2, a new
+the failover here is a real change of the active controller (controller 3000 -> 3001, a new
 Raft epoch with its LeaderChange batch, node 2 activating from its standby replay),
 only the Raft transport is simulated. The append times come from a scripted clock
 that advances between requests, so time-based audits see a real timeline.
@@ -52,7 +52,9 @@ from controller.storage.snapshot_file import SnapshotId, SnapshotWriter
 from tests.support.controller_fake_quorum import FakeQuorum
 
 CLUSTER_ID = "audit-test-cluster"
-VOTERS = {1: "127.0.0.1:9101", 2: "127.0.0.1:9102", 3: "127.0.0.1:9103"}
+# Controller ids of their own: brokers (1, 2, ...) may not take a controller's.
+C1, C2, C3 = 3000, 3001, 3002
+VOTERS = {C1: "127.0.0.1:9101", C2: "127.0.0.1:9102", C3: "127.0.0.1:9103"}
 ALICE = Origin("alice", "ipv4:10.0.0.5:4100", "req-a")
 BOB = Origin("bob", "ipv4:10.0.0.6:4200", "req-b")
 START_MS = 1_700_000_000_000
@@ -94,7 +96,7 @@ async def _settle(rounds: int = 40) -> None:
 class Script:
     def __init__(self) -> None:
         self.clock = [START_MS]
-        self.quorum = StampedQuorum(self.clock, [1, 2, 3])
+        self.quorum = StampedQuorum(self.clock, [C1, C2, C3])
         self.ctrl: dict[int, QuorumController] = {}
         self.api: dict[int, ControllerApi] = {}
         for node_id, node in self.quorum.nodes.items():
@@ -106,7 +108,7 @@ class Script:
             node.listener = ctrl
             self.ctrl[node_id] = ctrl
             self.api[node_id] = ControllerApi(ctrl, node)
-        self.leader = 1
+        self.leader = C1
         self.alive: set[int] = set()
         self.known = Known()
 
@@ -158,7 +160,7 @@ class Script:
 
     async def run(self) -> None:
         api = lambda: self.api[self.leader]  # noqa: E731  (the leader changes mid-script)
-        await self.elect(1)
+        await self.elect(C1)
         for bid in (0, 1, 2, 3):
             await self.register(bid)
             self.tick(100)
@@ -182,7 +184,7 @@ class Script:
         assert self.ctrl[self.leader].state.cluster.broker(2).fenced  # type: ignore[union-attr]
         self.known.events.append(("fenced", 2))
         # Controller failover: node 2 takes over in a new Raft epoch.
-        await self.elect(2)
+        await self.elect(C2)
         self.known.failover_epoch = self.quorum.epoch
         await self.step()
         # Broker 2 comes back (same registration): it is unfenced and rejoins ISRs.

@@ -10,7 +10,7 @@ import pytest
 
 import analytics
 from analytics import audit
-from tests.analytics.history import Known
+from tests.analytics.history import C1, C2, Known
 from tests.analytics.replay import replay_steps
 
 pytestmark = pytest.mark.spark
@@ -178,7 +178,7 @@ def test_elections_per_epoch_and_unclean(df: Any, log_dir: tuple[Path, Known]) -
     known = log_dir[1]
     moves = _replayed_leader_moves(log_dir[0])
     rows = audit.elections_per_epoch(df).collect()
-    assert [(r.epoch, r.controller_id) for r in rows] == [(1, 1), (known.failover_epoch, 2)]
+    assert [(r.epoch, r.controller_id) for r in rows] == [(1, C1), (known.failover_epoch, C2)]
     assert sum(r.leader_elections for r in rows) == len(moves)
     assert [r.unclean_elections for r in rows] == [0, 1]
     unclean = audit.unclean_elections(df).collect()
