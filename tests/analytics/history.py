@@ -103,7 +103,8 @@ class Script:
             settings = ControllerSettings(node_id=node_id, cluster_id=CLUSTER_ID,
                                           voter_addresses=VOTERS, session_timeout_ms=SESSION_MS)
             ctrl = QuorumController(settings, clock_ms=lambda: self.clock[0],
-                                    rng=random.Random(node_id))
+                                    # The seeds the history's facts were written with.
+                                    rng=random.Random(node_id - C1 + 1))
             ctrl.attach(node)
             node.listener = ctrl
             self.ctrl[node_id] = ctrl

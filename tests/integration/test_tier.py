@@ -74,6 +74,21 @@ def check_history(cluster: ControllerCluster, tier_url: str, writer: Writer) -> 
         assert records > 0
 
 
+def tier_covers_every_local_log(cluster: ControllerCluster, tier_url: str) -> bool:
+    """Whether the tier reaches every controller's first local offset. A controller
+    that fell behind while the tier stalled was sent a snapshot (Raft's log starts at
+    the snapshot) and holds nothing below it: until the copier catches up, only the
+    others hold that range, and that controller's tier + local log has a gap."""
+    try:
+        end = max((m.end_offset for m in list_tier(open_store(tier_url)).segments),
+                  default=0)
+        starts = [min(int(p.stem) for p in DataDir(n.data_dir).log_dir.glob("*.log"))
+                  for n in cluster.nodes.values()]
+    except (OSError, ValueError):
+        return False  # a segment deleted while listed: look again
+    return end >= max(starts)
+
+
 def local_log_bytes(node_dir: Path) -> int:
     return sum(p.stat().st_size for p in DataDir(node_dir).log_dir.glob("*.log"))
 
@@ -118,6 +133,8 @@ def test_directory_tier_trims_local_logs_and_keeps_history_across_leader_kills(
             assert name in metrics, name
         writer.stop()
         assert len(writer.created) > 20, writer.created
+        wait_until(lambda: tier_covers_every_local_log(cluster, tier_url), 60.0,
+                   "the tier to reach every controller's local log")
     finally:
         writer.stop()
         stop_all(cluster)
@@ -175,6 +192,8 @@ def test_s3_tier_survives_an_endpoint_outage_and_a_leader_killed_mid_copy(
                    "the successor to copy again")
         assert count_lines(successor, "tier_unavailable") == 1
         writer.stop()
+        wait_until(lambda: tier_covers_every_local_log(cluster, tier_url), 60.0,
+                   "the tier to reach every controller's local log")
     finally:
         writer.stop()
         s3.resume()
