@@ -12,6 +12,7 @@ an S3 tier on a real S3-compatible server on loopback.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,11 +163,14 @@ def test_s3_tier_survives_an_endpoint_outage_and_a_leader_killed_mid_copy(
         wait_until(lambda: len(list_tier(store).segments) >= 2, 60.0, "two objects in S3")
         active = wait_until(cluster.active_node, START_S, "an active controller")
         s3.pause()  # the endpoint hangs: puts, gets and deletes wait for their timeouts
+        paused_at = time.monotonic()
         acked = len(writer.created)
-        # The leader announces a copy (COPY_STARTED commits) and hangs in its put (or
-        # already hung in one it started just before the pause).
-        wait_until(lambda: copy_in_flight(active), 60.0, "a copy to start while S3 hangs",
-                   interval_s=0.005)
+        # The leader announces a copy (COPY_STARTED commits) and hangs in its put, or
+        # already hangs in one it started before the pause. A copy that finished just
+        # before it may not have logged so yet: one still unfinished 2 s into the
+        # outage (or started after the pause) cannot finish until S3 is back.
+        wait_until(lambda: time.monotonic() > paused_at + 2 and copy_in_flight(active),
+                   60.0, "a copy to start while S3 hangs", interval_s=0.005)
         active.kill()
         successor = wait_until(
             lambda: (n := cluster.active_node()) is not None and n is not active and n,
