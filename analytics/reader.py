@@ -38,7 +38,7 @@ from analytics.wire import PartitionChanges, Positions, decode_partition_changes
 from controller.records.codec import RecordDecodeError
 from controller.storage.batch import record_bounds, verify_batch
 from controller.storage.errors import CorruptBatchError, TruncatedBatchError
-from controller.storage.meta_properties import read_meta_properties
+from controller.storage.meta_properties import cluster_id_of
 from controller.storage.segment import parse_segment_file_name
 from controller.storage.snapshot_file import parse_snapshot_file_name
 from controller.tier.history import list_tier, local_segments, plan_history
@@ -78,14 +78,8 @@ def plan_history_files(log_dir: str | None, tier: str, *, snapshots: bool = Fals
     a gap an error naming the missing range. With `snapshots`, the tier's snapshots
     and the local ones (one per end offset) are read too."""
     store = open_store(tier)
-    cluster_id = None
-    local: list[tuple[int, Path]] = []
-    if log_dir:
-        root = Path(log_dir)
-        data_root = root.parent if root.name == "metadata" else root
-        if (data_root / "meta.properties").is_file():
-            cluster_id = read_meta_properties(data_root).cluster_id
-        local = local_segments(log_dir)
+    cluster_id = cluster_id_of(log_dir) if log_dir else None
+    local = local_segments(log_dir) if log_dir else []
     listing = list_tier(store, cluster_id)
     out: list[FileSlice] = []
     for piece in plan_history(listing.segments, local, start=start, end=end):

@@ -85,14 +85,20 @@ def create_sync_channel(target: str, limits: RpcLimits = RpcLimits()) -> grpc.Ch
 logger = logging.getLogger("metakraft.rpc")
 
 
-def _undecodable(service: str, method: str, context: Any, exc: Exception) -> Awaitable[None]:
-    # One line, no traceback: bad input from a client is not a server error.
-    logger.warning("event=undecodable_request method=%s/%s peer=%s error=%r", service, method,
-                   context.peer(), str(exc))
-    result: Awaitable[None] = context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                            f"malformed {method} request: the message does "
-                                            f"not decode ({exc})")
-    return result
+async def decode_request(method: str, request_class: type[pb_message.Message], raw: bytes,
+                         context: Any) -> Any:
+    """`raw` decoded as `request_class`; bytes that do not decode end the call with
+    INVALID_ARGUMENT and one warning (no traceback: bad input from a client is not a
+    server error). Every service decodes its requests through here."""
+    try:
+        return request_class.FromString(raw)
+    except pb_message.DecodeError as exc:
+        logger.warning("event=undecodable_request method=%s peer=%s error=%r", method,
+                       context.peer(), str(exc))
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"malformed {method.rpartition('/')[2]} request: the message "
+                            f"does not decode ({exc})")
+        raise  # abort raises; this keeps the type checker sure of it
 
 
 def add_decoding_service(server: aio.Server, service: ServiceDescriptor,
@@ -105,17 +111,17 @@ def add_decoding_service(server: aio.Server, service: ServiceDescriptor,
     for method in service.methods:
         request_class = message_factory.GetMessageClass(method.input_type)
         impl = getattr(servicer, method.name)
-        name, full = method.name, service.full_name
+        name, full = method.name, f"{service.full_name}/{method.name}"
         if method.client_streaming:
-            handlers[name] = _stream_in_handler(full, name, request_class, impl,
+            handlers[name] = _stream_in_handler(full, request_class, impl,
                                                 method.server_streaming)
         elif method.server_streaming:
             handlers[name] = grpc.unary_stream_rpc_method_handler(
-                _unary_stream(full, name, request_class, impl), request_deserializer=None,
+                _unary_stream(full, request_class, impl), request_deserializer=None,
                 response_serializer=_serialize)
         else:
             handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _unary_unary(full, name, request_class, impl), request_deserializer=None,
+                _unary_unary(full, request_class, impl), request_deserializer=None,
                 response_serializer=_serialize)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),))
@@ -126,58 +132,39 @@ def _serialize(message: pb_message.Message) -> bytes:
     return message.SerializeToString()
 
 
-def _decode(request_class: type[pb_message.Message], raw: bytes) -> pb_message.Message:
-    return request_class.FromString(raw)
-
-
-def _unary_unary(service: str, method: str, request_class: type[pb_message.Message],
+def _unary_unary(method: str, request_class: type[pb_message.Message],
                  impl: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def handle(raw: bytes, context: Any) -> Any:
-        try:
-            request = _decode(request_class, raw)
-        except pb_message.DecodeError as exc:
-            await _undecodable(service, method, context, exc)
-            raise
-        return await impl(request, context)
+        return await impl(await decode_request(method, request_class, raw, context), context)
 
     return handle
 
 
-def _unary_stream(service: str, method: str, request_class: type[pb_message.Message],
+def _unary_stream(method: str, request_class: type[pb_message.Message],
                   impl: Callable[..., Any]) -> Callable[..., Any]:
-    async def decode(raw: bytes, context: Any) -> Any:
-        try:
-            return _decode(request_class, raw)
-        except pb_message.DecodeError as exc:
-            await _undecodable(service, method, context, exc)
-            raise
-
     if not inspect.isasyncgenfunction(impl):
         # A handler that answers with `context.write` (grpc_health's Watch): the
         # wrapper must not yield, gRPC refuses a mix of the two.
         async def writing(raw: bytes, context: Any) -> None:
-            await impl(await decode(raw, context), context)
+            await impl(await decode_request(method, request_class, raw, context), context)
 
         return writing
 
     async def handle(raw: bytes, context: Any) -> AsyncIterator[Any]:
-        async for item in impl(await decode(raw, context), context):
+        request = await decode_request(method, request_class, raw, context)
+        async for item in impl(request, context):
             yield item
 
     return handle
 
 
-def _stream_in_handler(service: str, method: str, request_class: type[pb_message.Message],
+def _stream_in_handler(method: str, request_class: type[pb_message.Message],
                        impl: Callable[..., Any], server_streaming: bool
                        ) -> grpc.RpcMethodHandler[Any, Any]:
     def decoded(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
         async def each() -> AsyncIterator[Any]:
             async for raw in requests:
-                try:
-                    yield _decode(request_class, raw)
-                except pb_message.DecodeError as exc:
-                    await _undecodable(service, method, context, exc)
-                    raise
+                yield await decode_request(method, request_class, raw, context)
         return each()
 
     if server_streaming:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import message as pb_message
@@ -19,6 +19,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc import aio
 
+from controller import rpc
 from controller.api.convert import MalformedRequestError
 from controller.api.seam import (
     ControllerBusyError,
@@ -79,10 +80,6 @@ async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_R
     await context.abort(code, details, trailing_metadata=trailing)
 
 
-async def abort_malformed(context: Context, method: str, why: str) -> NoReturn:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed {method} request: {why}")
-
-
 def decoding(
     method: str, request_class: type[pb_message.Message], impl: Callable[..., Awaitable[Any]]
 ) -> RawHandler:
@@ -90,11 +87,7 @@ def decoding(
     of the multiplexed stream: the same code answers both)."""
 
     async def handle(raw: bytes, context: Context) -> Any:
-        try:
-            request = request_class.FromString(raw)
-        except pb_message.DecodeError as exc:
-            await abort_malformed(context, method, f"the message does not decode ({exc})")
-        return await impl(request, context)
+        return await impl(await rpc.decode_request(method, request_class, raw, context), context)
 
     return handle
 

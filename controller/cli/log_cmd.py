@@ -28,7 +28,8 @@ import click
 
 from controller.records import RecordDecodeError, decode_record, record_to_dict
 from controller.storage.batch import RecordBatch, decode_batch
-from controller.storage.errors import CorruptBatchError, SnapshotCorruptionError
+from controller.storage.errors import CorruptBatchError, SnapshotCorruptionError, StorageError
+from controller.storage.meta_properties import cluster_id_of
 from controller.storage.segment import LOG_SUFFIX, iter_stored_batches, parse_segment_file_name
 from controller.storage.snapshot_file import (
     SNAPSHOT_SUFFIX,
@@ -124,25 +125,16 @@ def _tier_pieces(tier: str, paths: tuple[str, ...]) -> tuple[RemoteStorage, list
         local = local_segments(paths[0]) if paths else []
     except FileNotFoundError as exc:
         raise click.BadParameter(str(exc), param_hint="PATH") from None
-    cluster_id = _cluster_id_of(paths[0]) if paths else None
+    try:
+        cluster_id = cluster_id_of(paths[0]) if paths else None
+    except StorageError as exc:
+        raise click.BadParameter(str(exc), param_hint="PATH") from None
     try:
         listing = list_tier(store, cluster_id)
         return store, plan_history(listing.segments, local)
     except TierError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
-
-
-def _cluster_id_of(path: str) -> str | None:
-    from controller.storage.meta_properties import read_meta_properties
-
-    root = Path(path)
-    for candidate in (root, root.parent):
-        try:
-            return read_meta_properties(candidate).cluster_id
-        except Exception:
-            continue
-    return None
 
 
 def _dump_history(tier: str, paths: tuple[str, ...], skip_metadata: bool) -> None:

@@ -22,7 +22,7 @@ from controller.metadata.tier import RemoteLogControlManager, RemoteObject
 from controller.records import decode_record, record_type
 from controller.storage import snapshot_file as sf
 from controller.storage.errors import CorruptBatchError, StorageError
-from controller.storage.meta_properties import DataDir, read_meta_properties
+from controller.storage.meta_properties import DataDir, cluster_id_of
 from controller.tier.history import (
     MAX_OFFSET,
     Piece,
@@ -56,7 +56,7 @@ def _cluster_id(log_dir: str | None) -> str | None:
     if log_dir is None:
         return None
     try:
-        return read_meta_properties(log_dir).cluster_id
+        return cluster_id_of(log_dir)
     except StorageError as exc:
         raise click.BadParameter(str(exc), param_hint="--log-dir") from None
 
@@ -179,7 +179,7 @@ def verify(tier_url: str, log_dir: str | None) -> None:
                 found = describe_batches(data, m.start_offset)
             except CorruptBatchError as exc:
                 raise CorruptObjectError(m.data_key, exc.reason, exc.offset) from None
-            if (found[0], found[4]) != (m.end_offset, m.epochs):
+            if (found.end_offset, found.epochs) != (m.end_offset, m.epochs):
                 raise CorruptObjectError(m.data_key, "the batches do not match the manifest's "
                                          "end offset or epochs", m.start_offset)
         local = local_segments(log_dir) if log_dir is not None else []

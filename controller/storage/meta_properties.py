@@ -127,6 +127,17 @@ def read_meta_properties(data_dir: str | os.PathLike[str]) -> MetaProperties:
     return meta
 
 
+def cluster_id_of(log_dir: str | os.PathLike[str]) -> str | None:
+    """The cluster id of a data directory, or of the data directory holding a
+    `metadata/` directory given; None when it is not formatted (a bare copy of
+    segments). A damaged meta.properties is a `MetaPropertiesError`."""
+    path = Path(log_dir)
+    for root in (path, path.parent):
+        if (root / META_PROPERTIES).is_file():
+            return read_meta_properties(root).cluster_id
+    return None
+
+
 def check_meta_properties(data_dir: str | os.PathLike[str], expected_cluster_id: str | None = None,
                           expected_node_id: int | None = None) -> MetaProperties:
     """Check the directory was formatted for this cluster and node; returns what it holds."""

@@ -33,9 +33,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from controller.api.seam import ControllerBusyError, ControllerTimeoutError, NotControllerError
 from controller.metadata.errors import ControllerResult
 from controller.metadata.tier import ObjectKind, RemoteObject, SegmentState, TierStateError
 from controller.quorum.driver import LocalLogView, RaftDriver
+from controller.quorum.service import DriverStoppedError
 from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import Mode
 from controller.records import MetadataRecord, decode_record, record_type
@@ -56,6 +58,10 @@ from controller.tier.objects import (
 from controller.tier.remote import RemoteStorage, TierError
 
 logger = logging.getLogger("metakraft.tier")
+
+# What a controller write raises when leadership moves under it (not tier trouble).
+_LEADERSHIP_CHANGED = (NotControllerError, ControllerTimeoutError, ControllerBusyError,
+                       DriverStoppedError)
 
 # Bytes read from the local log per call while assembling a copy. The reads run on
 # the event loop (the log has one owner); small ones, with a yield between them,
@@ -78,7 +84,6 @@ class TierCopier:
         self._claimed = False
         self._failing: str | None = None
         self._warned_start: int | None = None
-        self.rounds = 0
 
     # ------------------------------------------------------------------ the loop
 
@@ -91,22 +96,15 @@ class TierCopier:
                 self._succeeded()
                 backoff_ms = self.config.copy_interval_ms
                 delay_ms = 0 if busy else self.config.copy_interval_ms
-            except asyncio.CancelledError:
-                raise
-            except (TierError, StorageError, OSError, TierStateError) as exc:
+            except _LEADERSHIP_CHANGED:
+                # A write met a change of leader: the next round sees who leads now.
+                delay_ms = self.config.copy_interval_ms
+            except Exception as exc:
+                if not isinstance(exc, TierError | StorageError | OSError | TierStateError):
+                    logger.exception("event=tier_round_failed")  # a bug: say where
                 self._failed(exc)
                 delay_ms = backoff_ms
                 backoff_ms = min(backoff_ms * 2, self.config.max_backoff_ms)
-            except Exception as exc:
-                # E.g. the controller lost leadership during a write: try again later.
-                if type(exc).__name__ in ("NotControllerError", "ControllerTimeoutError",
-                                          "ControllerBusyError", "DriverStoppedError"):
-                    delay_ms = self.config.copy_interval_ms
-                else:
-                    logger.exception("event=tier_round_failed")
-                    self._failed(exc)
-                    delay_ms = backoff_ms
-                    backoff_ms = min(backoff_ms * 2, self.config.max_backoff_ms)
             await asyncio.sleep(delay_ms / 1e3)
 
     def _succeeded(self) -> None:
@@ -130,7 +128,6 @@ class TierCopier:
     async def round(self) -> bool:
         """One round (see the module docstring); True if it changed the tier, so the
         next round should come at once."""
-        self.rounds += 1
         controller = self._controller
         committed = controller.committed_offset - 1
         objects = controller.state.tier.objects(committed)
@@ -187,8 +184,8 @@ class TierCopier:
             obj.segment_id, state, copier_id=self._node_id, copier_epoch=epoch, now_ms=now))
 
     async def _delete_objects(self, obj: RemoteObject) -> None:
-        key = data_key("segment" if obj.kind is ObjectKind.SEGMENT else "snapshot",
-                       obj.start_offset, obj.end_offset, obj.segment_id, obj.last_epoch)
+        key = data_key(obj.kind.name.lower(), obj.start_offset, obj.end_offset,
+                       obj.segment_id, obj.last_epoch)
         # The manifest first: from then on no reader takes the object as complete.
         await asyncio.to_thread(self._store.delete, manifest_key(key))
         await asyncio.to_thread(self._store.delete, key)

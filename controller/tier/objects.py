@@ -130,14 +130,24 @@ class Manifest:
         return manifest
 
 
+@attrs.frozen
+class BatchSpan:
+    """What a walk over back-to-back batches found (`describe_batches`)."""
+
+    end_offset: int
+    first_time_ms: int
+    last_time_ms: int
+    last_epoch: int
+    epochs: tuple[tuple[int, int], ...]
+    offset_index: tuple[tuple[int, int], ...]
+    time_index: tuple[tuple[int, int], ...]
+
+
 def describe_batches(data: bytes, start_offset: int,
                      index_interval_bytes: int = INDEX_INTERVAL_BYTES, *,
-                     check_crcs: bool = True,
-                     ) -> tuple[int, int, int, int, tuple[tuple[int, int], ...],
-                                tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+                     check_crcs: bool = True) -> BatchSpan:
     """Walk back-to-back batches starting at `start_offset`, checking each CRC (unless
-    the caller just did: `check_crcs=False`) and the offsets' continuity; returns
-    (end offset, first time, last time, last epoch, epochs, offset index, time index).
+    the caller just did: `check_crcs=False`) and the offsets' continuity.
     CorruptBatchError at the first bad batch."""
     check = verify_batch if check_crcs else peek_batch_header
     pos, expected = 0, start_offset
@@ -170,9 +180,8 @@ def describe_batches(data: bytes, start_offset: int,
         since_index += header.size_bytes
         pos += header.size_bytes
         expected = header.next_offset
-    last_epoch = epochs[-1][0] if epochs else -1
-    return (expected, first_time, last_time, last_epoch, tuple(epochs), tuple(offset_index),
-            tuple(time_index))
+    return BatchSpan(expected, first_time, last_time, epochs[-1][0] if epochs else -1,
+                     tuple(epochs), tuple(offset_index), tuple(time_index))
 
 
 def segment_manifest(cluster_id: str, segment_id: str, start_offset: int, data: bytes, *,
@@ -180,10 +189,10 @@ def segment_manifest(cluster_id: str, segment_id: str, start_offset: int, data: 
                      check_crcs: bool = True) -> Manifest:
     """The manifest of a log object holding `data` (batches from `start_offset`;
     `check_crcs=False` when they were verified as they were read)."""
-    end, first_t, last_t, last_epoch, epochs, offsets, times = describe_batches(
-        data, start_offset, check_crcs=check_crcs)
-    return Manifest(cluster_id, segment_id, "segment", start_offset, end, len(data),
-                    crc32c.crc32c(data), first_t, last_t, last_epoch, epochs, offsets, times,
+    span = describe_batches(data, start_offset, check_crcs=check_crcs)
+    return Manifest(cluster_id, segment_id, "segment", start_offset, span.end_offset,
+                    len(data), crc32c.crc32c(data), span.first_time_ms, span.last_time_ms,
+                    span.last_epoch, span.epochs, span.offset_index, span.time_index,
                     copier_id, copier_epoch)
 
 
