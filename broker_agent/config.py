@@ -15,6 +15,7 @@ from pathlib import Path
 import attrs
 
 from controller.quorum.driver_config import DriverConfig
+from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
 from controller.storage.errors import MetaPropertiesError
 from controller.storage.meta_properties import check_meta_properties
 from controller.toml_config import (
@@ -45,6 +46,15 @@ rack = "r1"                         # optional: failure domain for replica place
 3001 = "127.0.0.1:9002"
 3002 = "127.0.0.1:9003"
 
+# Mutual TLS to the controllers and on this broker's status server (required; to run
+# plaintext say `enabled = false`). The controllers must let this certificate's
+# principal follow the log and heartbeat: CLUSTER_ACTION on the cluster, e.g.
+#   metakraft acls add --allow-principal User:broker-1 --operation CLUSTER_ACTION --cluster
+[tls]
+ca_file = "/etc/metakraft/tls/ca.crt"
+cert_file = "/etc/metakraft/tls/broker-1.crt"
+key_file = "/etc/metakraft/tls/broker-1.key"
+
 [broker]
 heartbeat_interval_ms = 500             # heartbeat period (the controller's session
                                         # timeout must be several of these)
@@ -62,7 +72,7 @@ BrokerConfigError = ConfigError
 
 
 _TOP_KEYS = ("broker_id", "cluster_id", "data_dir", "listen", "rack", "controllers", "broker",
-             "logging")
+             "logging", "tls")
 _BROKER_KEYS = ("heartbeat_interval_ms", "controlled_shutdown_timeout_ms")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -80,11 +90,14 @@ class BrokerConfig:
     controlled_shutdown_timeout_ms: int = 10_000
     log_level: str = "INFO"
     log_format: str = "kv"
+    # Mutual TLS to the controllers and on the status server.
+    tls: TlsConfig = PLAINTEXT
 
     def driver_config(self) -> DriverConfig:
         """The Raft observer: node id = broker id, not among the voters."""
         config = DriverConfig(node_id=self.broker_id, cluster_id=self.cluster_id,
-                              voter_addresses=self.controllers, data_dir=self.data_dir)
+                              voter_addresses=self.controllers, data_dir=self.data_dir,
+                              tls=self.tls.credentials)
         assert not config.is_voter
         return config
 
@@ -136,9 +149,10 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
         else "kv"
     if log_format not in ("kv", "json"):
         raise BrokerConfigError(f'logging.format: expected "kv" or "json", got {log_format!r}')
+    tls = parse_tls_table(doc, path.parent, required=True)
     config = BrokerConfig(path=path, broker_id=broker_id, cluster_id=cluster_id,
                           data_dir=data_dir, listen=listen, rack=rack, controllers=controllers,
-                          log_level=level, log_format=log_format, **values)
+                          log_level=level, log_format=log_format, tls=tls, **values)
     try:
         config.driver_config()
     except ValueError as exc:
@@ -160,4 +174,4 @@ def load_config(path: Path) -> BrokerConfig:
         check_meta_properties(config.data_dir, config.cluster_id, config.broker_id)
     except MetaPropertiesError as exc:
         raise BrokerConfigError(str(exc)) from None
-    return config
+    return attrs.evolve(config, tls=config.tls.load())

@@ -22,7 +22,7 @@ from broker_agent.loader import MetadataLoader
 from broker_agent.local_state import LocalPartitionStore
 from broker_agent.status import BrokerStatusView, add_status_service
 from controller.quorum.driver import RaftDriver
-from controller.rpc import add_health_and_reflection, bind_insecure, create_server
+from controller.rpc import add_health_and_reflection, bind, create_server
 
 logger = logging.getLogger("metakraft.broker")
 
@@ -74,7 +74,7 @@ async def run_broker(config: BrokerConfig) -> int:
     loader.load_latest_snapshot(driver.snapshot_dir)
 
     server = create_server(config.driver_config().rpc_limits)
-    port = bind_insecure(server, config.listen)
+    port = bind(server, config.listen, config.tls.credentials)
     host = config.listen.rpartition(":")[0]
     address = f"{host}:{port}"
     lifecycle = BrokerLifecycle(
@@ -82,7 +82,7 @@ async def run_broker(config: BrokerConfig) -> int:
         rack=config.rack, controllers=config.controllers,
         heartbeat_interval_ms=config.heartbeat_interval_ms,
         controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
-        metadata=_Progress(loader, agent))
+        metadata=_Progress(loader, agent), tls=config.tls.credentials)
 
     def view() -> BrokerStatusView:
         return BrokerStatusView(config.broker_id, lifecycle.state, lifecycle.broker_epoch,

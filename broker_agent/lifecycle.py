@@ -32,6 +32,7 @@ from controller import rpc
 from controller.api import broker_pb2 as bpb
 from controller.api import broker_pb2_grpc as bpb_grpc
 from controller.api.handlers import LEADER_ADDRESS_KEY, LEADER_ID_KEY
+from controller.security.tls import TlsCredentials
 
 logger = logging.getLogger("metakraft.broker")
 
@@ -67,8 +68,10 @@ def _trailing(exc: grpc.RpcError) -> dict[str, str]:
 class ControllerChannel:
     """Calls on the active controller's BrokerLifecycle service."""
 
-    def __init__(self, controllers: Mapping[int, str]) -> None:
+    def __init__(self, controllers: Mapping[int, str],
+                 tls: TlsCredentials | None = None) -> None:
         self._addresses = dict(controllers)
+        self._tls = tls
         self._channels: dict[str, aio.Channel] = {}
         self.current: str | None = None
         self.current_id: int | None = None
@@ -77,7 +80,7 @@ class ControllerChannel:
     def _stub(self, address: str) -> bpb_grpc.BrokerLifecycleStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = rpc.create_channel(address)
+            channel = self._channels[address] = rpc.create_channel(address, tls=self._tls)
         return bpb_grpc.BrokerLifecycleStub(channel)
 
     async def call(self, method: str, request: Any) -> Any:
@@ -132,13 +135,14 @@ class BrokerLifecycle:
     def __init__(self, *, cluster_id: str, broker_id: int, listen: str, rack: str | None,
                  controllers: Mapping[int, str], heartbeat_interval_ms: int,
                  controlled_shutdown_timeout_ms: int, metadata: MetadataProgress,
-                 clock_s: Callable[[], float] = time.monotonic) -> None:
+                 clock_s: Callable[[], float] = time.monotonic,
+                 tls: TlsCredentials | None = None) -> None:
         self.cluster_id = cluster_id
         self.broker_id = broker_id
         self.incarnation_id = str(uuid.uuid4())
         self.listen = listen
         self.rack = rack
-        self.channel = ControllerChannel(controllers)
+        self.channel = ControllerChannel(controllers, tls)
         self.heartbeat_interval_s = heartbeat_interval_ms / 1e3
         self.shutdown_timeout_s = controlled_shutdown_timeout_ms / 1e3
         self.metadata = metadata

@@ -14,6 +14,7 @@ from broker_agent import status_pb2_grpc as spb_grpc
 from broker_agent.lifecycle import LifecycleState
 from broker_agent.reconciler import LocalReplica, ReplicaRole
 from controller import rpc
+from controller.security.tls import TlsCredentials
 
 SERVICE_NAME = "metakraft.broker_agent.v1.BrokerStatus"
 
@@ -79,9 +80,10 @@ def add_status_service(server: aio.Server, view: Callable[[], BrokerStatusView])
     return SERVICE_NAME
 
 
-def get_status(address: str, timeout_s: float = 5.0) -> spb.GetStatusResponse:
+def get_status(address: str, timeout_s: float = 5.0,
+               tls: TlsCredentials | None = None) -> spb.GetStatusResponse:
     """Blocking call (the CLI, tests). Raises grpc.RpcError."""
-    channel = rpc.create_sync_channel(address)
+    channel = rpc.create_sync_channel(address, tls=tls)
     try:
         stub = spb_grpc.BrokerStatusStub(channel)
         reply: spb.GetStatusResponse = stub.GetStatus(spb.GetStatusRequest(), timeout=timeout_s)

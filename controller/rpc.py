@@ -1,7 +1,9 @@
 """Every gRPC server and channel in metakraft is created here, never ad hoc.
 
-One place means one change when mutual TLS and authenticated clients arrive
-(DESIGN.md §11), and one place that puts limits on message sizes and keepalives.
+One place that puts limits on message sizes and keepalives, and one place that
+decides between mutual TLS (`TlsCredentials`: the server requires a client
+certificate from its CA, the client verifies the server's) and plaintext (`None`,
+only when a config says so explicitly).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from grpc import aio
 from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
+
+from controller.security.tls import TlsCredentials
 
 # Fetch responses carry up to a few batches of at most 8 MiB each; snapshot chunks are
 # smaller. Anything larger than this is refused by gRPC with RESOURCE_EXHAUSTED.
@@ -60,26 +64,44 @@ class RpcLimits:
 
 
 def create_server(limits: RpcLimits = RpcLimits()) -> aio.Server:
-    """A grpc.aio server with our limits. Bind with `bind_insecure` (TLS comes here later)."""
+    """A grpc.aio server with our limits; `bind` it to an address."""
     return aio.server(options=limits.server_options())
 
 
-def bind_insecure(server: aio.Server, address: str) -> int:
-    """Bind `address` (host:port, port 0 = pick a free one); returns the bound port."""
-    port = server.add_insecure_port(address)
+def bind(server: aio.Server, address: str, tls: TlsCredentials | None) -> int:
+    """Bind `address` (host:port, port 0 = pick a free one) with mutual TLS, or
+    plaintext when `tls` is None; returns the bound port."""
+    if tls is None:
+        port = server.add_insecure_port(address)
+    else:
+        credentials = grpc.ssl_server_credentials(
+            [(tls.key_pem, tls.cert_pem)], root_certificates=tls.ca_pem,
+            require_client_auth=True)
+        port = server.add_secure_port(address, credentials)
     if port == 0:
         raise OSError(f"could not bind gRPC server to {address}")
     return port
 
 
-def create_channel(target: str, limits: RpcLimits = RpcLimits()) -> aio.Channel:
+def _channel_credentials(tls: TlsCredentials) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(tls.ca_pem, tls.key_pem, tls.cert_pem)
+
+
+def create_channel(target: str, limits: RpcLimits = RpcLimits(),
+                   tls: TlsCredentials | None = None) -> aio.Channel:
     """A grpc.aio channel to `target` (host:port) with our limits."""
-    return aio.insecure_channel(target, options=limits.channel_options())
+    if tls is None:
+        return aio.insecure_channel(target, options=limits.channel_options())
+    return aio.secure_channel(target, _channel_credentials(tls), options=limits.channel_options())
 
 
-def create_sync_channel(target: str, limits: RpcLimits = RpcLimits()) -> grpc.Channel:
+def create_sync_channel(target: str, limits: RpcLimits = RpcLimits(),
+                        tls: TlsCredentials | None = None) -> grpc.Channel:
     """A blocking channel, for the CLI and tests that do not run an event loop."""
-    return grpc.insecure_channel(target, options=limits.channel_options())
+    if tls is None:
+        return grpc.insecure_channel(target, options=limits.channel_options())
+    return grpc.secure_channel(target, _channel_credentials(tls),
+                               options=limits.channel_options())
 
 
 logger = logging.getLogger("metakraft.rpc")

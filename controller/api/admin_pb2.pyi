@@ -27,6 +27,10 @@ Transport-level faults are gRPC status codes, never item errors:
   DEADLINE_EXCEEDED   the controller did not answer in time. For a write the
                       outcome is UNKNOWN: it may still be applied. Check with a
                       describe call before retrying.
+  UNAUTHENTICATED     the client gave no usable identity (a certificate no
+                      principal mapping rule maps); nothing was applied.
+  PERMISSION_DENIED   the authenticated principal may not do this; the message
+                      names the operation and the resource. Nothing was applied.
   INTERNAL            a bug; the message carries an error id that is also in the
                       controller's log.
 
@@ -50,6 +54,11 @@ if sys.version_info >= (3, 11):
     from typing import TypeAlias as _TypeAlias, Never as _Never
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -142,9 +151,114 @@ UPGRADE_TYPE_SAFE_DOWNGRADE: UpgradeType.ValueType  # 2
 UPGRADE_TYPE_UNSAFE_DOWNGRADE: UpgradeType.ValueType  # 3
 Global___UpgradeType: _TypeAlias = UpgradeType  # noqa: Y015
 
+class _AclResourceType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AclResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AclResourceType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACL_RESOURCE_TYPE_ANY: _AclResourceType.ValueType  # 0
+    ACL_RESOURCE_TYPE_TOPIC: _AclResourceType.ValueType  # 1
+    ACL_RESOURCE_TYPE_CLUSTER: _AclResourceType.ValueType  # 3
+    """the one resource named "metakraft-cluster" """
+
+class AclResourceType(_AclResourceType, metaclass=_AclResourceTypeEnumTypeWrapper):
+    """---- ACLs ------------------------------------------------------------------------
+
+    Kafka's model: a binding ALLOWs or DENYs <principal> from <host> one <operation> on
+    the resources of <resource_type> whose name matches <resource_name> by
+    <pattern_type>. The enum values are those of the metadata log's
+    AccessControlEntryRecord. In filters, 0 (ANY) and an absent string match
+    everything, and pattern type MATCH selects the bindings that apply to the named
+    resource (its LITERAL name, LITERAL "*", every PREFIXED prefix).
+    """
+
+ACL_RESOURCE_TYPE_ANY: AclResourceType.ValueType  # 0
+ACL_RESOURCE_TYPE_TOPIC: AclResourceType.ValueType  # 1
+ACL_RESOURCE_TYPE_CLUSTER: AclResourceType.ValueType  # 3
+"""the one resource named "metakraft-cluster" """
+Global___AclResourceType: _TypeAlias = AclResourceType  # noqa: Y015
+
+class _AclPatternType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AclPatternTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AclPatternType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACL_PATTERN_TYPE_ANY: _AclPatternType.ValueType  # 0
+    ACL_PATTERN_TYPE_LITERAL: _AclPatternType.ValueType  # 1
+    """exactly the name; "*" is every resource"""
+    ACL_PATTERN_TYPE_PREFIXED: _AclPatternType.ValueType  # 2
+    """every name starting with it"""
+    ACL_PATTERN_TYPE_MATCH: _AclPatternType.ValueType  # 3
+    """filters only"""
+
+class AclPatternType(_AclPatternType, metaclass=_AclPatternTypeEnumTypeWrapper): ...
+
+ACL_PATTERN_TYPE_ANY: AclPatternType.ValueType  # 0
+ACL_PATTERN_TYPE_LITERAL: AclPatternType.ValueType  # 1
+"""exactly the name; "*" is every resource"""
+ACL_PATTERN_TYPE_PREFIXED: AclPatternType.ValueType  # 2
+"""every name starting with it"""
+ACL_PATTERN_TYPE_MATCH: AclPatternType.ValueType  # 3
+"""filters only"""
+Global___AclPatternType: _TypeAlias = AclPatternType  # noqa: Y015
+
+class _AclOperation:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AclOperationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AclOperation.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACL_OPERATION_ANY: _AclOperation.ValueType  # 0
+    ACL_OPERATION_ALL: _AclOperation.ValueType  # 1
+    ACL_OPERATION_READ: _AclOperation.ValueType  # 2
+    ACL_OPERATION_WRITE: _AclOperation.ValueType  # 3
+    ACL_OPERATION_CREATE: _AclOperation.ValueType  # 4
+    ACL_OPERATION_DELETE: _AclOperation.ValueType  # 5
+    ACL_OPERATION_ALTER: _AclOperation.ValueType  # 6
+    ACL_OPERATION_DESCRIBE: _AclOperation.ValueType  # 7
+    ACL_OPERATION_CLUSTER_ACTION: _AclOperation.ValueType  # 8
+    ACL_OPERATION_DESCRIBE_CONFIGS: _AclOperation.ValueType  # 9
+    ACL_OPERATION_ALTER_CONFIGS: _AclOperation.ValueType  # 10
+    ACL_OPERATION_IDEMPOTENT_WRITE: _AclOperation.ValueType  # 11
+
+class AclOperation(_AclOperation, metaclass=_AclOperationEnumTypeWrapper): ...
+
+ACL_OPERATION_ANY: AclOperation.ValueType  # 0
+ACL_OPERATION_ALL: AclOperation.ValueType  # 1
+ACL_OPERATION_READ: AclOperation.ValueType  # 2
+ACL_OPERATION_WRITE: AclOperation.ValueType  # 3
+ACL_OPERATION_CREATE: AclOperation.ValueType  # 4
+ACL_OPERATION_DELETE: AclOperation.ValueType  # 5
+ACL_OPERATION_ALTER: AclOperation.ValueType  # 6
+ACL_OPERATION_DESCRIBE: AclOperation.ValueType  # 7
+ACL_OPERATION_CLUSTER_ACTION: AclOperation.ValueType  # 8
+ACL_OPERATION_DESCRIBE_CONFIGS: AclOperation.ValueType  # 9
+ACL_OPERATION_ALTER_CONFIGS: AclOperation.ValueType  # 10
+ACL_OPERATION_IDEMPOTENT_WRITE: AclOperation.ValueType  # 11
+Global___AclOperation: _TypeAlias = AclOperation  # noqa: Y015
+
+class _AclPermission:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AclPermissionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AclPermission.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACL_PERMISSION_ANY: _AclPermission.ValueType  # 0
+    ACL_PERMISSION_DENY: _AclPermission.ValueType  # 1
+    ACL_PERMISSION_ALLOW: _AclPermission.ValueType  # 2
+
+class AclPermission(_AclPermission, metaclass=_AclPermissionEnumTypeWrapper): ...
+
+ACL_PERMISSION_ANY: AclPermission.ValueType  # 0
+ACL_PERMISSION_DENY: AclPermission.ValueType  # 1
+ACL_PERMISSION_ALLOW: AclPermission.ValueType  # 2
+Global___AclPermission: _TypeAlias = AclPermission  # noqa: Y015
+
 @_typing.final
 class RequestHeader(_message.Message):
-    """Who asks, for the log's batch origin. Both fields are optional."""
+    """About the request, for the log's batch origin. Optional."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -152,10 +266,22 @@ class RequestHeader(_message.Message):
     PRINCIPAL_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """A caller-chosen id (e.g. a uuid) to find this request's records in the log."""
-    principal: _builtins.str
-    """The caller's declared identity. Not authenticated yet (DESIGN.md section 11):
-    when empty the controller records the peer address instead.
-    """
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def principal(self) -> _builtins.str:
+        """Ignored. The principal in the log is always the authenticated one (from the
+        client's TLS certificate; User:ANONYMOUS on a plaintext listener), never a name
+        the client declares. Kept so old clients still decode.
+        """
+
+    @principal.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def principal(self, value: _builtins.str) -> None:
+        """Ignored. The principal in the log is always the authenticated one (from the
+        client's TLS certificate; User:ANONYMOUS on a plaintext listener), never a name
+        the client declares. Kept so old clients still decode.
+        """
+
     def __init__(
         self,
         *,
@@ -1836,3 +1962,264 @@ class StreamResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamResponse: _TypeAlias = StreamResponse  # noqa: Y015
+
+@_typing.final
+class AclBinding(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    resource_type: Global___AclResourceType.ValueType
+    resource_name: _builtins.str
+    pattern_type: Global___AclPatternType.ValueType
+    principal: _builtins.str
+    """"User:<name>", or "User:*" for every principal."""
+    host: _builtins.str
+    """A client IP address, or "*" for any host."""
+    operation: Global___AclOperation.ValueType
+    permission: Global___AclPermission.ValueType
+    def __init__(
+        self,
+        *,
+        resource_type: Global___AclResourceType.ValueType = ...,
+        resource_name: _builtins.str = ...,
+        pattern_type: Global___AclPatternType.ValueType = ...,
+        principal: _builtins.str = ...,
+        host: _builtins.str = ...,
+        operation: Global___AclOperation.ValueType = ...,
+        permission: Global___AclPermission.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission", b"permission", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclBinding: _TypeAlias = AclBinding  # noqa: Y015
+
+@_typing.final
+class AclFilter(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    resource_type: Global___AclResourceType.ValueType
+    resource_name: _builtins.str
+    pattern_type: Global___AclPatternType.ValueType
+    principal: _builtins.str
+    host: _builtins.str
+    operation: Global___AclOperation.ValueType
+    permission: Global___AclPermission.ValueType
+    def __init__(
+        self,
+        *,
+        resource_type: Global___AclResourceType.ValueType = ...,
+        resource_name: _builtins.str | None = ...,
+        pattern_type: Global___AclPatternType.ValueType = ...,
+        principal: _builtins.str | None = ...,
+        host: _builtins.str | None = ...,
+        operation: Global___AclOperation.ValueType = ...,
+        permission: Global___AclPermission.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_host", b"_host", "_principal", b"_principal", "_resource_name", b"_resource_name", "host", b"host", "principal", b"principal", "resource_name", b"resource_name"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host", b"_host", "_principal", b"_principal", "_resource_name", b"_resource_name", "host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission", b"permission", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__host: _TypeAlias = _typing.Literal["host"]  # noqa: Y015
+    _WhichOneofArgType__host: _TypeAlias = _typing.Literal["_host", b"_host"]  # noqa: Y015
+    _WhichOneofReturnType__principal: _TypeAlias = _typing.Literal["principal"]  # noqa: Y015
+    _WhichOneofArgType__principal: _TypeAlias = _typing.Literal["_principal", b"_principal"]  # noqa: Y015
+    _WhichOneofReturnType__resource_name: _TypeAlias = _typing.Literal["resource_name"]  # noqa: Y015
+    _WhichOneofArgType__resource_name: _TypeAlias = _typing.Literal["_resource_name", b"_resource_name"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__host) -> _WhichOneofReturnType__host | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__principal) -> _WhichOneofReturnType__principal | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_name) -> _WhichOneofReturnType__resource_name | None: ...
+
+Global___AclFilter: _TypeAlias = AclFilter  # noqa: Y015
+
+@_typing.final
+class CreateAclsRequest(_message.Message):
+    """Needs ALTER on the cluster. Creating a binding that exists succeeds and writes
+    nothing.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    CREATIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def header(self) -> Global___RequestHeader: ...
+    @_builtins.property
+    def creations(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]: ...
+    def __init__(
+        self,
+        *,
+        header: Global___RequestHeader | None = ...,
+        creations: _abc.Iterable[Global___AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["creations", b"creations", "header", b"header"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsRequest: _TypeAlias = CreateAclsRequest  # noqa: Y015
+
+@_typing.final
+class CreateAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___Error]:
+        """One per creation, in request order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___Error] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsResponse: _TypeAlias = CreateAclsResponse  # noqa: Y015
+
+@_typing.final
+class DescribeAclsRequest(_message.Message):
+    """Needs DESCRIBE on the cluster."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def header(self) -> Global___RequestHeader: ...
+    @_builtins.property
+    def filter(self) -> Global___AclFilter: ...
+    def __init__(
+        self,
+        *,
+        header: Global___RequestHeader | None = ...,
+        filter: Global___AclFilter | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "header", b"header"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "header", b"header"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsRequest: _TypeAlias = DescribeAclsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    BINDINGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def error(self) -> Global___Error: ...
+    @_builtins.property
+    def bindings(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]: ...
+    def __init__(
+        self,
+        *,
+        error: Global___Error | None = ...,
+        bindings: _abc.Iterable[Global___AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bindings", b"bindings", "error", b"error"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsResponse: _TypeAlias = DescribeAclsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAclsRequest(_message.Message):
+    """Needs ALTER on the cluster."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    FILTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def header(self) -> Global___RequestHeader: ...
+    @_builtins.property
+    def filters(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclFilter]: ...
+    def __init__(
+        self,
+        *,
+        header: Global___RequestHeader | None = ...,
+        filters: _abc.Iterable[Global___AclFilter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filters", b"filters", "header", b"header"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsRequest: _TypeAlias = DeleteAclsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteAclsFilterResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def error(self) -> Global___Error: ...
+    @_builtins.property
+    def deleted(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]:
+        """The bindings this filter matched and deleted."""
+
+    def __init__(
+        self,
+        *,
+        error: Global___Error | None = ...,
+        deleted: _abc.Iterable[Global___AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "error", b"error"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsFilterResult: _TypeAlias = DeleteAclsFilterResult  # noqa: Y015
+
+@_typing.final
+class DeleteAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteAclsFilterResult]:
+        """One per filter, in request order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___DeleteAclsFilterResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsResponse: _TypeAlias = DeleteAclsResponse  # noqa: Y015

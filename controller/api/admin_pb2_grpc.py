@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class AdminStub:
-    """Reads are answered at the committed offset.
+    """Reads are answered at the committed offset. Every method needs the permission
+    named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
     """
 
     def __init__(self, channel):
@@ -110,6 +111,21 @@ class AdminStub:
                 request_serializer=controller_dot_api_dot_admin__pb2.UpdateFeaturesRequest.SerializeToString,
                 response_deserializer=controller_dot_api_dot_admin__pb2.UpdateFeaturesResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/metakraft.admin.v1.Admin/CreateAcls',
+                request_serializer=controller_dot_api_dot_admin__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_admin__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/metakraft.admin.v1.Admin/DescribeAcls',
+                request_serializer=controller_dot_api_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_admin__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/metakraft.admin.v1.Admin/DeleteAcls',
+                request_serializer=controller_dot_api_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_admin__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
         self.Stream = channel.stream_stream(
                 '/metakraft.admin.v1.Admin/Stream',
                 request_serializer=controller_dot_api_dot_admin__pb2.StreamRequest.SerializeToString,
@@ -118,7 +134,8 @@ class AdminStub:
 
 
 class AdminServicer:
-    """Reads are answered at the committed offset.
+    """Reads are answered at the committed offset. Every method needs the permission
+    named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
     """
 
     def CreateTopics(self, request, context):
@@ -211,6 +228,24 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Stream(self, request_iterator, context):
         """Any of the unary methods above, multiplexed (see StreamRequest).
         """
@@ -296,6 +331,21 @@ def add_AdminServicer_to_server(servicer, server):
                     request_deserializer=controller_dot_api_dot_admin__pb2.UpdateFeaturesRequest.FromString,
                     response_serializer=controller_dot_api_dot_admin__pb2.UpdateFeaturesResponse.SerializeToString,
             ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=controller_dot_api_dot_admin__pb2.CreateAclsRequest.FromString,
+                    response_serializer=controller_dot_api_dot_admin__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=controller_dot_api_dot_admin__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=controller_dot_api_dot_admin__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=controller_dot_api_dot_admin__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=controller_dot_api_dot_admin__pb2.DeleteAclsResponse.SerializeToString,
+            ),
             'Stream': grpc.stream_stream_rpc_method_handler(
                     servicer.Stream,
                     request_deserializer=controller_dot_api_dot_admin__pb2.StreamRequest.FromString,
@@ -310,7 +360,8 @@ def add_AdminServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Admin:
-    """Reads are answered at the committed offset.
+    """Reads are answered at the committed offset. Every method needs the permission
+    named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
     """
 
     @staticmethod
@@ -708,6 +759,87 @@ class Admin:
             '/metakraft.admin.v1.Admin/UpdateFeatures',
             controller_dot_api_dot_admin__pb2.UpdateFeaturesRequest.SerializeToString,
             controller_dot_api_dot_admin__pb2.UpdateFeaturesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metakraft.admin.v1.Admin/CreateAcls',
+            controller_dot_api_dot_admin__pb2.CreateAclsRequest.SerializeToString,
+            controller_dot_api_dot_admin__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metakraft.admin.v1.Admin/DescribeAcls',
+            controller_dot_api_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
+            controller_dot_api_dot_admin__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metakraft.admin.v1.Admin/DeleteAcls',
+            controller_dot_api_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
+            controller_dot_api_dot_admin__pb2.DeleteAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,6 +27,10 @@ Transport-level faults are gRPC status codes, never item errors:
   DEADLINE_EXCEEDED   the controller did not answer in time. For a write the
                       outcome is UNKNOWN: it may still be applied. Check with a
                       describe call before retrying.
+  UNAUTHENTICATED     the client gave no usable identity (a certificate no
+                      principal mapping rule maps); nothing was applied.
+  PERMISSION_DENIED   the authenticated principal may not do this; the message
+                      names the operation and the resource. Nothing was applied.
   INTERNAL            a bug; the message carries an error id that is also in the
                       controller's log.
 
@@ -61,7 +65,9 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AdminStub:
-    """Reads are answered at the committed offset."""
+    """Reads are answered at the committed offset. Every method needs the permission
+    named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -82,12 +88,17 @@ class AdminStub:
     DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeQuorumRequest, _admin_pb2.DescribeQuorumResponse]
     DescribeFeatures: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeFeaturesRequest, _admin_pb2.DescribeFeaturesResponse]
     UpdateFeatures: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UpdateFeaturesRequest, _admin_pb2.UpdateFeaturesResponse]
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]
     Stream: _grpc.StreamStreamMultiCallable[_admin_pb2.StreamRequest, _admin_pb2.StreamResponse]
     """Any of the unary methods above, multiplexed (see StreamRequest)."""
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
-    """Reads are answered at the committed offset."""
+    """Reads are answered at the committed offset. Every method needs the permission
+    named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]  # type: ignore[assignment]
@@ -105,11 +116,16 @@ class AdminAsyncStub(AdminStub):
     DescribeQuorum: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeQuorumRequest, _admin_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
     DescribeFeatures: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeFeaturesRequest, _admin_pb2.DescribeFeaturesResponse]  # type: ignore[assignment]
     UpdateFeatures: _aio.UnaryUnaryMultiCallable[_admin_pb2.UpdateFeaturesRequest, _admin_pb2.UpdateFeaturesResponse]  # type: ignore[assignment]
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]  # type: ignore[assignment]
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]  # type: ignore[assignment]
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]  # type: ignore[assignment]
     Stream: _aio.StreamStreamMultiCallable[_admin_pb2.StreamRequest, _admin_pb2.StreamResponse]  # type: ignore[assignment]
     """Any of the unary methods above, multiplexed (see StreamRequest)."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
-    """Reads are answered at the committed offset."""
+    """Reads are answered at the committed offset. Every method needs the permission
+    named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
+    """
 
     @_abc_1.abstractmethod
     def CreateTopics(
@@ -215,6 +231,27 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.UpdateFeaturesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.UpdateFeaturesResponse, _abc.Awaitable[_admin_pb2.UpdateFeaturesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateAcls(
+        self,
+        request: _admin_pb2.CreateAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CreateAclsResponse, _abc.Awaitable[_admin_pb2.CreateAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeAcls(
+        self,
+        request: _admin_pb2.DescribeAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeAclsResponse, _abc.Awaitable[_admin_pb2.DescribeAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteAcls(
+        self,
+        request: _admin_pb2.DeleteAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DeleteAclsResponse, _abc.Awaitable[_admin_pb2.DeleteAclsResponse]]: ...
 
     @_abc_1.abstractmethod
     def Stream(

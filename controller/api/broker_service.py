@@ -4,7 +4,8 @@ The cluster id is checked here, before the controller sees the request: a broker
 formatted for another cluster gets INCONSISTENT_CLUSTER_ID in the response (it is
 the broker's configuration that is wrong, not the transport), and nothing is
 queued. Everything else (stale epochs, duplicate live incarnations) is the cluster
-manager's answer.
+manager's answer. Both calls need CLUSTER_ACTION on the cluster (brokers' certificates
+get it by an ACL or as super users); the batch origin is the broker's principal.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from controller.api import broker_convert as bcv
 from controller.api import broker_pb2 as bpb
+from controller.api.access import Access, cluster_action
 from controller.api.handlers import guarded
 from controller.api.seam import ControllerFacade, Origin
 from controller.api.stream import Context
 from controller.metadata import ApiError, ErrorCode
+from controller.security.acl import Operation
 
 
 def _wrong_cluster(facade: ControllerFacade, broker_id: int, cluster_id: str) -> ApiError | None:
@@ -30,22 +33,24 @@ def _wrong_cluster(facade: ControllerFacade, broker_id: int, cluster_id: str) ->
     )
 
 
-def _origin(broker_id: int, context: Context) -> Origin:
-    # Brokers send no RequestHeader: the broker id is the principal until brokers
-    # authenticate (DESIGN.md section 11).
-    return Origin(principal=f"broker-{broker_id}", client_address=context.peer() or "")
-
-
 class BrokerLifecycleService:
     DESCRIPTOR: ServiceDescriptor = bpb.DESCRIPTOR.services_by_name["BrokerLifecycle"]
 
-    def __init__(self, facade: ControllerFacade) -> None:
+    def __init__(self, facade: ControllerFacade, access: Access) -> None:
         self._facade = facade
+        self._access = access
+
+    def _origin(self, context: Context) -> Origin:
+        """The authorized caller as the batch origin (CLUSTER_ACTION checked here)."""
+        caller = self._access.caller(context)
+        self._access.require(caller, cluster_action(Operation.CLUSTER_ACTION))
+        return Origin(principal=caller.principal, client_address=caller.address)
 
     async def RegisterBroker(
         self, request: bpb.RegisterBrokerRequest, context: Context
     ) -> bpb.RegisterBrokerResponse:
         async def body() -> bpb.RegisterBrokerResponse:
+            origin = self._origin(context)
             wrong = _wrong_cluster(self._facade, request.broker_id, request.cluster_id)
             if wrong is not None:
                 return bpb.RegisterBrokerResponse(
@@ -53,7 +58,7 @@ class BrokerLifecycleService:
                 )
             registration = bcv.registration_request_from_pb(request)
             reply = await self._facade.register_broker(
-                registration, origin=_origin(request.broker_id, context)
+                registration, origin=origin
             )
             return bcv.registration_reply_to_pb(reply)
 
@@ -63,6 +68,7 @@ class BrokerLifecycleService:
         self, request: bpb.BrokerHeartbeatRequest, context: Context
     ) -> bpb.BrokerHeartbeatResponse:
         async def body() -> bpb.BrokerHeartbeatResponse:
+            origin = self._origin(context)
             wrong = _wrong_cluster(self._facade, request.broker_id, request.cluster_id)
             if wrong is not None:
                 return bpb.BrokerHeartbeatResponse(
@@ -70,7 +76,7 @@ class BrokerLifecycleService:
                 )
             heartbeat = bcv.heartbeat_request_from_pb(request)
             reply = await self._facade.broker_heartbeat(
-                heartbeat, origin=_origin(request.broker_id, context)
+                heartbeat, origin=origin
             )
             return bcv.heartbeat_reply_to_pb(reply, request.broker_epoch)
 

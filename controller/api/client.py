@@ -39,10 +39,12 @@ from google.protobuf import message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from controller import rpc
+from controller.api import acl_convert as acv
 from controller.api import admin_pb2 as apb
 from controller.api import admin_pb2_grpc as apb_grpc
 from controller.api import convert as cv
 from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY
+from controller.api.rpcs import ADMIN_RPCS_BY_NAME
 from controller.api.seam import ClusterDescription, QuorumDescription
 from controller.api.stream_client import AdminStream, StreamItemError
 from controller.metadata import (
@@ -68,6 +70,8 @@ from controller.metadata import (
     TopicListing,
     TopicPartition,
 )
+from controller.security.acl import AclBinding, AclFilter
+from controller.security.tls import TlsCredentials
 
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_CONNECT_TIMEOUT_MS = 2_000
@@ -164,7 +168,7 @@ class AdminClient:
         bootstrap: Sequence[str],
         *,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
-        principal: str = "",
+        tls: TlsCredentials | None = None,
         connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
         limits: rpc.RpcLimits | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -174,7 +178,7 @@ class AdminClient:
         self._bootstrap = parse_bootstrap(bootstrap)
         self._timeout_ms = timeout_ms
         self._connect_timeout_ms = connect_timeout_ms
-        self._principal = principal
+        self._tls = tls
         self._limits = limits or rpc.RpcLimits()
         self._sleep = sleep
         self._channels: dict[str, grpc.Channel] = {}
@@ -213,7 +217,8 @@ class AdminClient:
     def _channel(self, address: str) -> grpc.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = rpc.create_sync_channel(address, self._limits)
+            channel = self._channels[address] = rpc.create_sync_channel(address, self._limits,
+                                                                           self._tls)
         return channel
 
     def _skip(self, address: str) -> None:
@@ -273,11 +278,11 @@ class AdminClient:
             return self.leader_address
         return self._bootstrap[self._next_bootstrap % len(self._bootstrap)]
 
-    def _call(self, method: str, request: Any, *, write: bool) -> Any:
+    def _call(self, method: str, request: Any) -> Any:
+        write = ADMIN_RPCS_BY_NAME[method].write
         request_id = uuid.uuid4().hex
         self.last_request_id = request_id
         request.header.request_id = request_id
-        request.header.principal = self._principal
         deadline = time.monotonic() + self._timeout_ms / 1000
         backoff_ms = _BACKOFF_FIRST_MS
         redirects = 0
@@ -288,6 +293,9 @@ class AdminClient:
                 raise ControllerUnreachableError(
                     f"no controller answered {method} within {self._timeout_ms} ms "
                     f"(tried {', '.join(self._bootstrap)}); last problem: {problem}"
+                    + ("" if self._tls is not None else
+                       " (if the controllers require TLS, give the client a certificate: "
+                       "--command-config or METAKRAFT_COMMAND_CONFIG)")
                 )
             target = self._target()
             self._forget_dead_stream(target)
@@ -405,12 +413,12 @@ class AdminClient:
         request = apb.CreateTopicsRequest(
             topics=[cv.creatable_topic_to_pb(t) for t in topics], validate_only=validate_only
         )
-        response = self._call("CreateTopics", request, write=True)
+        response = self._call("CreateTopics", request)
         return tuple(cv.create_topic_result_from_pb(r) for r in response.results)
 
     def delete_topics(self, names: Sequence[str]) -> tuple[DeleteTopicResult, ...]:
         request = apb.DeleteTopicsRequest(names=names)
-        response = self._call("DeleteTopics", request, write=True)
+        response = self._call("DeleteTopics", request)
         return tuple(cv.delete_topic_result_from_pb(r) for r in response.results)
 
     def create_partitions(
@@ -420,21 +428,21 @@ class AdminClient:
             topics=[cv.create_partitions_topic_to_pb(t) for t in topics],
             validate_only=validate_only,
         )
-        response = self._call("CreatePartitions", request, write=True)
+        response = self._call("CreatePartitions", request)
         return tuple(cv.create_partitions_result_from_pb(r) for r in response.results)
 
     def list_topics(self) -> tuple[TopicListing, ...]:
-        response = self._call("ListTopics", apb.ListTopicsRequest(), write=False)
+        response = self._call("ListTopics", apb.ListTopicsRequest())
         return tuple(cv.topic_listing_from_pb(t) for t in response.topics)
 
     def describe_topics(self, names: Sequence[str] | None = None) -> tuple[TopicDescription, ...]:
         """``None`` (or empty): every topic."""
         request = apb.DescribeTopicsRequest(names=names or ())
-        response = self._call("DescribeTopics", request, write=False)
+        response = self._call("DescribeTopics", request)
         return tuple(cv.topic_description_from_pb(t) for t in response.topics)
 
     def describe_cluster(self) -> ClusterDescription:
-        response = self._call("DescribeCluster", apb.DescribeClusterRequest(), write=False)
+        response = self._call("DescribeCluster", apb.DescribeClusterRequest())
         return cv.cluster_from_pb(response)
 
     def incremental_alter_configs(
@@ -444,7 +452,7 @@ class AdminClient:
             resources=[cv.alter_configs_resource_to_pb(r) for r in resources],
             validate_only=validate_only,
         )
-        response = self._call("IncrementalAlterConfigs", request, write=True)
+        response = self._call("IncrementalAlterConfigs", request)
         return tuple(cv.alter_configs_result_from_pb(r) for r in response.results)
 
     def describe_configs(
@@ -453,7 +461,7 @@ class AdminClient:
         request = apb.DescribeConfigsRequest(
             resources=[cv.config_resource_to_pb(r) for r in resources]
         )
-        response = self._call("DescribeConfigs", request, write=False)
+        response = self._call("DescribeConfigs", request)
         return tuple(cv.describe_configs_result_from_pb(r) for r in response.results)
 
     def alter_partition_reassignments(
@@ -462,7 +470,7 @@ class AdminClient:
         request = apb.AlterPartitionReassignmentsRequest(
             partitions=[cv.reassignment_request_to_pb(i) for i in items]
         )
-        response = self._call("AlterPartitionReassignments", request, write=True)
+        response = self._call("AlterPartitionReassignments", request)
         return tuple(cv.reassignment_result_from_pb(r) for r in response.results)
 
     def list_partition_reassignments(
@@ -471,7 +479,7 @@ class AdminClient:
         request = apb.ListPartitionReassignmentsRequest(
             partitions=[cv.topic_partition_to_pb(p) for p in partitions or ()]
         )
-        response = self._call("ListPartitionReassignments", request, write=False)
+        response = self._call("ListPartitionReassignments", request)
         return tuple(cv.ongoing_reassignment_from_pb(r) for r in response.reassignments)
 
     def elect_leaders(
@@ -485,20 +493,20 @@ class AdminClient:
             partitions=[cv.topic_partition_to_pb(p) for p in partitions or ()],
             all_partitions=partitions is None,
         )
-        response = self._call("ElectLeaders", request, write=True)
+        response = self._call("ElectLeaders", request)
         return tuple(cv.elect_leaders_result_from_pb(r) for r in response.results)
 
     def unregister_broker(self, broker_id: int) -> ApiError:
         request = apb.UnregisterBrokerRequest(broker_id=broker_id)
-        response = self._call("UnregisterBroker", request, write=True)
+        response = self._call("UnregisterBroker", request)
         return cv.error_from_pb(response.error)
 
     def describe_quorum(self) -> QuorumDescription:
-        response = self._call("DescribeQuorum", apb.DescribeQuorumRequest(), write=False)
+        response = self._call("DescribeQuorum", apb.DescribeQuorumRequest())
         return cv.quorum_from_pb(response)
 
     def describe_features(self) -> tuple[FeatureDescription, ...]:
-        response = self._call("DescribeFeatures", apb.DescribeFeaturesRequest(), write=False)
+        response = self._call("DescribeFeatures", apb.DescribeFeaturesRequest())
         return tuple(cv.feature_description_from_pb(f) for f in response.features)
 
     def update_features(
@@ -507,5 +515,28 @@ class AdminClient:
         request = apb.UpdateFeaturesRequest(
             updates=[cv.feature_update_to_pb(u) for u in updates], validate_only=validate_only
         )
-        response = self._call("UpdateFeatures", request, write=True)
+        response = self._call("UpdateFeatures", request)
         return tuple(cv.feature_update_result_from_pb(r) for r in response.results)
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> tuple[ApiError, ...]:
+        request = apb.CreateAclsRequest(creations=[acv.binding_to_pb(b) for b in bindings])
+        response = self._call("CreateAcls", request)
+        return tuple(cv.error_from_pb(e) for e in response.results)
+
+    def describe_acls(self, acl_filter: AclFilter) -> tuple[AclBinding, ...]:
+        """The bindings `acl_filter` matches; RequestFailedError for a bad filter."""
+        response = self._call("DescribeAcls",
+                              apb.DescribeAclsRequest(filter=acv.filter_to_pb(acl_filter)))
+        error = cv.error_from_pb(response.error)
+        if not error.ok:
+            raise RequestFailedError(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        return tuple(acv.binding_from_pb(b) for b in response.bindings)
+
+    def delete_acls(self, filters: Sequence[AclFilter]
+                    ) -> tuple[tuple[ApiError, tuple[AclBinding, ...]], ...]:
+        """Per filter: its error and the bindings it matched and deleted."""
+        request = apb.DeleteAclsRequest(filters=[acv.filter_to_pb(f) for f in filters])
+        response = self._call("DeleteAcls", request)
+        return tuple((cv.error_from_pb(r.error),
+                      tuple(acv.binding_from_pb(b) for b in r.deleted))
+                     for r in response.results)

@@ -1,4 +1,4 @@
-"""What every API handler shares: request decoding, the origin, and the mapping of
+"""What every API handler shares: request decoding, the caller, and the mapping of
 the seam's errors to gRPC status codes (the contract in admin.proto's header).
 
 Services are registered from their descriptors with raw-bytes deserializers, so a
@@ -20,6 +20,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc import aio
 
 from controller import rpc
+from controller.api.access import Access, PermissionDeniedError, UnauthenticatedError
 from controller.api.convert import MalformedRequestError
 from controller.api.seam import (
     ControllerBusyError,
@@ -40,12 +41,13 @@ BUSY_KEY = "x-metakraft-busy"
 _Resp = TypeVar("_Resp", bound=pb_message.Message)
 
 
-def origin_of(header: Any, context: Context) -> Origin:
-    """The batch origin: declared principal (else the peer address), peer, request id."""
-    peer = context.peer() or ""
-    principal = header.principal if header is not None and header.principal else peer
+def origin_of(access: Access, header: Any, context: Context) -> Origin:
+    """The batch origin: the authenticated principal (never one the client declares),
+    the peer address, the request id."""
+    caller = access.caller(context)
     request_id = header.request_id if header is not None else ""
-    return Origin(principal=principal, client_address=peer, request_id=request_id)
+    return Origin(principal=caller.principal, client_address=caller.address,
+                  request_id=request_id)
 
 
 async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_Resp]]) -> _Resp:
@@ -56,6 +58,14 @@ async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_R
         return await body()
     except MalformedRequestError as exc:
         code, details = grpc.StatusCode.INVALID_ARGUMENT, f"malformed {method} request: {exc}"
+    except PermissionDeniedError as exc:
+        logger.info("event=access_denied method=%s principal=%s peer=%s operation=%s "
+                    "resource=%s:%s", method, exc.principal, context.peer(),
+                    exc.action.operation.name, exc.action.resource_type.name,
+                    exc.action.resource_name)
+        code, details = grpc.StatusCode.PERMISSION_DENIED, f"{method}: {exc}"
+    except UnauthenticatedError as exc:
+        code, details = grpc.StatusCode.UNAUTHENTICATED, f"{method}: {exc}"
     except NotControllerError as exc:
         code, details = grpc.StatusCode.FAILED_PRECONDITION, f"NOT_CONTROLLER: {exc}"
         if exc.leader_id is not None:
@@ -99,19 +109,18 @@ def _serialize(msg: pb_message.Message) -> bytes:
 def register_service(
     server: aio.Server,
     service: ServiceDescriptor,
-    servicer: object,
+    unary: dict[str, RawHandler],
     *,
     stream_method: str | None = None,
 ) -> str:
-    """Register ``servicer``'s methods (named as in the .proto) for every unary method
-    of ``service``; ``stream_method`` names the bidi-streaming method that multiplexes
-    them all (``controller.api.stream``). Returns the service's full name."""
-    unary: dict[str, RawHandler] = {}
-    for method in service.methods:
-        if method.client_streaming or method.server_streaming:
-            continue  # only `stream_method` is served, below
-        request_class = message_factory.GetMessageClass(method.input_type)
-        unary[method.name] = decoding(method.name, request_class, getattr(servicer, method.name))
+    """Register `unary` (method name -> handler of raw request bytes, see `decoding`)
+    for `service`; every unary method of the service must have one (a method without
+    a handler, hence without its authorization, is a bug found at start).
+    `stream_method` names the bidi-streaming method that multiplexes them all
+    (``controller.api.stream``). Returns the service's full name."""
+    expected = {m.name for m in service.methods
+                if not (m.client_streaming or m.server_streaming)}
+    assert set(unary) == expected, (sorted(expected ^ set(unary)), service.full_name)
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         name: grpc.unary_unary_rpc_method_handler(
             handle,
@@ -130,3 +139,12 @@ def register_service(
     generic = grpc.method_handlers_generic_handler(service.full_name, handlers)
     server.add_generic_rpc_handlers((generic,))
     return service.full_name
+
+
+def servicer_handlers(service: ServiceDescriptor, servicer: object) -> dict[str, RawHandler]:
+    """`decoding` handlers for the methods of `servicer` named as in the .proto."""
+    return {method.name: decoding(method.name,
+                                  message_factory.GetMessageClass(method.input_type),
+                                  getattr(servicer, method.name))
+            for method in service.methods
+            if not (method.client_streaming or method.server_streaming)}

@@ -37,10 +37,13 @@ from controller.metadata import (
     BrokerRegistrationRequest,
     ConfigResource,
     CreatableTopic,
+    CreateAclResult,
     CreatePartitionsResult,
     CreatePartitionsTopic,
     CreateTopicResult,
+    DeleteAclsResult,
     DeleteTopicResult,
+    DescribeAclsResult,
     DescribeConfigsResult,
     ElectionType,
     ElectLeadersResult,
@@ -55,6 +58,7 @@ from controller.metadata import (
     TopicPartition,
 )
 from controller.records.domain import BrokerRegistration
+from controller.security.acl import AclBinding, AclFilter
 
 # -- values the managers do not have -------------------------------------------------
 
@@ -63,7 +67,7 @@ from controller.records.domain import BrokerRegistration
 class Origin:
     """Who sent a request: recorded as the origin of the batch it produces."""
 
-    # The caller's declared identity, or its address when it declared none.
+    # The authenticated principal (User:ANONYMOUS on a plaintext listener).
     principal: str
     # The peer address as gRPC reports it (e.g. "ipv4:127.0.0.1:53122").
     client_address: str
@@ -194,6 +198,17 @@ class ControllerFacade(Protocol):
     async def update_features(
         self, updates: Sequence[FeatureUpdate], *, validate_only: bool, origin: Origin
     ) -> tuple[FeatureUpdateResult, ...]: ...
+
+    async def create_acls(
+        self, bindings: Sequence[AclBinding], *, origin: Origin
+    ) -> tuple[CreateAclResult, ...]: ...
+
+    async def describe_acls(self, acl_filter: AclFilter, *, origin: Origin
+                            ) -> DescribeAclsResult: ...
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter], *, origin: Origin
+    ) -> tuple[DeleteAclsResult, ...]: ...
 
     async def register_broker(
         self, request: BrokerRegistrationRequest, *, origin: Origin

@@ -33,6 +33,8 @@ class Context(Protocol):
 
     def peer(self) -> str: ...
 
+    def auth_context(self) -> Mapping[str, Sequence[bytes]]: ...
+
     async def abort(
         self,
         code: grpc.StatusCode,
@@ -58,13 +60,18 @@ class ItemAborted(Exception):
 
 
 class ItemContext:
-    """The context of one stream item: the stream's peer; ``abort`` ends this item only."""
+    """The context of one stream item: the stream's peer and TLS identity; ``abort``
+    ends this item only."""
 
-    def __init__(self, peer: str) -> None:
+    def __init__(self, peer: str, auth: Mapping[str, Sequence[bytes]]) -> None:
         self._peer = peer
+        self._auth = auth
 
     def peer(self) -> str:
         return self._peer
+
+    def auth_context(self) -> Mapping[str, Sequence[bytes]]:
+        return self._auth
 
     async def abort(
         self,
@@ -118,13 +125,14 @@ class StreamMultiplexer:
     async def serve(self, requests: AsyncIterator[bytes], context: Any) -> None:
         """The ``Stream`` handler (raw request bytes; answers written on ``context``)."""
         peer = context.peer() or ""
+        auth = context.auth_context()  # one TLS session per stream: read it once
         write_lock = asyncio.Lock()
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         in_flight: dict[int, asyncio.Task[None]] = {}
 
         async def run(item: apb.StreamRequest) -> None:
             try:
-                response = await self.answer(item, ItemContext(peer))
+                response = await self.answer(item, ItemContext(peer, auth))
                 async with write_lock:
                     await context.write(response)
             finally:

@@ -18,7 +18,9 @@ import enum
 import functools
 import json
 import sys
+import tomllib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
@@ -36,6 +38,8 @@ from controller.api.client import (
     parse_bootstrap,
 )
 from controller.metadata import ApiError
+from controller.security.tls import TlsCredentials, parse_tls_table
+from controller.toml_config import ConfigError, reject_unknown
 
 EXIT_OK = 0
 EXIT_ITEM_FAILED = 1
@@ -51,11 +55,38 @@ class AdminOptions:
     bootstrap: tuple[str, ...]
     output: str
     timeout_ms: int
-    principal: str
+    # The client certificate from --command-config; None: plaintext.
+    tls: TlsCredentials | None
 
     @property
     def json(self) -> bool:
         return self.output == "json"
+
+
+command_config_option = click.option(
+    "--command-config",
+    envvar="METAKRAFT_COMMAND_CONFIG",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML file with a [tls] table (ca_file, cert_file, key_file): the client "
+    "certificate that says who you are (env METAKRAFT_COMMAND_CONFIG). Without it the "
+    "client speaks plaintext, which a TLS controller refuses.",
+)
+
+
+def load_command_config(path: Path | None) -> TlsCredentials | None:
+    """The client's TLS credentials from a command config file (None: plaintext)."""
+    if path is None:
+        return None
+    try:
+        doc = tomllib.loads(path.read_text("utf-8"))
+        reject_unknown(doc, ("tls",), f"{path}: ")
+        return parse_tls_table(doc, path.parent, required=True).load().credentials
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}",
+                                 param_hint="--command-config") from None
+    except (tomllib.TOMLDecodeError, ConfigError) as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--command-config") from None
 
 
 def admin_options(command: F) -> F:
@@ -82,22 +113,17 @@ def admin_options(command: F) -> F:
         show_default=True,
         help="Give up after this long, retries included.",
     )
-    @click.option(
-        "--principal",
-        envvar="METAKRAFT_PRINCIPAL",
-        default="",
-        help="Your identity, recorded with the change in the metadata log "
-        "(env METAKRAFT_PRINCIPAL).",
-    )
+    @command_config_option
     @functools.wraps(command)
     def wrapper(
-        *args: Any, bootstrap: str, output: str, timeout_ms: int, principal: str, **kwargs: Any
+        *args: Any, bootstrap: str, output: str, timeout_ms: int,
+        command_config: Path | None, **kwargs: Any
     ) -> Any:
         try:
             addresses = tuple(parse_bootstrap([bootstrap]))
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--bootstrap") from exc
-        opts = AdminOptions(addresses, output, timeout_ms, principal)
+        opts = AdminOptions(addresses, output, timeout_ms, load_command_config(command_config))
         return command(*args, opts=opts, **kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -107,9 +133,7 @@ def run_admin(opts: AdminOptions, action: Callable[[AdminClient], int]) -> None:
     """Run ``action`` with a client; turn client errors into messages and exit codes."""
     code = EXIT_OK
     try:
-        with AdminClient(
-            opts.bootstrap, timeout_ms=opts.timeout_ms, principal=opts.principal
-        ) as client:
+        with AdminClient(opts.bootstrap, timeout_ms=opts.timeout_ms, tls=opts.tls) as client:
             code = action(client)
     except (ControllerUnreachableError, ControllerOverloadedError) as exc:
         click.echo(f"error: {exc}", err=True)

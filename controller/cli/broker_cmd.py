@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from controller.cli.admin_output import command_config_option, load_command_config
+
 
 @click.command("broker")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -40,14 +42,17 @@ def broker(config_path: Path | None, print_example: bool) -> None:
 @click.option("--output", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @click.option("--timeout-ms", type=int, default=5000, show_default=True)
-def broker_status(address: str, output: str, timeout_ms: int) -> None:
+@command_config_option
+def broker_status(address: str, output: str, timeout_ms: int,
+                  command_config: Path | None) -> None:
     """Show one broker agent's lifecycle state, metadata offset and local replicas."""
     import grpc
 
     from broker_agent.status import get_status, status_to_dict
 
+    tls = load_command_config(command_config)
     try:
-        doc = status_to_dict(get_status(address, timeout_ms / 1e3))
+        doc = status_to_dict(get_status(address, timeout_ms / 1e3, tls))
     except grpc.RpcError as exc:
         click.echo(f"metakraft broker-status: {address}: {exc.code().name}: {exc.details()}",
                    err=True)

@@ -88,14 +88,17 @@ def timeline_demo() -> None:
 @click.option("--scenario", is_flag=True,
               help="Run a scripted tour (topics, a broker killed and restarted, a partition "
                    "moved), then stop everything; exit 0 if every step passed.")
+@click.option("--insecure", is_flag=True,
+              help="Plaintext, no authorizer: anyone who can reach a port may do anything. "
+                   "Default: mutual TLS with certificates made under DATA_DIR/tls and ACLs.")
 @click.option("--timeline-demo", "show_timeline_demo", is_flag=True,
               help="Only print the timeline library demo (no processes).")
 def dev(data_dir: Path, controllers: int | None, brokers: int | None, scenario: bool,
-        show_timeline_demo: bool) -> None:
+        insecure: bool, show_timeline_demo: bool) -> None:
     """Run a local cluster (3 controllers, 3 brokers) on loopback until Ctrl-C."""
     if show_timeline_demo:
         timeline_demo()
         return
     from controller.devcluster.runner import run_dev
 
-    sys.exit(run_dev(data_dir, controllers, brokers, scenario=scenario))
+    sys.exit(run_dev(data_dir, controllers, brokers, scenario=scenario, secure=not insecure))

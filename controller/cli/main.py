@@ -11,6 +11,7 @@ from importlib.metadata import version as package_version
 
 import click
 
+from controller.cli.acls_cmd import acls
 from controller.cli.admin_cmds import ADMIN_COMMANDS
 from controller.cli.audit_cmd import audit
 from controller.cli.broker_cmd import broker, broker_status
@@ -47,6 +48,7 @@ cli.add_command(storage)
 cli.add_command(log)
 cli.add_command(audit)
 cli.add_command(tier)
+cli.add_command(acls)
 for _command in ADMIN_COMMANDS:
     cli.add_command(_command)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from controller.devcluster.layout import ClusterSpec, NodeSpec
+from controller.devcluster.security import ensure_credentials, tls_table
 from controller.storage.fsutil import atomic_write_bytes
 from controller.storage.meta_properties import check_meta_properties, format_data_dir
 
@@ -61,6 +62,7 @@ def controller_config(spec: ClusterSpec, node: NodeSpec) -> str:
         f"local_retention_ms = {LOCAL_RETENTION_MS}\n"
         f'\n[logging]\nlevel = "INFO"\nformat = "kv"\n'
         f"{metrics}"
+        f"{tls_table(spec, node)}"
     )
 
 
@@ -81,6 +83,7 @@ def broker_config(spec: ClusterSpec, node: NodeSpec) -> str:
         f"\n[broker]\nheartbeat_interval_ms = {HEARTBEAT_INTERVAL_MS}\n"
         f"controlled_shutdown_timeout_ms = {CONTROLLED_SHUTDOWN_TIMEOUT_MS}\n"
         f'\n[logging]\nlevel = "INFO"\nformat = "kv"\n'
+        f"{tls_table(spec, node)}"
     )
 
 
@@ -104,4 +107,6 @@ def prepare_node(spec: ClusterSpec, node: NodeSpec) -> bool:
 def prepare_cluster(spec: ClusterSpec) -> list[NodeSpec]:
     """Prepare every node; returns the nodes whose data dir was formatted now."""
     spec.root.mkdir(parents=True, exist_ok=True)
+    if spec.secure:
+        ensure_credentials(spec)
     return [node for node in spec.nodes if prepare_node(spec, node)]

@@ -85,6 +85,8 @@ class ClusterSpec:
     root: Path
     cluster_id: str
     nodes: tuple[NodeSpec, ...]
+    # Mutual TLS and the authorizer (`metakraft dev --insecure`: plaintext).
+    secure: bool = True
 
     @property
     def controllers(self) -> tuple[NodeSpec, ...]:
@@ -144,6 +146,8 @@ def cluster_document(spec: ClusterSpec, statuses: Mapping[str, ProcessStatus],
         })
     return {"version": CLUSTER_JSON_VERSION, "cluster_id": spec.cluster_id,
             "bootstrap": spec.bootstrap, "supervisor_pid": supervisor_pid,
+            "tls": spec.secure,
+            "command_config": str(spec.root / "admin.toml") if spec.secure else None,
             "processes": processes}
 
 

@@ -15,16 +15,28 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from controller.api.client import AdminClient, AdminClientError
 from controller.devcluster.layout import ClusterSpec
+from controller.devcluster.security import client_credentials, principal_of
 from controller.metadata import TopicDescription
 from controller.rpc import create_sync_channel
+from controller.security.acl import (
+    CLUSTER_RESOURCE_NAME,
+    WILDCARD,
+    AclBinding,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from controller.security.tls import TlsCredentials
 
 # One probe call waits at most this; the caller polls again.
 PROBE_TIMEOUT_MS = 2_000
 
 
-def serving(address: str, timeout_ms: int = PROBE_TIMEOUT_MS) -> bool:
+def serving(address: str, tls: TlsCredentials | None,
+            timeout_ms: int = PROBE_TIMEOUT_MS) -> bool:
     """grpc.health.v1 of the whole server (service "") says SERVING."""
-    channel = create_sync_channel(address)
+    channel = create_sync_channel(address, tls=tls)
     try:
         reply = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service=""), timeout=timeout_ms / 1000)
@@ -53,8 +65,8 @@ class ClusterProbe:
     """Admin reads through the real AdminClient, each bounded by PROBE_TIMEOUT_MS."""
 
     def __init__(self, spec: ClusterSpec, timeout_ms: int = PROBE_TIMEOUT_MS) -> None:
-        self.admin = AdminClient([spec.bootstrap], timeout_ms=timeout_ms,
-                                 principal="metakraft-dev")
+        self.tls = client_credentials(spec)
+        self.admin = AdminClient([spec.bootstrap], timeout_ms=timeout_ms, tls=self.tls)
 
     def close(self) -> None:
         self.admin.close()
@@ -75,6 +87,19 @@ class ClusterProbe:
         return {b.broker_id: BrokerView(b.broker_id, b.fenced, b.in_controlled_shutdown,
                                         b.broker_epoch) for b in desc.brokers}
 
+    def grant_brokers(self, spec: ClusterSpec) -> bool:
+        """Let every broker follow the log and heartbeat: ALLOW CLUSTER_ACTION on the
+        cluster for its principal (creating an existing ACL changes nothing). True
+        once the controller accepted them all."""
+        bindings = [AclBinding(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME,
+                               PatternType.LITERAL, principal_of(node), WILDCARD,
+                               Operation.CLUSTER_ACTION, Permission.ALLOW)
+                    for node in spec.brokers]
+        try:
+            return all(error.ok for error in self.admin.create_acls(bindings))
+        except AdminClientError:
+            return False
+
     def topics(self, names: list[str]) -> tuple[TopicDescription, ...] | None:
         try:
             return self.admin.describe_topics(names)
@@ -82,7 +107,8 @@ class ClusterProbe:
             return None
 
 
-def broker_status(address: str, timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[str, Any] | None:
+def broker_status(address: str, tls: TlsCredentials | None,
+                  timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[str, Any] | None:
     """A broker's own view (the status RPC, as `metakraft broker-status --output json`
     prints it): lifecycle state, metadata offset, local replicas. None if it does not
     answer."""
@@ -91,11 +117,11 @@ def broker_status(address: str, timeout_ms: int = PROBE_TIMEOUT_MS) -> dict[str,
     from broker_agent.status import get_status, status_to_dict
 
     try:
-        return status_to_dict(get_status(address, timeout_ms / 1000))
+        return status_to_dict(get_status(address, timeout_ms / 1000, tls))
     except grpc.RpcError:
         return None
 
 
-def broker_running(address: str) -> bool:
-    status = broker_status(address)
+def broker_running(address: str, tls: TlsCredentials | None) -> bool:
+    status = broker_status(address, tls)
     return status is not None and status["state"] == "RUNNING"

@@ -19,6 +19,7 @@ from rich.table import Table
 from controller.api.client import AdminClientError
 from controller.devcluster.configs import tier_url
 from controller.devcluster.layout import ClusterSpec, DevClusterError
+from controller.devcluster.security import command_config_path
 from controller.devcluster.session import DevSession, Interrupted, ProcessDied, WaitAborted
 from controller.devcluster.supervisor import Exit
 from controller.metadata import CreatableTopic, ErrorCode
@@ -80,13 +81,18 @@ def next_steps(session: DevSession, leader: int | None) -> list[str]:
     spec = session.spec
     cli = cli_name()
     first_controller = spec.controllers[0]
-    lines = [
-        f"export METAKRAFT_BOOTSTRAP={spec.bootstrap}",
+    lines = [f"export METAKRAFT_BOOTSTRAP={spec.bootstrap}"]
+    if spec.secure:
+        lines.append(f"export METAKRAFT_COMMAND_CONFIG={shown(command_config_path(spec))}"
+                     "    # your certificate: User:admin, a super user")
+    lines += [
         f"{cli} topics list",
         f"{cli} topics describe --name {DEMO_TOPIC}",
         f"{cli} cluster describe",
         f"{cli} quorum describe --replication",
     ]
+    if spec.secure:
+        lines.append(f"{cli} acls list    # who may do what (each broker: CLUSTER_ACTION)")
     if spec.brokers:
         lines.append(f"{cli} broker-status --address {spec.brokers[0].address}")
     data_dir = shown(spec.paths(first_controller).data_dir)
@@ -167,11 +173,11 @@ def _stop(session: DevSession) -> None:
 
 
 def run_dev(root: Path, controllers: int | None, brokers: int | None, *,
-            scenario: bool = False, console: Console | None = None) -> int:
+            scenario: bool = False, secure: bool = True, console: Console | None = None) -> int:
     # soft_wrap: long lines (commands, paths) stay whole for copy and paste.
     console = console or Console(highlight=False, soft_wrap=True)
     try:
-        session = DevSession(root, controllers, brokers, console)
+        session = DevSession(root, controllers, brokers, console, secure=secure)
     except (DevClusterError, MetaPropertiesError) as exc:
         console.print(f"[red]metakraft dev:[/] {exc}", highlight=False)
         return EXIT_REFUSED

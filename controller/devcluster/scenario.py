@@ -82,7 +82,9 @@ class Tour:
     def local_replicas(self, broker_id: int) -> set[tuple[str, int]] | None:
         """The tour's partitions the broker holds locally (its status RPC); None if
         it does not answer or is not RUNNING."""
-        status = broker_status(self.broker(broker_id).address)
+        probe = self.session.probe
+        assert probe is not None  # the cluster is started
+        status = broker_status(self.broker(broker_id).address, probe.tls)
         if status is None or status["state"] != "RUNNING":
             return None
         return {(r["topic"], r["partition"]) for r in status["replicas"] if r["topic"] in TOPICS}

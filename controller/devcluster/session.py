@@ -33,6 +33,7 @@ from controller.devcluster.layout import (
 )
 from controller.devcluster.ports import pick_free_ports
 from controller.devcluster.probe import BrokerView, ClusterProbe, broker_running, serving
+from controller.devcluster.security import principal_of
 from controller.devcluster.supervisor import Exit, Supervisor
 
 T = TypeVar("T")
@@ -109,12 +110,13 @@ def leftover_processes(root: Path, spec: ClusterSpec) -> list[str]:
 
 class DevSession:
     def __init__(self, root: Path, controllers: int | None, brokers: int | None,
-                 console: Console) -> None:
+                 console: Console, *, secure: bool = True) -> None:
         self.root = root.resolve()
         self.console = console
         self._lock_handle = _lock(self.root)
         try:
-            self.spec, self.resumed = plan_cluster(self.root, controllers, brokers)
+            spec, self.resumed = plan_cluster(self.root, controllers, brokers)
+            self.spec = attrs.evolve(spec, secure=secure)
         except BaseException:
             self.close()
             raise
@@ -207,9 +209,8 @@ class DevSession:
         """Start every node and wait until controllers serve, a leader is elected and
         every broker is registered and unfenced. Returns the leader's id."""
         for attempt in range(BIND_RETRIES + 1):
-            self.supervisor.start_all()
             try:
-                return self._wait_ready(on_progress)
+                return self._start_and_wait_once(on_progress)
             except ProcessDied as died:
                 bound = {e.name for e in died.exits if self.supervisor.bind_failed(e.name)}
                 if not bound or attempt == BIND_RETRIES:
@@ -219,23 +220,34 @@ class DevSession:
                 self._repick_ports(bound)
         raise AssertionError("unreachable")
 
-    def _wait_ready(self, on_progress: Callable[[str], None]) -> int:
-        for node in self.spec.controllers:
-            self.wait_for(f"{node.name} to serve on {node.address}",
-                          partial(serving, node.address), CONTROLLERS_READY_TIMEOUT_S)
-            on_progress(f"{node.name} serving on {node.address}")
+    def _start_and_wait_once(self, on_progress: Callable[[str], None]) -> int:
+        """Controllers first; once one leads, the brokers' ACLs (secure clusters), then
+        the brokers (so none is refused while its ACL is missing)."""
+        self.supervisor.start_all(node.name for node in self.spec.controllers)
         if self.probe is None:
             self.probe = ClusterProbe(self.spec)
         probe = self.probe
+        for node in self.spec.controllers:
+            self.wait_for(f"{node.name} to serve on {node.address}",
+                          partial(serving, node.address, probe.tls),
+                          CONTROLLERS_READY_TIMEOUT_S)
+            on_progress(f"{node.name} serving on {node.address}")
         leader = self.wait_for("a controller leader", probe.leader_id,
                                CONTROLLERS_READY_TIMEOUT_S)
         on_progress(f"controller {leader} is the active controller")
+        if self.spec.secure and self.spec.brokers:
+            self.wait_for("the brokers' ACLs (CLUSTER_ACTION)",
+                          partial(probe.grant_brokers, self.spec), CONTROLLERS_READY_TIMEOUT_S)
+            on_progress(f"brokers may join: CLUSTER_ACTION granted to "
+                        f"{', '.join(principal_of(n) for n in self.spec.brokers)}")
+        self.supervisor.start_all(node.name for node in self.spec.brokers)
         for node in self.spec.brokers:
             self.wait_for(f"{node.name} to register and be unfenced",
                           partial(self.broker_is_active, node.node_id), BROKERS_READY_TIMEOUT_S)
             # Its own view too: this also proves cluster.json has its right address.
             self.wait_for(f"{node.name} to report RUNNING on {node.address}",
-                          partial(broker_running, node.address), BROKERS_READY_TIMEOUT_S)
+                          partial(broker_running, node.address, probe.tls),
+                          BROKERS_READY_TIMEOUT_S)
             on_progress(f"{node.name} registered and unfenced (listening on {node.address})")
         return leader
 

@@ -9,6 +9,13 @@ outside it. No I/O, clock or randomness is imported here: ``now_ms`` and a
 ``RandomSource`` come in as parameters.
 """
 
+from controller.metadata.acls import (
+    AclControlManager,
+    AclEntry,
+    CreateAclResult,
+    DeleteAclsResult,
+    DescribeAclsResult,
+)
 from controller.metadata.cluster import (
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
@@ -46,7 +53,7 @@ from controller.metadata.features import (
 )
 from controller.metadata.placement import RandomSource, place_replicas
 from controller.metadata.replication import ReplicationControlManager
-from controller.metadata.state import AclEntry, MetadataImage, MetadataState, TopicImage
+from controller.metadata.state import MetadataImage, MetadataState, TopicImage
 from controller.metadata.topics import (
     CreatableTopic,
     CreatePartitionsResult,
@@ -69,6 +76,7 @@ __all__ = [
     "LATEST_METADATA_VERSION",
     "METADATA_VERSION",
     "OK",
+    "AclControlManager",
     "AclEntry",
     "AlterConfigOp",
     "AlterConfigsResource",
@@ -86,10 +94,13 @@ __all__ = [
     "ConfigurationControlManager",
     "ControllerResult",
     "CreatableTopic",
+    "CreateAclResult",
     "CreatePartitionsResult",
     "CreatePartitionsTopic",
     "CreateTopicResult",
+    "DeleteAclsResult",
     "DeleteTopicResult",
+    "DescribeAclsResult",
     "DescribeConfigsResult",
     "ElectLeadersResult",
     "ElectionType",

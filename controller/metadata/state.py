@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 import attrs
 
+from controller.metadata.acls import AclControlManager, AclEntry
 from controller.metadata.cluster import ClusterControlManager
 from controller.metadata.configs import ConfigurationControlManager
 from controller.metadata.errors import MetadataReplayError
@@ -27,60 +28,18 @@ from controller.metadata.placement import RandomSource
 from controller.metadata.replication import ReplicationControlManager
 from controller.metadata.tier import RemoteLogControlManager, RemoteObject
 from controller.records import (
-    AccessControlEntryRecord,
     MetadataRecord,
     RecordPayload,
-    RemoveAccessControlEntryRecord,
     decode_record,
-    make_record,
     partition_wire,
     record_type,
 )
 from controller.records.domain import NO_LEADER, BrokerRegistration, PartitionRegistration
-from timeline import SnapshotRegistry, TimelineHashMap, TimelineLong
+from timeline import SnapshotRegistry, TimelineLong
 
 DEFAULT_SESSION_TIMEOUT_MS = 9_000
 # Records accepted and ignored by the metadata image (Raft control records, no-ops).
 IGNORED_RECORD_TYPES = frozenset({"no_op", "leader_change", "snapshot_header", "snapshot_footer"})
-
-
-@attrs.frozen
-class AclEntry:
-    """An access control entry (wire enum values kept as ints)."""
-
-    id: str
-    resource_type: int
-    resource_name: str
-    pattern_type: int
-    principal: str
-    host: str
-    operation: int
-    permission_type: int
-
-    @classmethod
-    def from_record(cls, record: AccessControlEntryRecord) -> AclEntry:
-        return cls(
-            record.id,
-            int(record.resource_type),
-            record.resource_name,
-            int(record.pattern_type),
-            record.principal,
-            record.host,
-            int(record.operation),
-            int(record.permission_type),
-        )
-
-    def to_record(self) -> AccessControlEntryRecord:
-        return AccessControlEntryRecord(
-            id=self.id,
-            resource_type=self.resource_type,  # type: ignore[arg-type]
-            resource_name=self.resource_name,
-            pattern_type=self.pattern_type,  # type: ignore[arg-type]
-            principal=self.principal,
-            host=self.host,
-            operation=self.operation,  # type: ignore[arg-type]
-            permission_type=self.permission_type,  # type: ignore[arg-type]
-        )
 
 
 @attrs.frozen
@@ -129,7 +88,7 @@ class MetadataState:
         self.cluster.bind_partitions(self.replication)
         self.configs.bind_topics(self.replication.topic_exists)
         self.features.bind_brokers(self.cluster.brokers)
-        self._acls: TimelineHashMap[str, AclEntry] = TimelineHashMap(registry)
+        self.access = AclControlManager(registry, rng=rng)
         self.tier = RemoteLogControlManager(registry)
         self._last_offset = TimelineLong(registry, -1)
 
@@ -173,13 +132,9 @@ class MetadataState:
         elif kind == "feature_level":
             self.features.replay(payload)  # type: ignore[arg-type]
         elif kind == "access_control_entry":
-            entry = AclEntry.from_record(payload)  # type: ignore[arg-type]
-            self._acls[entry.id] = entry
+            self.access.replay_create(payload)  # type: ignore[arg-type]
         elif kind == "remove_access_control_entry":
-            assert isinstance(payload, RemoveAccessControlEntryRecord)
-            if payload.id not in self._acls:
-                raise MetadataReplayError(f"cannot remove unknown ACL {payload.id}")
-            del self._acls[payload.id]
+            self.access.replay_remove(payload)  # type: ignore[arg-type]
         elif kind == "remote_log_segment":
             self.tier.replay_segment(payload)  # type: ignore[arg-type]
         elif kind == "remote_log_segment_state_change":
@@ -278,12 +233,9 @@ class MetadataState:
         records += self.cluster.snapshot_records(epoch)
         records += self.replication.snapshot_records(epoch)
         records += self.configs.snapshot_records(epoch)
-        records += [make_record(acl.to_record()) for acl in self.acls(epoch)]
+        records += self.access.snapshot_records(epoch)
         records += self.tier.snapshot_records(epoch)
         return records
-
-    def acls(self, epoch: int | None = None) -> tuple[AclEntry, ...]:
-        return tuple(entry for _, entry in sorted(self._acls.items(epoch=epoch)))
 
     def to_image(self, epoch: int | None = None) -> MetadataImage:
         replication = self.replication
@@ -296,7 +248,7 @@ class MetadataState:
             brokers=self.cluster.brokers(epoch),
             topics=topics,
             configs=tuple((*key, value) for key, value in self.configs.all_configs(epoch).items()),
-            acls=self.acls(epoch),
+            acls=self.access.entries(epoch),
             remote_objects=tuple(self.tier.objects(epoch)),
         )
 

@@ -219,7 +219,8 @@ class RaftDriver:
         self._inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._waiters = ReplyWaiters()
         self._peers = PeerClients(config.voter_addresses, config.cluster_id, self.batch_cache,
-                                  config.rpc_limits, config.max_inflight_per_peer, self._deliver)
+                                  config.rpc_limits, config.max_inflight_per_peer, self._deliver,
+                                  tls=config.tls)
         self._proposals = PendingProposals()
         self._proposal_slots = asyncio.Semaphore(config.max_pending_proposals)
         self._node: RaftNode | None = None

@@ -24,6 +24,7 @@ import attrs
 
 from controller.raft.config import RaftConfig
 from controller.rpc import RpcLimits
+from controller.security.tls import TlsCredentials
 from controller.storage.log import LogConfig
 
 
@@ -78,6 +79,8 @@ class DriverConfig:
     resign_wait_ms: int = 500
 
     rpc_limits: RpcLimits = attrs.field(factory=RpcLimits)
+    # Mutual TLS for the calls to peers (None: plaintext).
+    tls: TlsCredentials | None = None
     log_config: LogConfig = attrs.field(factory=LogConfig)
     # A remote tier holds the log's history: local segments below the snapshot are
     # deleted only once the tier and local retention allow (see controller/tier).

@@ -26,7 +26,7 @@ from controller.quorum.driver import RaftDriver
 from controller.quorum.driver_config import DriverConfig, parse_voters
 from controller.quorum.harness import add_harness_service
 from controller.quorum.service import add_raft_service
-from controller.rpc import add_health_and_reflection, bind_insecure, create_server
+from controller.rpc import add_health_and_reflection, bind, create_server
 from controller.storage.meta_properties import format_data_dir
 
 logger = logging.getLogger("controller.quorum.node_main")
@@ -69,7 +69,7 @@ async def serve(args: argparse.Namespace) -> int:
                         ignore_formatted=True)
     driver = RaftDriver(config)
     server = create_server(config.rpc_limits)
-    port = bind_insecure(server, listen)
+    port = bind(server, listen, None)
     names = [add_raft_service(server, driver), add_harness_service(server, driver)]
     add_health_and_reflection(server, names)
     await driver.start()

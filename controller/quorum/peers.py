@@ -37,6 +37,7 @@ from controller.quorum.wire import (
 )
 from controller.raft.messages import FetchRequest, Message, Request
 from controller.rpc import RpcLimits, create_channel
+from controller.security.tls import TlsCredentials
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +50,14 @@ class PeerClients:
 
     def __init__(self, addresses: Mapping[int, str], cluster_id: str, cache: StoredBatchCache,
                  limits: RpcLimits, max_inflight: int, deliver: Deliver, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 tls: TlsCredentials | None = None) -> None:
         assert max_inflight > 0
         self._addresses = dict(addresses)
         self._cluster_id = cluster_id
         self._cache = cache
         self._limits = limits
+        self._tls = tls
         self._max_inflight = max_inflight
         self._deliver = deliver
         self._clock = clock  # the streams' deadlines (tests pass their own)
@@ -72,7 +75,7 @@ class PeerClients:
     def _stub(self, peer: int) -> Any:
         stub = self._stubs.get(peer)
         if stub is None:
-            channel = create_channel(self._addresses[peer], self._limits)
+            channel = create_channel(self._addresses[peer], self._limits, self._tls)
             self._channels[peer] = channel
             stub = self._stubs[peer] = pb_grpc.RaftStub(channel)
         return stub

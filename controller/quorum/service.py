@@ -21,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Hashable
-from typing import Protocol, TypeVar
+from collections.abc import AsyncIterator, Callable, Hashable
+from typing import Any, Protocol, TypeVar
 
+import attrs
 import grpc
 from grpc import aio
 
@@ -46,6 +47,7 @@ from controller.raft.messages import (
     VoteResponse,
 )
 from controller.rpc import add_decoding_service
+from controller.security.principal import PrincipalMapper, PrincipalMappingError, host_of
 
 logger = logging.getLogger(__name__)
 
@@ -168,9 +170,46 @@ class RefusedError(Exception):
         self.details = details
 
 
-def admit(request: PbMessage, sink: RequestSink) -> Request:
+@attrs.frozen
+class RaftGate:
+    """Who may speak Raft to this node, from its TLS identity: the controllers
+    (`controller_principals`) may send everything; any other principal only
+    Fetch / FetchSnapshot as an observer (a node id that is not a voter), and only if
+    `may_observe` says so (the authorizer: CLUSTER_ACTION on the cluster). So a broker
+    certificate can follow the log but never vote, and nobody without a controller
+    certificate can fetch as a voter and be counted toward the high watermark."""
+
+    mapper: PrincipalMapper
+    controller_principals: frozenset[str]
+    voter_ids: frozenset[int]
+    may_observe: Callable[[str, str], bool]
+
+    def check(self, message: Request, context: Any) -> None:
+        try:
+            principal = self.mapper.principal_of(context.auth_context())
+        except PrincipalMappingError as exc:
+            raise RefusedError(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
+        if principal in self.controller_principals:
+            return
+        kind = type(message).__name__.removesuffix("Request")
+        if not isinstance(message, (FetchRequest, FetchSnapshotRequest)):
+            raise RefusedError(grpc.StatusCode.PERMISSION_DENIED,
+                               f"{principal} may not send Raft {kind}: only the controllers "
+                               f"({', '.join(sorted(self.controller_principals))}) may")
+        if message.src in self.voter_ids:
+            raise RefusedError(grpc.StatusCode.PERMISSION_DENIED,
+                               f"{principal} may not fetch as voter {message.src}: only the "
+                               "controllers may; observers fetch under their own node id")
+        if not self.may_observe(principal, host_of(context.peer() or "")):
+            raise RefusedError(grpc.StatusCode.PERMISSION_DENIED,
+                               f"{principal} may not follow the metadata log (needs "
+                               "CLUSTER_ACTION on the cluster)")
+
+
+def admit(request: PbMessage, sink: RequestSink, gate: RaftGate | None = None,
+          context: Any = None) -> Request:
     """The core request for `request`; `RefusedError` for bad input: another
-    cluster, malformed, or addressed to another node."""
+    cluster, malformed, addressed to another node, or from a sender `gate` refuses."""
     header = request.header
     if header.cluster_id != sink.cluster_id:
         raise RefusedError(
@@ -187,6 +226,8 @@ def admit(request: PbMessage, sink: RequestSink) -> Request:
                            f"{sink.node_id}")
     assert isinstance(message, (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest,
                                 FetchRequest, FetchSnapshotRequest)), message
+    if gate is not None:
+        gate.check(message, context)
     return message
 
 
@@ -196,7 +237,8 @@ MAX_STREAMED_FETCHES = 32
 
 
 async def _read_fetches(requests: AsyncIterator[pb.FetchRequest], sink: RequestSink,
-                        answers: asyncio.Queue[Response | RefusedError | None]) -> None:
+                        answers: asyncio.Queue[Response | RefusedError | None],
+                        gate: RaftGate | None, context: Any) -> None:
     """FetchStream's reading side: admits each request, answers it through
     `answers` (None: the caller half-closed and every answer is out)."""
     slots = asyncio.Semaphore(MAX_STREAMED_FETCHES)
@@ -217,7 +259,7 @@ async def _read_fetches(requests: AsyncIterator[pb.FetchRequest], sink: RequestS
     try:
         async for request in requests:
             try:
-                message = admit(request, sink)
+                message = admit(request, sink, gate, context)
             except RefusedError as exc:
                 answers.put_nowait(exc)
                 return
@@ -239,14 +281,18 @@ async def _read_fetches(requests: AsyncIterator[pb.FetchRequest], sink: RequestS
 
 
 class RaftService(pb_grpc.RaftServicer):
-    def __init__(self, sink: RequestSink) -> None:
+    def __init__(self, sink: RequestSink, gate: RaftGate | None = None) -> None:
         self._sink = sink
+        self._gate = gate
 
     async def _handle(self, request: _P, context: aio.ServicerContext[_P, PbMessage]) -> PbMessage:
         sink = self._sink
         try:
-            message = admit(request, sink)
+            message = admit(request, sink, self._gate, context)
         except RefusedError as exc:
+            if exc.code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+                logger.warning("event=raft_access_denied peer=%s reason=%r", context.peer(),
+                               exc.details)
             await context.abort(exc.code, exc.details)
         try:
             reply = await sink.submit_request(message, sink.reply_timeout_s(message))
@@ -267,7 +313,8 @@ class RaftService(pb_grpc.RaftServicer):
         stream with the status the unary call would get."""
         sink = self._sink
         answers: asyncio.Queue[Response | RefusedError | None] = asyncio.Queue()
-        reader = asyncio.create_task(_read_fetches(request_iterator, sink, answers))
+        reader = asyncio.create_task(_read_fetches(request_iterator, sink, answers,
+                                                   self._gate, context))
         try:
             while (answer := await answers.get()) is not None:
                 if isinstance(answer, RefusedError):
@@ -314,7 +361,9 @@ class RaftService(pb_grpc.RaftServicer):
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Raft"].full_name
 
 
-def add_raft_service(server: aio.Server, sink: RequestSink) -> str:
-    """Register the Raft service for `sink` on `server`; returns its full name."""
-    add_decoding_service(server, pb.DESCRIPTOR.services_by_name["Raft"], RaftService(sink))
+def add_raft_service(server: aio.Server, sink: RequestSink, gate: RaftGate | None = None) -> str:
+    """Register the Raft service for `sink` on `server` (`gate`: who may speak Raft;
+    None: anyone who can connect); returns its full name."""
+    add_decoding_service(server, pb.DESCRIPTOR.services_by_name["Raft"],
+                         RaftService(sink, gate))
     return SERVICE_NAME

@@ -10,6 +10,7 @@ layer's message and the command that fixes it.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,9 @@ import attrs
 
 from controller.quorum.driver_config import DriverConfig
 from controller.quorum_controller.ports import ControllerSettings
+from controller.security.acl import InvalidAclError, check_principal
+from controller.security.authorizer import AuthorizerConfig
+from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
 from controller.storage.errors import MetaPropertiesError
 from controller.storage.log_config import LogConfig
 from controller.storage.meta_properties import check_meta_properties
@@ -83,6 +87,22 @@ segment_ms = 604800000          # ... or this age (only closed segments are tier
 # retention_ms = -1                         # delete tier objects older than this (-1: keep forever)
 # retention_bytes = -1                      # ... or beyond this many bytes (-1: keep forever)
 
+# Mutual TLS on every connection (peers, brokers, admin clients). Required: to run
+# plaintext (no authentication at all) say so with `enabled = false`.
+[tls]
+ca_file = "/etc/metakraft/tls/ca.crt"       # the CA bundle every peer's certificate is checked against
+cert_file = "/etc/metakraft/tls/controller-1.crt"   # must name this host (SAN) for its peers
+key_file = "/etc/metakraft/tls/controller-1.key"
+principal_mapping_rules = ["DEFAULT"]       # DEFAULT: User:<subject CN>; or RULE:regex/replacement/[LU]
+# Only these may send Raft messages (votes, voter fetches); others may only observe.
+controller_principals = ["User:controller-1", "User:controller-2", "User:controller-3"]
+
+# ACLs (metakraft acls ...). On by default when TLS is on.
+[authorizer]
+# enabled = true
+super_users = ["User:admin"]                # may do anything, ACLs or not
+allow_everyone_if_no_acl_found = false      # true: a resource without ACLs is open to all
+
 [logging]
 level = "INFO"                  # DEBUG, INFO, WARNING, ERROR
 format = "kv"                   # "kv" (key=value) or "json", one line per event, stderr
@@ -103,7 +123,8 @@ _TIER_INT_KEYS = ("copy_interval_ms", "copy_timeout_ms", "max_backoff_ms", "loca
                   "local_retention_bytes", "retention_ms", "retention_bytes")
 _TIER_STR_KEYS = ("url", "access_key_id", "secret_access_key")
 _TOP_KEYS = {"node_id", "cluster_id", "data_dir", "listen", "voters", "raft", "controller",
-             "logging", "metrics", "log", "tier"}
+             "logging", "metrics", "log", "tier", "tls", "authorizer"}
+_AUTHORIZER_KEYS = ("enabled", "super_users", "allow_everyone_if_no_acl_found")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -120,6 +141,12 @@ class DaemonConfig:
     metrics_port: int | None = None
     # The remote tier; None: none.
     tier: TierConfig | None = None
+    # Mutual TLS (PLAINTEXT only when the config says `[tls] enabled = false`).
+    tls: TlsConfig = PLAINTEXT
+    # Who may send Raft messages (with TLS; empty without).
+    controller_principals: frozenset[str] = frozenset()
+    # None: no authorizer (every authenticated caller may do everything).
+    authorizer: AuthorizerConfig | None = None
 
 
 
@@ -183,6 +210,10 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
     log_values: dict[str, Any] = {k: require_int(log_table, k, "log.", minimum=1)
                                   for k in _LOG_KEYS if k in log_table}
     tier = _tier_config(doc, data_dir) if "tier" in doc else None
+    tls = parse_tls_table(doc, path.parent, required=True,
+                          extra_keys=("controller_principals",))
+    controller_principals = _controller_principals(doc, tls)
+    authorizer = _authorizer_config(doc, tls)
     try:
         # evolve() re-runs the validators with the configured values.
         driver = attrs.evolve(DriverConfig(node_id=node_id, cluster_id=cluster_id,
@@ -195,7 +226,48 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
         raise ConfigError(f"inconsistent settings: {exc}") from None
     return DaemonConfig(path=path, driver=driver, controller=settings, listen=listen,
                         log_level=level, log_format=log_format, metrics_address=metrics_address,
-                        metrics_port=metrics_port, tier=tier)
+                        metrics_port=metrics_port, tier=tier, tls=tls,
+                        controller_principals=controller_principals, authorizer=authorizer)
+
+
+def _principal_list(table: Mapping[str, Any], key: str, where: str) -> frozenset[str]:
+    values = table.get(key, [])
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ConfigError(f"{where}{key}: expected a list of \"User:<name>\" strings")
+    for value in values:
+        try:
+            check_principal(value)
+        except InvalidAclError as exc:
+            raise ConfigError(f"{where}{key}: {exc}") from None
+    return frozenset(values)
+
+
+def _controller_principals(doc: Mapping[str, Any], tls: TlsConfig) -> frozenset[str]:
+    table = sub_table(doc, "tls")
+    principals = _principal_list(table, "controller_principals", "tls.")
+    if tls.enabled and not principals:
+        raise ConfigError("tls.controller_principals is required with TLS: the principals "
+                          "of the controllers' certificates (only they may send Raft votes "
+                          "and voter fetches), e.g. [\"User:controller-1\", ...]")
+    if not tls.enabled and principals:
+        raise ConfigError("tls.controller_principals needs TLS (a plaintext peer has no "
+                          "identity to check)")
+    return principals
+
+
+def _authorizer_config(doc: Mapping[str, Any], tls: TlsConfig) -> AuthorizerConfig | None:
+    table = sub_table(doc, "authorizer")
+    reject_unknown(table, _AUTHORIZER_KEYS, "authorizer.")
+    enabled = table.get("enabled", tls.enabled)
+    allow_everyone = table.get("allow_everyone_if_no_acl_found", False)
+    for key, value in (("enabled", enabled), ("allow_everyone_if_no_acl_found", allow_everyone)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"authorizer.{key}: expected true or false, got {value!r}")
+    super_users = _principal_list(table, "super_users", "authorizer.")
+    if not enabled:
+        return None
+    return AuthorizerConfig(super_users=super_users,
+                            allow_everyone_if_no_acl_found=allow_everyone)
 
 
 def _tier_config(doc: dict[str, Any], data_dir: Path) -> TierConfig:
@@ -233,4 +305,6 @@ def load_config(path: Path) -> DaemonConfig:
                               config.driver.node_id)
     except MetaPropertiesError as exc:
         raise ConfigError(str(exc)) from None
-    return config
+    tls = config.tls.load()
+    return attrs.evolve(config, tls=tls, driver=attrs.evolve(config.driver,
+                                                             tls=tls.credentials))

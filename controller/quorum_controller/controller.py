@@ -130,6 +130,13 @@ class QuorumController(ControllerCore, CommitListener):
     def replayed_offset(self) -> int:
         return self._replayed_next
 
+    def committed_read_epoch(self) -> int | None:
+        """The timeline epoch of the committed state: None (the latest) when nothing
+        uncommitted is replayed, else the registry snapshot at the last committed offset."""
+        if self._replayed_next == self._committed_next:
+            return None
+        return self._committed_next - 1
+
     @property
     def leader_id(self) -> int | None:
         return self.settings.node_id if self._mode is not Mode.STANDBY else self._leader_id

@@ -18,16 +18,19 @@ import random
 import signal
 from collections.abc import Callable
 
+from controller.api.access import Access, Caller, cluster_action
 from controller.api.admin_service import add_api_services
 from controller.api.seam import ControllerFacade
 from controller.quorum.driver import RaftDriver, SteadyWallClock
-from controller.quorum.service import add_raft_service
+from controller.quorum.service import RaftGate, add_raft_service
 from controller.quorum_controller.config_file import DaemonConfig
 from controller.quorum_controller.controller import QuorumController
-from controller.quorum_controller.facade import ControllerApi
+from controller.quorum_controller.facade import CommittedAcls, ControllerApi
 from controller.quorum_controller.metrics import ControllerMetrics
 from controller.quorum_controller.ports import QuorumPort
-from controller.rpc import NOT_SERVING, bind_insecure, create_server
+from controller.rpc import NOT_SERVING, bind, create_server
+from controller.security.acl import Operation
+from controller.security.authorizer import StandardAuthorizer
 from controller.tier.copier import TierCopier
 from controller.tier.metrics import TierMetrics
 from controller.tier.remote import open_store
@@ -51,17 +54,21 @@ async def run_controller(config: DaemonConfig) -> int:
         logger.info("event=metrics_serving address=%s:%d", config.metrics_address, metrics_port)
     facade: ControllerFacade = ControllerApi(controller, port)
     server = create_server(cfg.rpc_limits)
-    bound = bind_insecure(server, config.listen)
-    raft_name = add_raft_service(server, driver)
-    health = add_api_services(server, facade, other_service_names=[raft_name])
+    bound = bind(server, config.listen, config.tls.credentials)
+    access = Access(config.tls.mapper, None if config.authorizer is None else
+                    StandardAuthorizer(config.authorizer, CommittedAcls(controller)))
+    raft_name = add_raft_service(server, driver, raft_gate(config, access))
+    health = add_api_services(server, facade, access=access, other_service_names=[raft_name])
     await driver.start()
     controller.start()
     copier_task = start_tier_copier(config, controller, driver, clock)
     await server.start()
     host = config.listen.rpartition(":")[0]
-    logger.info("event=serving node=%d address=%s:%d voters=%s data_dir=%s", cfg.node_id,
-                host, bound, ",".join(f"{k}={v}" for k, v in sorted(cfg.voter_addresses.items())),
-                cfg.data_dir)
+    logger.info("event=serving node=%d address=%s:%d voters=%s data_dir=%s tls=%s "
+                "authorizer=%s", cfg.node_id, host, bound,
+                ",".join(f"{k}={v}" for k, v in sorted(cfg.voter_addresses.items())),
+                cfg.data_dir, config.tls.credentials.subject if config.tls.credentials else "off",
+                "on" if config.authorizer is not None else "off")
     print(f"controller {cfg.node_id} serving on {host}:{bound}", flush=True)
 
     stop = asyncio.Event()
@@ -89,6 +96,17 @@ async def run_controller(config: DaemonConfig) -> int:
         return 1
     logger.info("event=stopped node=%d status=clean", cfg.node_id)
     return 0
+
+
+def raft_gate(config: DaemonConfig, access: Access) -> RaftGate | None:
+    """Who may speak Raft to this controller (None without TLS: no identities)."""
+    if config.tls.credentials is None:
+        return None
+    observe = cluster_action(Operation.CLUSTER_ACTION)
+    return RaftGate(config.tls.mapper, config.controller_principals,
+                    frozenset(config.driver.voter_addresses),
+                    lambda principal, host: access.allowed(Caller(principal, host, ""),
+                                                           observe))
 
 
 def start_tier_copier(config: DaemonConfig, controller: QuorumController, driver: RaftDriver,

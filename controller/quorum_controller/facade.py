@@ -8,7 +8,7 @@ REQUEST_TOO_LARGE on every item and changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from controller.api.seam import (
@@ -28,10 +28,13 @@ from controller.metadata import (
     ConfigResource,
     ControllerResult,
     CreatableTopic,
+    CreateAclResult,
     CreatePartitionsResult,
     CreatePartitionsTopic,
     CreateTopicResult,
+    DeleteAclsResult,
     DeleteTopicResult,
+    DescribeAclsResult,
     DescribeConfigsResult,
     ElectionType,
     ElectLeadersResult,
@@ -49,6 +52,7 @@ from controller.metadata import (
 from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import RequestTooLargeError
 from controller.quorum_controller.ports import QuorumPort
+from controller.security.acl import AclBinding, AclFilter
 from controller.storage.batch import BatchOrigin
 
 T = TypeVar("T")
@@ -250,6 +254,30 @@ class ControllerApi:
                 items, validate_only=validate_only),
             origin, lambda err: tuple(FeatureUpdateResult(u.name, err) for u in items))
 
+    # ---------------------------------------------------------------- ACLs
+
+    async def create_acls(self, bindings: Sequence[AclBinding], *,
+                          origin: Origin) -> tuple[CreateAclResult, ...]:
+        items = tuple(bindings)
+        return await self._write(
+            "create_acls", len(items),
+            lambda _next, _now: self._state.access.create_acls(items),
+            origin, lambda err: tuple(CreateAclResult(b, err) for b in items))
+
+    async def describe_acls(self, acl_filter: AclFilter, *, origin: Origin
+                            ) -> DescribeAclsResult:
+        result: DescribeAclsResult = await self.controller.read(
+            "describe_acls", lambda epoch: self._state.access.describe_acls(acl_filter, epoch))
+        return result
+
+    async def delete_acls(self, filters: Sequence[AclFilter], *,
+                          origin: Origin) -> tuple[DeleteAclsResult, ...]:
+        items = tuple(filters)
+        return await self._write(
+            "delete_acls", len(items),
+            lambda _next, _now: self._state.access.delete_acls(items),
+            origin, lambda err: tuple(DeleteAclsResult(f, err) for f in items))
+
     # ---------------------------------------------------------------- brokers
 
     async def register_broker(self, request: BrokerRegistrationRequest, *,
@@ -266,3 +294,17 @@ class ControllerApi:
             "broker_heartbeat", 1,
             lambda _next, now_ms: self._state.cluster.process_heartbeat(request, now_ms=now_ms),
             origin, BrokerHeartbeatReply)
+
+
+class CommittedAcls:
+    """The authorizer's `AclSource`: the ACLs at the committed offset (an ACL change
+    takes effect once committed, never while it could still be reverted)."""
+
+    def __init__(self, controller: QuorumController) -> None:
+        self._controller = controller
+
+    def acl_version(self) -> int:
+        return self._controller.state.access.version(self._controller.committed_read_epoch())
+
+    def acl_bindings(self) -> Iterable[AclBinding]:
+        return self._controller.state.access.bindings(self._controller.committed_read_epoch())

@@ -67,7 +67,7 @@ def iter_image_chunks(state: MetadataState, epoch: int,
             yield pending
             pending = []
     tail = state.configs.snapshot_records(epoch)
-    tail += [make_record(acl.to_record()) for acl in state.acls(epoch)]
+    tail += state.access.snapshot_records(epoch)
     tail += state.tier.snapshot_records(epoch)
     pending += [encode_record(r) for r in tail]
     yield pending

@@ -42,6 +42,7 @@ from controller.metadata import (
     ResourceType,
     TopicPartition,
 )
+from controller.security.principal import ANONYMOUS
 from tests.support.api_server import (
     LOCAL_CLUSTER,
     ApiServer,
@@ -59,7 +60,7 @@ CLUSTER = LOCAL_CLUSTER
 
 @pytest.fixture
 def client(server: ApiServer) -> Iterator[AdminClient]:
-    with AdminClient([server.address], timeout_ms=5_000, principal="alice") as admin:
+    with AdminClient([server.address], timeout_ms=5_000) as admin:
         yield admin
 
 
@@ -77,7 +78,7 @@ def test_every_admin_rpc(client: AdminClient, controller: LocalController) -> No
     )
     assert created.error.ok and created.num_partitions == 3 and created.replication_factor == 2
     batch = controller.batches[-1]
-    assert batch.origin.principal == "alice"
+    assert batch.origin.principal == ANONYMOUS  # plaintext: no identity
     assert batch.origin.request_id == client.last_request_id
     assert batch.origin.client_address.startswith("ipv4:127.0.0.1")
 

@@ -16,9 +16,11 @@ from grpc_health.v1 import health, health_pb2_grpc
 
 from controller import rpc
 from controller.api import admin_pb2 as apb
-from controller.api.admin_service import AdminService
+from controller.api.access import OPEN
+from controller.api.admin_service import admin_handler
 from controller.api.client import AdminClient, OutcomeUnknownError, RequestFailedError
 from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY, register_service
+from controller.api.rpcs import ADMIN_RPCS
 from controller.api.seam import ControllerBusyError, NotControllerError
 from controller.api.stream_client import STREAM_METHOD, AdminStream, StreamItemError
 from controller.metadata import CreatableTopic
@@ -78,9 +80,10 @@ def test_items_are_answered_like_their_unary_calls(
             stream.call("CreateTopics", _create("t", "req-1"), 5)
         )
         assert created.results[0].error.code == "NONE"
-        # The batch origin: the declared principal, the stream's peer, the request id.
+        # The batch origin: the authenticated principal (the one the request declares,
+        # "alice", is ignored: a plaintext caller is anonymous), the peer, the id.
         origin = controller.batches[-1].origin
-        assert (origin.principal, origin.request_id) == ("alice", "req-1")
+        assert (origin.principal, origin.request_id) == ("User:ANONYMOUS", "req-1")
         assert origin.client_address.startswith("ipv4:127.0.0.1:")
         assert controller.record_count > before
 
@@ -269,9 +272,9 @@ class _UnaryOnlyServer(ApiServer):
     async def _start(self) -> str:
         server = rpc.create_server()
         register_service(
-            server, apb.DESCRIPTOR.services_by_name["Admin"], AdminService(self.facade)
-        )
-        port = rpc.bind_insecure(server, "127.0.0.1:0")
+            server, apb.DESCRIPTOR.services_by_name["Admin"],
+            {spec.name: admin_handler(spec, self.facade, OPEN) for spec in ADMIN_RPCS})
+        port = rpc.bind(server, "127.0.0.1:0", None)
         await server.start()
         self._server = server
         return f"127.0.0.1:{port}"

@@ -33,6 +33,7 @@ from controller.metadata import (
     ResourceType,
 )
 from controller.records import decode_record
+from controller.security.principal import ANONYMOUS
 from controller.storage.batch import RecordBatch
 from tests.support.controller_processes import ControllerCluster, ControllerProcess
 from tests.support.raft_node_process import wait_until
@@ -55,7 +56,7 @@ def cluster(tmp_path: Path) -> Iterator[ControllerCluster]:
 
 
 def client(c: ControllerCluster, **kwargs: object) -> AdminClient:
-    return AdminClient(c.bootstrap, principal="tester", **kwargs)  # type: ignore[arg-type]
+    return AdminClient(c.bootstrap, **kwargs)  # type: ignore[arg-type]
 
 
 def records_of(batches: list[RecordBatch], kind: str) -> list[object]:
@@ -132,7 +133,7 @@ def test_topics_and_configs_end_to_end_and_bad_inputs_leave_no_record(
     keys = {c.name for c in records_of(logs[0], "config")}  # type: ignore[attr-defined]
     assert keys == {"retention.ms"}
     origins = {b.origin.principal for b in logs[0] if not b.is_control}
-    assert "tester" in origins
+    assert ANONYMOUS in origins  # plaintext: no identity
 
 
 def test_kill_leader_mid_stream_every_write_failed_or_applied_once(

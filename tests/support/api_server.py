@@ -58,7 +58,7 @@ class ApiServer:
     async def _start(self) -> str:
         server = rpc.create_server(self._limits)
         add_api_services(server, self.facade)
-        port = rpc.bind_insecure(server, "127.0.0.1:0")
+        port = rpc.bind(server, "127.0.0.1:0", None)
         await server.start()
         self._server = server
         return f"127.0.0.1:{port}"

@@ -29,6 +29,7 @@ from tests.support.controller_processes import (
     ControllerProcess,
     latest_active,
 )
+from tests.support.pki import PLAINTEXT_TABLE
 from tests.support.raft_node_process import free_ports
 
 CONTROLLER_BASE_ID = 3000
@@ -70,7 +71,7 @@ class BrokerProcess:
             f'data_dir = "{self.data_dir}"\nlisten = "{self.listen}"\nrack = "r{broker_id}"\n'
             f"[controllers]\n{table}\n[broker]\nheartbeat_interval_ms = {heartbeat_interval_ms}\n"
             f"controlled_shutdown_timeout_ms = {controlled_shutdown_timeout_ms}\n"
-            '[logging]\nlevel = "INFO"\nformat = "kv"\n')
+            '[logging]\nlevel = "INFO"\nformat = "kv"\n' + PLAINTEXT_TABLE)
         self.format()
 
     def format(self) -> None:
@@ -156,7 +157,7 @@ class BrokerCluster:
                 f'data_dir = "{data_dir}"\n[voters]\n{voters}\n'
                 f"[controller]\nsession_timeout_ms = {session_timeout_ms}\n"
                 f"snapshot_interval_bytes = {snapshot_interval_bytes}\n"
-                '[logging]\nlevel = "INFO"\n')
+                '[logging]\nlevel = "INFO"\n' + PLAINTEXT_TABLE)
             self.controllers[node_id] = ControllerProcess(node_id, address, config, data_dir)
         self.brokers: dict[int, BrokerProcess] = {
             b: BrokerProcess(b, self.cluster_id, root, self.controller_addresses,

@@ -28,9 +28,11 @@ from controller.api.broker_convert import (
 from controller.metadata import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from controller.records.domain import Listener
 from controller.rpc import create_sync_channel
+from controller.security.tls import TlsCredentials
 from controller.storage.batch import RecordBatch
 from controller.storage.log import SegmentedLog
 from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
+from tests.support.pki import PLAINTEXT_TABLE, TestPki
 from tests.support.raft_node_process import free_ports, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -98,8 +100,13 @@ class ControllerProcess:
 class ControllerCluster:
     def __init__(self, root: Path, count: int = 3, *, session_timeout_ms: int = 600_000,
                  snapshot_interval_bytes: int = 16 << 20, extra_config: str = "",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, secure: bool = False,
+                 authorizer: str = "") -> None:
+        """`secure`: mutual TLS with certificates from `self.pki` (controllers are
+        `User:controller-<id>`, `User:admin` is a super user), and `authorizer` more
+        lines of the [authorizer] table; else plaintext."""
         self.root = root
+        self.pki = TestPki(root / "tls") if secure else None
         self.cluster_id = random_cluster_id()
         ports = free_ports(count)
         # Controller ids of their own (as `metakraft dev` gives them): brokers take
@@ -117,8 +124,21 @@ class ControllerCluster:
                 f'data_dir = "{data_dir}"\n[voters]\n{voters}\n'
                 f"[controller]\nsession_timeout_ms = {session_timeout_ms}\n"
                 f"snapshot_interval_bytes = {snapshot_interval_bytes}\n"
-                '[logging]\nlevel = "INFO"\n' + extra_config)
+                '[logging]\nlevel = "INFO"\n' + self._security_tables(node_id, authorizer)
+                + extra_config)
             self.nodes[node_id] = ControllerProcess(node_id, address, config, data_dir, env)
+
+    def _security_tables(self, node_id: int, authorizer: str) -> str:
+        if self.pki is None:
+            return PLAINTEXT_TABLE
+        principals = ", ".join(f'"User:controller-{i}"' for i in self.addresses)
+        return (self.pki.tls_table(f"controller-{node_id}",
+                                   f"controller_principals = [{principals}]\n")
+                + f'\n[authorizer]\nsuper_users = ["User:admin"]\n{authorizer}')
+
+    def credentials(self, name: str) -> TlsCredentials | None:
+        """`name`'s client credentials on a secure cluster (None: plaintext)."""
+        return None if self.pki is None else self.pki.credentials(name)
 
     @property
     def bootstrap(self) -> list[str]:
@@ -140,7 +160,7 @@ class ControllerCluster:
     def _broker_call(self, method: str, request: object) -> Any:
         """Ask every controller until one (the active one) answers; None if none did."""
         for address in self.bootstrap:
-            channel = create_sync_channel(address)
+            channel = create_sync_channel(address, tls=self.credentials("admin"))
             try:
                 return getattr(bpb_grpc.BrokerLifecycleStub(channel), method)(request, timeout=5)
             except grpc.RpcError:

@@ -19,7 +19,7 @@ import asyncio
 import collections
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import attrs
@@ -36,10 +36,13 @@ from controller.metadata import (
     ConfigResource,
     ControllerResult,
     CreatableTopic,
+    CreateAclResult,
     CreatePartitionsResult,
     CreatePartitionsTopic,
     CreateTopicResult,
+    DeleteAclsResult,
     DeleteTopicResult,
+    DescribeAclsResult,
     DescribeConfigsResult,
     ElectionType,
     ElectLeadersResult,
@@ -56,6 +59,7 @@ from controller.metadata import (
     TopicPartition,
 )
 from controller.records import MetadataRecord
+from controller.security.acl import AclBinding, AclFilter
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -271,6 +275,29 @@ class LocalController:
             origin,
             lambda: self.state.features.update_features(updates, validate_only=validate_only),
         )
+
+    async def create_acls(
+        self, bindings: Sequence[AclBinding], *, origin: Origin
+    ) -> tuple[CreateAclResult, ...]:
+        return await self._write("create_acls", origin,
+                                 lambda: self.state.access.create_acls(bindings))
+
+    async def describe_acls(self, acl_filter: AclFilter, *, origin: Origin
+                            ) -> DescribeAclsResult:
+        return await self._read("describe_acls",
+                                lambda: self.state.access.describe_acls(acl_filter))
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter], *, origin: Origin
+    ) -> tuple[DeleteAclsResult, ...]:
+        return await self._write("delete_acls", origin,
+                                 lambda: self.state.access.delete_acls(filters))
+
+    def acl_version(self) -> int:
+        return self.state.access.version()
+
+    def acl_bindings(self) -> Iterable[AclBinding]:
+        return self.state.access.bindings()
 
     async def register_broker(
         self, request: BrokerRegistrationRequest, *, origin: Origin

@@ -57,7 +57,7 @@ class Writer(threading.Thread):
 
     def run(self) -> None:
         i = 0
-        with AdminClient(self.bootstrap, principal="writer", timeout_ms=10_000) as admin:
+        with AdminClient(self.bootstrap, timeout_ms=10_000) as admin:
             while not self.stop_event.is_set():
                 name = f"w{i}"
                 i += 1

@@ -211,6 +211,6 @@ def test_unknown_outcome_exits_4_with_the_request_id(
     server: ApiServer, controller: LocalController
 ) -> None:
     controller.fail_next(ControllerTimeoutError("commit is slow"))
-    result = run(server, "topics", "create", "--name", "t", "--principal", "ops")
+    result = run(server, "topics", "create", "--name", "t")
     assert result.exit_code == 4
     assert "outcome unknown" in result.stderr and "request id" in result.stderr

@@ -28,6 +28,8 @@ listen = "127.0.0.1:0"
 3001 = "127.0.0.1:9002"
 [broker]
 heartbeat_interval_ms = 250
+[tls]
+enabled = false
 """
 
 
@@ -52,6 +54,10 @@ def test_example_parses_and_defaults(tmp_path: Path) -> None:
     (GOOD.replace("heartbeat_interval_ms = 250", "heartbeat_interval_ms = 0"), ">= 1"),
     (GOOD.replace("heartbeat_interval_ms = 250", "heartbat = 1"), "unknown key"),
     (GOOD + '[logging]\nlevel = "LOUD"\n', "logging.level"),
+    (GOOD.replace("[tls]\nenabled = false\n", ""), "missing [tls]"),
+    (GOOD.replace("enabled = false", "enabled = true"), "tls.ca_file is required"),
+    (GOOD.replace("enabled = false", 'enabled = false\ncert_file = "x"'),
+     "tls.enabled is false but cert_file"),
     ("broker_id = ", "not valid TOML"),
 ])
 def test_bad_configs_are_explained(tmp_path: Path, text: str, message: str) -> None:

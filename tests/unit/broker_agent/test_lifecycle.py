@@ -69,7 +69,7 @@ def test_register_follow_leader_reregister_unfence_and_shut_down() -> None:
         addresses = []
         for servicer in (standby, active):
             server = rpc.create_server()
-            port = rpc.bind_insecure(server, "127.0.0.1:0")
+            port = rpc.bind(server, "127.0.0.1:0", None)
             bpb_grpc.add_BrokerLifecycleServicer_to_server(servicer, server)
             await server.start()
             servers.append(server)

@@ -23,7 +23,7 @@ from controller.quorum.driver import (
 )
 from controller.quorum.service import SERVICE_NAME, RaftService, add_raft_service
 from controller.raft.values import RecordBatch, SnapshotId
-from controller.rpc import bind_insecure, create_channel, create_server
+from controller.rpc import bind, create_channel, create_server
 from controller.storage import snapshot_file as sf
 from controller.storage.errors import ClusterIdMismatchError
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
@@ -65,7 +65,7 @@ class Cluster:
         """`fetch_stream=False`: a server as it was before FetchStream existed."""
         server = create_server()
         address = self.addresses.get(node_id, "127.0.0.1:0")
-        bound = bind_insecure(server, address)
+        bound = bind(server, address, None)
         data_dir = self.root / f"n{node_id}"
         format_data_dir(data_dir, self.cluster_id, node_id, ignore_formatted=True)
         listener = Recorder()

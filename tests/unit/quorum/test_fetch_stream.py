@@ -22,7 +22,7 @@ from controller.quorum.service import (
 )
 from controller.quorum.wire import StoredBatchCache, to_pb
 from controller.raft import messages as m
-from controller.rpc import RpcLimits, bind_insecure, create_channel, create_server
+from controller.rpc import RpcLimits, bind, create_channel, create_server
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,7 +94,7 @@ def serve(sink: ScriptedSink, body: Callable[[pb_grpc.RaftStub, aio.Channel],
 
     async def main() -> None:
         server = create_server(limits or RpcLimits())
-        port = bind_insecure(server, "127.0.0.1:0")
+        port = bind(server, "127.0.0.1:0", None)
         add_raft_service(server, sink)
         await server.start()
         channel = create_channel(f"127.0.0.1:{port}")
@@ -292,7 +292,7 @@ def with_peers(server: ScriptedFetchServer,
                clock: Callable[[], float] | None = None) -> None:
     async def main() -> None:
         grpc_server = create_server()
-        port = bind_insecure(grpc_server, "127.0.0.1:0")
+        port = bind(grpc_server, "127.0.0.1:0", None)
         grpc_server.add_generic_rpc_handlers((server.handler,))
         await grpc_server.start()
         received: list[m.Message] = []

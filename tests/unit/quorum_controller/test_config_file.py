@@ -28,6 +28,8 @@ election_timeout_ms = 500
 session_timeout_ms = 4000
 [logging]
 format = "json"
+[tls]
+enabled = false
 """
 
 
@@ -57,6 +59,19 @@ def test_example_config_is_valid(tmp_path: Path) -> None:
     (lambda t: t.replace("session_timeout_ms = 4000", "session_timeout_ms = 0"), "must be >= 1"),
     (lambda t: t.replace('format = "json"', 'format = "xml"'), "logging.format"),
     (lambda t: t + "\n[[oops", "not valid TOML"),
+    (lambda t: t.replace("[tls]\nenabled = false\n", ""), "missing [tls]"),
+    (lambda t: t.replace("enabled = false", "enabled = maybe"), "not valid TOML"),
+    (lambda t: t.replace("enabled = false", 'enabled = "no"'), "tls.enabled: expected true"),
+    (lambda t: t.replace("enabled = false", 'enabled = false\ncontroller_principals = '
+                         '["User:c1"]'), "controller_principals needs TLS"),
+    (lambda t: t.replace("enabled = false", 'enabled = false\nprincipal_mapping_rules = '
+                         '["RULE:(/x/"]'), "principal_mapping_rules"),
+    (lambda t: t.replace("enabled = false", 'enabled = false\nprincipal_mapping_rules = '
+                         '["NOPE"]'), "neither DEFAULT nor RULE"),
+    (lambda t: t + '[authorizer]\nsuper_users = ["alice"]\n', "must be User:<name>"),
+    (lambda t: t + '[authorizer]\nsuper_users = [""]\n', "must not be empty"),
+    (lambda t: t + "[authorizer]\nenabled = 1\n", "authorizer.enabled: expected true"),
+    (lambda t: t + "[authorizer]\nsuperusers = []\n", "unknown key(s) superusers"),
     (lambda t: t.split("[voters]")[0], "missing [voters]"),
 ])
 def test_bad_configs_say_what_is_wrong(tmp_path: Path, edit: object, message: str) -> None:

@@ -25,7 +25,7 @@ GARBAGE = b"\xff\xff\xff\xff\x0f"
 def run(body: Any) -> None:
     async def main() -> None:
         server = rpc.create_server()
-        port = rpc.bind_insecure(server, "127.0.0.1:0")
+        port = rpc.bind(server, "127.0.0.1:0", None)
         name = add_status_service(server, lambda: BrokerStatusView(
             7, next(iter(LifecycleState)), 3, 10, (), 1, "inc"))
         rpc.add_health_and_reflection(server, [name])
