@@ -43,7 +43,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
+
+import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -55,7 +57,11 @@ from controller.metadata import (
     MetadataState,
 )
 from controller.records.domain import Listener
+from controller.security.tls import TlsCredentials
 from controller.storage import snapshot_file as sf
+
+if TYPE_CHECKING:
+    from tests.support.controller_processes import ControllerCluster
 
 # What a client process reports: topics created in the window, request latencies
 # (s), the first few errors, its CPU seconds.
@@ -92,7 +98,8 @@ def proc_cpu_s(pid: int) -> float:
 
 
 def _client_proc(bootstrap: list[str], threads: int, partitions: int, per_request: int,
-                 prefix: str, start_at: float, stop_at: float, out: mp.Queue[object]) -> None:
+                 prefix: str, start_at: float, stop_at: float, out: mp.Queue[object],
+                 tls: TlsCredentials | None = None) -> None:
     """One client process: `threads` AdminClients in a closed loop; reports
     (topics created in the window, latencies in the window, errors, cpu seconds)."""
     latencies: list[float] = []
@@ -101,7 +108,7 @@ def _client_proc(bootstrap: list[str], threads: int, partitions: int, per_reques
     lock = threading.Lock()
 
     def run(tid: int) -> None:
-        client = AdminClient(bootstrap, timeout_ms=30_000)
+        client = AdminClient(bootstrap, timeout_ms=30_000, tls=tls)
         client.describe_cluster()  # find the leader before the window starts
         n = 0
         while time.time() < stop_at:
@@ -154,6 +161,69 @@ def start_profilers(directory: str | None, cluster: object, seconds: float,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name, pid in targets.items()]
 
 
+@attrs.frozen
+class Row:
+    clients: int
+    partitions: int
+    topics_per_s: float
+    p50_ms: float
+    p99_ms: float
+    ctrl_cpu_s: tuple[float, ...]  # the active controller first
+    client_cpu_s: float
+    errors: tuple[str, ...]
+
+    @property
+    def records_per_s(self) -> float:
+        return self.topics_per_s * (self.partitions + 1)
+
+    def line(self, label: str = "") -> str:
+        errors = f"{len(self.errors)}{' ' + self.errors[0] if self.errors else ''}"
+        return (f"{label}{self.clients:7d} {self.partitions:10d} {self.topics_per_s:9.0f} "
+                f"{self.records_per_s:10.0f} {self.p50_ms:7.1f} {self.p99_ms:7.1f} "
+                f"{sum(self.ctrl_cpu_s):11.1f} {self.client_cpu_s:13.1f}  {errors}")
+
+
+def measure(cluster: ControllerCluster, clients: int, partitions: int, args: argparse.Namespace,
+            prefix: str, tls: TlsCredentials | None = None) -> Row:
+    """One measured window: `clients` closed-loop clients over `args.procs` processes."""
+    ctx = mp.get_context("spawn")
+    procs = min(args.procs, clients)
+    out: mp.Queue[object] = ctx.Queue()
+    active = cluster.active_node()
+    # The active controller first: its share is printed apart.
+    pids = [n.proc.pid for n in sorted(cluster.nodes.values(), key=lambda n: n is not active)
+            if n.proc is not None]
+    start_at = time.time() + args.startup + args.warmup
+    stop_at = start_at + args.seconds
+    per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
+    workers = [ctx.Process(target=_client_proc, args=(
+        cluster.bootstrap, per[i], partitions, args.topics_per_request, f"{prefix}p{i}",
+        start_at, stop_at, out, tls)) for i in range(procs)]
+    for w in workers:
+        w.start()
+    # The controllers' CPU over the measured window only.
+    time.sleep(max(0.0, start_at - time.time()))
+    cpu_start = [proc_cpu_s(p) for p in pids]
+    spies = start_profilers(getattr(args, "profile", None), cluster, args.seconds,
+                            f"c{clients}p{partitions}", workers[0].pid)
+    time.sleep(max(0.0, stop_at - time.time()))
+    cpu_each = tuple(proc_cpu_s(p) - c for p, c in zip(pids, cpu_start, strict=True))
+    for spy in spies:
+        spy.wait(60)
+    results = [cast(ClientReport, out.get(timeout=120)) for _ in workers]
+    for w in workers:
+        w.join()
+    lat = sorted(x for r in results for x in r[1])
+    p50 = statistics.median(lat) * 1e3 if lat else float("nan")
+    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3 if lat else float("nan")
+    return Row(clients, partitions, sum(r[0] for r in results) / args.seconds, p50, p99,
+               cpu_each, sum(r[3] for r in results), tuple(e for r in results for e in r[2]))
+
+
+HEADER = ("clients partitions  topics/s  records/s  p50 ms  p99 ms  ctrl cpu s  "
+          "client cpu s  errors")
+
+
 def run_create(args: argparse.Namespace) -> None:
     from tests.support.controller_processes import ControllerCluster
     from tests.support.raft_node_process import wait_until
@@ -168,53 +238,13 @@ def run_create(args: argparse.Namespace) -> None:
         print(f"# {cluster.bootstrap}, {BROKERS} brokers, {args.seconds}s measured "
               f"after {args.warmup}s warm-up")
         print(f"# {args.topics_per_request} topic(s) per CreateTopics request")
-        print("clients partitions  topics/s  records/s  p50 ms  p99 ms  ctrl cpu s  "
-              "client cpu s  errors")
-        ctx = mp.get_context("spawn")
+        print(HEADER)
         for partitions in args.partitions:
             for clients in args.clients:
-                procs = min(args.procs, clients)
-                out: mp.Queue[object] = ctx.Queue()
-                active = cluster.active_node()
-                # The active controller first: its share is printed apart.
-                pids = [n.proc.pid for n in sorted(cluster.nodes.values(),
-                                                   key=lambda n: n is not active)
-                        if n.proc is not None]
-                start_at = time.time() + args.startup + args.warmup
-                stop_at = start_at + args.seconds
-                prefix = f"t{partitions}c{clients}"
-                per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
-                workers = [ctx.Process(target=_client_proc, args=(
-                    cluster.bootstrap, per[i], partitions, args.topics_per_request,
-                    f"{prefix}p{i}", start_at,
-                    stop_at, out)) for i in range(procs)]
-                for w in workers:
-                    w.start()
-                # The controllers' CPU over the measured window only.
-                time.sleep(max(0.0, start_at - time.time()))
-                cpu_start = [proc_cpu_s(p) for p in pids]
-                spies = start_profilers(args.profile, cluster, args.seconds,
-                                        f"c{clients}p{partitions}", workers[0].pid)
-                time.sleep(max(0.0, stop_at - time.time()))
-                cpu_each = [proc_cpu_s(p) - c for p, c in zip(pids, cpu_start, strict=True)]
-                cpu_ctrl = sum(cpu_each)
-                for spy in spies:
-                    spy.wait(60)
-                results = [cast(ClientReport, out.get(timeout=120)) for _ in workers]
-                for w in workers:
-                    w.join()
-                created = sum(r[0] for r in results)
-                lat = sorted(x for r in results for x in r[1])
-                errs = [e for r in results for e in r[2]]
-                client_cpu = sum(r[3] for r in results)
-                p50 = statistics.median(lat) * 1e3 if lat else float("nan")
-                p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3 if lat else float("nan")
-                rate = created / args.seconds
-                print(f"{clients:7d} {partitions:10d} {rate:9.0f} {rate * (partitions + 1):10.0f} "
-                      f"{p50:7.1f} {p99:7.1f} {cpu_ctrl:11.1f} {client_cpu:13.1f}  {len(errs)}"
-                      f"{' ' + errs[0] if errs else ''}", flush=True)
-                print(f"#   ctrl cpu s: active {cpu_each[0]:.1f}, standbys "
-                      f"{', '.join(f'{c:.1f}' for c in cpu_each[1:])}", flush=True)
+                row = measure(cluster, clients, partitions, args, f"t{partitions}c{clients}")
+                print(row.line(), flush=True)
+                print(f"#   ctrl cpu s: active {row.ctrl_cpu_s[0]:.1f}, standbys "
+                      f"{', '.join(f'{c:.1f}' for c in row.ctrl_cpu_s[1:])}", flush=True)
         sizes = {n: sum(f.stat().st_size for f in (root / f"c{n}").rglob("*") if f.is_file())
                  for n in cluster.nodes}
         print(f"# data dirs after the run: {sizes}")

@@ -59,6 +59,12 @@ async def run_controller(config: DaemonConfig) -> int:
                     StandardAuthorizer(config.authorizer, CommittedAcls(controller)))
     raft_name = add_raft_service(server, driver, raft_gate(config, access))
     health = add_api_services(server, facade, access=access, other_service_names=[raft_name])
+    # Signals first: a SIGTERM while starting stops cleanly once started (it would
+    # otherwise kill the process with the default action).
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     await driver.start()
     controller.start()
     copier_task = start_tier_copier(config, controller, driver, clock)
@@ -70,11 +76,6 @@ async def run_controller(config: DaemonConfig) -> int:
                 cfg.data_dir, config.tls.credentials.subject if config.tls.credentials else "off",
                 "on" if config.authorizer is not None else "off")
     print(f"controller {cfg.node_id} serving on {host}:{bound}", flush=True)
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     waits = [asyncio.create_task(stop.wait()), asyncio.create_task(driver.stopped.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for task in waits:

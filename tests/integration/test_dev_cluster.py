@@ -34,8 +34,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 READY_LINE = "Ctrl-C stops everything"
 
 
-def metakraft(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(dev_command(*args), cwd=REPO_ROOT, env=dev_env(),
+def metakraft(*args: str, timeout_s: float = 60.0,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(dev_command(*args), cwd=REPO_ROOT, env={**dev_env(), **(env or {})},
                           capture_output=True, text=True, timeout=timeout_s)
 
 
@@ -49,9 +50,12 @@ def data_dir(tmp_path: Path) -> Iterator[Path]:
         kill_everything(None, path)
 
 
-def test_scenario_runs_the_tour_and_exits_0(data_dir: Path) -> None:
-    code, out = run_scenario(data_dir)
+@pytest.mark.parametrize("secure", [True, False], ids=["tls", "insecure"])
+def test_scenario_runs_the_tour_and_exits_0(data_dir: Path, secure: bool) -> None:
+    code, out = run_scenario(data_dir, () if secure else ("--insecure",))
     assert code == 0, out
+    granted = "brokers may join: CLUSTER_ACTION granted to User:broker-1, User:broker-2"
+    assert (granted in out) is secure, out
     for checkpoint in ("ready controller-3000 serving", "is the active controller",
                        "ready broker-3 registered and unfenced", "created topic 'demo'",
                        "[ok] topics created",
@@ -99,11 +103,26 @@ def test_background_cluster_cli_sigint_and_resume(data_dir: Path, tmp_path: Path
         roles = sorted((p["role"], p["node_id"]) for p in doc["processes"])
         assert roles == [("broker", 1), ("broker", 2), ("broker", 3), ("controller", 3000),
                          ("controller", 3001), ("controller", 3002)]
-        listed = metakraft("topics", "list", "--bootstrap", doc["bootstrap"], "--output", "json")
+        assert doc["tls"] is True
+        as_admin = {"METAKRAFT_COMMAND_CONFIG": doc["command_config"]}
+        assert "export METAKRAFT_COMMAND_CONFIG=" in log.read_text()
+        # Secured by default: a client without the admin's certificate is refused.
+        refused = metakraft("topics", "list", "--bootstrap", doc["bootstrap"],
+                            "--timeout-ms", "3000")
+        assert refused.returncode == 3, refused.stderr
+        assert "--command-config" in refused.stderr
+        listed = metakraft("topics", "list", "--bootstrap", doc["bootstrap"], "--output", "json",
+                           env=as_admin)
         assert listed.returncode == 0, listed.stderr
         assert [t["name"] for t in json.loads(listed.stdout)] == ["demo"]
+        acls = metakraft("acls", "list", "--bootstrap", doc["bootstrap"], "--output", "json",
+                         env=as_admin)
+        assert acls.returncode == 0, acls.stderr
+        assert sorted((a["principal"], a["operation"]) for a in json.loads(acls.stdout)) == [
+            (f"User:broker-{i}", "CLUSTER_ACTION") for i in (1, 2, 3)]
         broker = next(p for p in doc["processes"] if p["role"] == "broker")
-        status = metakraft("broker-status", "--address", broker["address"], "--output", "json")
+        status = metakraft("broker-status", "--address", broker["address"], "--output", "json",
+                           env=as_admin)
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["state"] == "RUNNING"
         _stop(proc, data_dir, log)
@@ -113,7 +132,8 @@ def test_background_cluster_cli_sigint_and_resume(data_dir: Path, tmp_path: Path
         assert f"Resuming cluster {cluster_id}" in log.read_text()
         doc = json.loads((data_dir / "cluster.json").read_text())
         assert doc["cluster_id"] == cluster_id
-        listed = metakraft("topics", "list", "--bootstrap", doc["bootstrap"], "--output", "json")
+        listed = metakraft("topics", "list", "--bootstrap", doc["bootstrap"], "--output", "json",
+                           env=as_admin)
         assert listed.returncode == 0, listed.stderr
         assert [t["name"] for t in json.loads(listed.stdout)] == ["demo"]
         _stop(proc, data_dir, log)

@@ -49,10 +49,12 @@ def kill_everything(supervisor: subprocess.Popen[bytes] | None, data_dir: Path) 
 SCENARIO_TIMEOUT_S = 150.0
 
 
-def run_scenario(data_dir: Path, timeout_s: float = SCENARIO_TIMEOUT_S) -> tuple[int, str]:
+def run_scenario(data_dir: Path, extra: tuple[str, ...] = (),
+                 timeout_s: float = SCENARIO_TIMEOUT_S) -> tuple[int, str]:
     """`metakraft dev --scenario` in `data_dir`, run to its end: (exit code, output).
     Every process it started is gone when this returns, however it ended."""
-    proc = subprocess.Popen(dev_command("dev", "--scenario", "--data-dir", str(data_dir)),
+    proc = subprocess.Popen(dev_command("dev", "--scenario", "--data-dir", str(data_dir),
+                                        *extra),
                             cwd=REPO_ROOT, env=dev_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     try:
