@@ -26,11 +26,11 @@ def test_each_bad_file_is_named(tmp_path: Path) -> None:
     bob = ca.issue_files("bob", tmp_path)
     with pytest.raises(ConfigError, match="cannot read"):
         TlsCredentials.load(tmp_path / "missing.crt", alice.cert_file, alice.key_file)
-    with pytest.raises(ConfigError, match="ca_file .* holds no PEM certificate"):
+    with pytest.raises(ConfigError, match=r"ca_file .* holds no PEM certificate"):
         TlsCredentials.load(alice.key_file, alice.cert_file, alice.key_file)
-    with pytest.raises(ConfigError, match="cert_file .* is not a PEM certificate"):
+    with pytest.raises(ConfigError, match=r"cert_file .* is not a PEM certificate"):
         TlsCredentials.load(alice.ca_file, alice.key_file, alice.key_file)
-    with pytest.raises(ConfigError, match="key_file .* is not an unencrypted PEM private key"):
+    with pytest.raises(ConfigError, match=r"key_file .* is not an unencrypted PEM private key"):
         TlsCredentials.load(alice.ca_file, alice.cert_file, alice.cert_file)
     with pytest.raises(ConfigError, match="is not the key of the certificate"):
         TlsCredentials.load(alice.ca_file, alice.cert_file, bob.key_file)
@@ -44,5 +44,5 @@ def test_an_expired_certificate_is_refused_at_start(tmp_path: Path) -> None:
     ca = CertificateAuthority.create("ca")
     old = ca.issue_files("old", tmp_path, valid_days=1, not_before=datetime.datetime.now(
         datetime.UTC) - datetime.timedelta(days=3))
-    with pytest.raises(ConfigError, match="is not valid now .* renew it"):
+    with pytest.raises(ConfigError, match=r"is not valid now .* renew it"):
         TlsCredentials.load(old.ca_file, old.cert_file, old.key_file)
