@@ -184,7 +184,7 @@ class Row:
 
 
 def measure(cluster: ControllerCluster, clients: int, partitions: int, args: argparse.Namespace,
-            prefix: str, tls: TlsCredentials | None = None) -> Row:
+            prefix: str, tls: TlsCredentials | None = None, profile_tag: str = "") -> Row:
     """One measured window: `clients` closed-loop clients over `args.procs` processes."""
     ctx = mp.get_context("spawn")
     procs = min(args.procs, clients)
@@ -205,7 +205,7 @@ def measure(cluster: ControllerCluster, clients: int, partitions: int, args: arg
     time.sleep(max(0.0, start_at - time.time()))
     cpu_start = [proc_cpu_s(p) for p in pids]
     spies = start_profilers(getattr(args, "profile", None), cluster, args.seconds,
-                            f"c{clients}p{partitions}", workers[0].pid)
+                            f"{profile_tag}c{clients}p{partitions}", workers[0].pid)
     time.sleep(max(0.0, stop_at - time.time()))
     cpu_each = tuple(proc_cpu_s(p) - c for p, c in zip(pids, cpu_start, strict=True))
     for spy in spies:

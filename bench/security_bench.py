@@ -164,7 +164,8 @@ def run_create(args: argparse.Namespace) -> None:
                 for name, cluster in clusters.items():
                     tls = cluster.credentials("bench") if name != "plaintext" else None  # type: ignore[attr-defined]
                     row = measure(cluster, clients, partitions, args,  # type: ignore[arg-type]
-                                  f"t{rnd}r{partitions}c{clients}", tls)
+                                  f"t{rnd}r{partitions}c{clients}", tls,
+                                  profile_tag=f"{name}-r{rnd}")
                     rows.setdefault((name, partitions, clients), []).append(row)
                     print(row.line(f"{name:10s} "), flush=True)
         print("# summary (sum over rounds): tls+acl / plaintext")
@@ -204,6 +205,8 @@ def main() -> None:
     create.add_argument("--rows", type=_rows, default=[(1, 32), (100, 8)],
                         help="PARTITIONSxCLIENTS,... (default 1x32,100x8)")
     create.add_argument("--keep", action="store_true")
+    create.add_argument("--profile", default=None, metavar="DIR",
+                        help="py-spy every controller over each window (as controller_bench)")
     auth = sub.add_parser("authorize")
     auth.add_argument("--acls", type=int, default=10_000)
     auth.add_argument("--repeat", type=int, default=5)
