@@ -20,13 +20,12 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc import aio
 
 from controller import rpc
-from controller.api.access import Access, PermissionDeniedError, UnauthenticatedError
+from controller.api.access import PermissionDeniedError, UnauthenticatedError
 from controller.api.convert import MalformedRequestError
 from controller.api.seam import (
     ControllerBusyError,
     ControllerTimeoutError,
     NotControllerError,
-    Origin,
 )
 from controller.api.stream import Context, RawHandler, StreamMultiplexer
 
@@ -39,15 +38,6 @@ LEADER_ADDRESS_KEY = "x-metakraft-leader-address"
 BUSY_KEY = "x-metakraft-busy"
 
 _Resp = TypeVar("_Resp", bound=pb_message.Message)
-
-
-def origin_of(access: Access, header: Any, context: Context) -> Origin:
-    """The batch origin: the authenticated principal (never one the client declares),
-    the peer address, the request id."""
-    caller = access.caller(context)
-    request_id = header.request_id if header is not None else ""
-    return Origin(principal=caller.principal, client_address=caller.address,
-                  request_id=request_id)
 
 
 async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_Resp]]) -> _Resp:
