@@ -35,12 +35,12 @@ from analytics.schema import (
     arrow_schema,
 )
 from analytics.wire import PartitionChanges, Positions, decode_partition_changes
+from controller.logformat import parse_snapshot_file_name
+from controller.logformat.batch import record_bounds, verify_batch
 from controller.records.codec import RecordDecodeError
-from controller.storage.batch import record_bounds, verify_batch
 from controller.storage.errors import CorruptBatchError, TruncatedBatchError
 from controller.storage.meta_properties import cluster_id_of
 from controller.storage.segment import parse_segment_file_name
-from controller.storage.snapshot_file import parse_snapshot_file_name
 from controller.tier.history import list_tier, local_segments, plan_history
 from controller.tier.objects import CorruptObjectError, Manifest, check_data, manifest_key
 from controller.tier.remote import RemoteStorage, open_store

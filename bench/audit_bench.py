@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from controller.logformat.batch import BatchOrigin
 from controller.records import (
     BrokerIdList,
     BrokerRegistrationChangeRecord,
@@ -41,7 +42,6 @@ from controller.records import (
     make_record,
 )
 from controller.records import metadata_pb2 as pb
-from controller.storage.batch import BatchOrigin
 from controller.storage.log import LogConfig, SegmentedLog
 
 BROKERS = 12

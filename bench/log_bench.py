@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from controller.logformat.batch import BatchOrigin, RecordBatch, encode_batch
 from controller.records import PartitionRecord, encode_record, make_record
-from controller.storage.batch import BatchOrigin, RecordBatch, encode_batch
 from controller.storage.log import LogConfig, SegmentedLog
 
 MIB = 1024 * 1024

@@ -55,10 +55,11 @@ from broker_agent.loader import read_snapshot_image
 from broker_agent.local_state import WRITE_THREADS, LocalPartitionStore, syncfs
 from broker_agent.pmap import PersistentMap
 from broker_agent.reconciler import plan_delta, plan_full
+from controller.logformat import SnapshotId
 from controller.records import encode_record, make_record
 from controller.records import metadata_pb2 as pb
 from controller.records.domain import PartitionRegistration
-from controller.storage.snapshot_file import SnapshotId, SnapshotWriter
+from controller.storage.snapshot_file import SnapshotWriter
 
 BROKERS = 10
 

@@ -31,8 +31,8 @@ from broker_agent.delta import (
     build_image_from_bytes,
 )
 from broker_agent.image import MetadataImage
+from controller.logformat import RecordBatch, SnapshotId
 from controller.quorum.driver import CommitListener
-from controller.raft.values import RecordBatch, SnapshotId
 from controller.records import decode_record
 from controller.storage import snapshot_file as sf
 

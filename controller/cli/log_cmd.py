@@ -26,16 +26,13 @@ from typing import Any
 
 import click
 
+from controller.logformat import SNAPSHOT_SUFFIX, parse_snapshot_file_name
+from controller.logformat.batch import RecordBatch, decode_batch
 from controller.records import RecordDecodeError, decode_record, record_to_dict
-from controller.storage.batch import RecordBatch, decode_batch
 from controller.storage.errors import CorruptBatchError, SnapshotCorruptionError, StorageError
 from controller.storage.meta_properties import cluster_id_of
 from controller.storage.segment import LOG_SUFFIX, iter_stored_batches, parse_segment_file_name
-from controller.storage.snapshot_file import (
-    SNAPSHOT_SUFFIX,
-    SnapshotReader,
-    parse_snapshot_file_name,
-)
+from controller.storage.snapshot_file import SnapshotReader
 from controller.tier.history import (
     MAX_OFFSET,
     Piece,

@@ -35,6 +35,7 @@ from typing import Any
 
 import attrs
 
+from controller.logformat import EMPTY_ORIGIN, BatchOrigin, RecordBatch, SnapshotId
 from controller.quorum.driver_config import DriverConfig
 from controller.quorum.log_adapter import DurableRaftLog, FileSnapshotStore
 from controller.quorum.peers import PeerClients
@@ -60,7 +61,6 @@ from controller.raft.node import RaftNode
 from controller.raft.ready import ProposeError, Ready
 from controller.raft.replication import ReplicaProgress
 from controller.raft.roles import Role
-from controller.raft.values import EMPTY_ORIGIN, BatchOrigin, QuorumState, RecordBatch, SnapshotId
 from controller.storage import quorum_state as qs_file
 from controller.storage.errors import StorageError
 from controller.storage.log_config import SegmentInfo
@@ -276,10 +276,8 @@ class RaftDriver:
             # Until the tier says what it holds, no local segment may go.
             self._log.retention_floor = 0
         self._snapshots = FileSnapshotStore(data_dir.snapshot_dir)
-        quorum = None if stored is None else QuorumState(stored.epoch, stored.voted_for,
-                                                         stored.leader_id)
         self._node = RaftNode(cfg.raft_config(), self._log, self._snapshots, self._rng,
-                              quorum_state=quorum, now_ms=self._clock_ms())
+                              quorum_state=stored, now_ms=self._clock_ms())
         self._applied_offset = self._log.start_offset
         self._running = True
         self._tasks = [asyncio.create_task(self._run(), name=f"raft-node-{cfg.node_id}"),
@@ -596,7 +594,7 @@ class RaftDriver:
         assert log is not None and store is not None and qsf is not None
         if ready.quorum_state is not None:
             q = ready.quorum_state
-            qsf.write(qs_file.QuorumState(q.epoch, q.voted_for, q.leader_id))
+            qsf.write(q)
         # Messages go out before the log flush (the quorum state, which votes and
         # epochs depend on, is already durable). Records sent before they are
         # flushed here are safe: the leader counts itself toward the high watermark

@@ -9,6 +9,7 @@ from __future__ import annotations
 import grpc
 from grpc import aio
 
+from controller.logformat import BatchOrigin
 from controller.quorum import harness_pb2 as pb
 from controller.quorum import harness_pb2_grpc as pb_grpc
 from controller.quorum.driver import (
@@ -18,7 +19,6 @@ from controller.quorum.driver import (
     RaftDriver,
 )
 from controller.quorum.service import DriverStoppedError, QueueFullError
-from controller.raft.values import BatchOrigin
 
 MAX_READ_BYTES = 4 * 1024 * 1024
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["QuorumHarness"].full_name

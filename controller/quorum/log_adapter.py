@@ -23,10 +23,10 @@ import os
 from bisect import bisect_right
 from pathlib import Path
 
+from controller.logformat import EMPTY_SNAPSHOT, EpochEndOffset, RecordBatch, SnapshotId
+from controller.logformat.batch import decode_batch
 from controller.quorum.wire import StoredBatchCache
-from controller.raft.values import EMPTY_SNAPSHOT, EpochEndOffset, RecordBatch, SnapshotId
 from controller.storage import snapshot_file as sf
-from controller.storage.batch import decode_batch
 from controller.storage.errors import LogCorruptionError, StorageError
 from controller.storage.leader_epoch import LeaderEpochCheckpoint
 from controller.storage.log import LogConfig, SegmentedLog, SegmentInfo
@@ -34,14 +34,6 @@ from controller.storage.meta_properties import DataDir
 
 # How many appended batches `DurableRaftLog` keeps to serve reads of the tail.
 RECENT_BATCHES = 1024
-
-
-def _to_storage_id(s: SnapshotId) -> sf.SnapshotId:
-    return sf.SnapshotId(s.end_offset, s.epoch)
-
-
-def _from_storage_id(s: sf.SnapshotId) -> SnapshotId:
-    return SnapshotId(s.end_offset, s.epoch)
 
 
 class DurableRaftLog:
@@ -79,7 +71,7 @@ class DurableRaftLog:
         """Open the log, the checkpoint and the newest snapshot of a formatted data dir."""
         sf.remove_partial_snapshots(data_dir.snapshot_dir)
         latest = sf.latest_snapshot(data_dir.snapshot_dir)
-        snapshot_id = EMPTY_SNAPSHOT if latest is None else _from_storage_id(latest)
+        snapshot_id = EMPTY_SNAPSHOT if latest is None else latest
         log = SegmentedLog.open(data_dir.log_dir, config, initial_offset=snapshot_id.end_offset)
         try:
             return cls(log, LeaderEpochCheckpoint(data_dir.leader_epoch_checkpoint), snapshot_id)
@@ -284,7 +276,7 @@ class FileSnapshotStore:
         self._written: dict[SnapshotId, int] = {}
 
     def _path(self, snapshot_id: SnapshotId) -> Path:
-        return self.directory / _to_storage_id(snapshot_id).file_name
+        return self.directory / snapshot_id.file_name
 
     def size_bytes(self, snapshot_id: SnapshotId) -> int | None:
         try:
@@ -302,7 +294,7 @@ class FileSnapshotStore:
         if old is not None:
             old.abort()
         self._writers[snapshot_id] = sf.SnapshotWriter(self.directory,
-                                                       _to_storage_id(snapshot_id), raw=True)
+                                                       snapshot_id, raw=True)
         self._written[snapshot_id] = 0
 
     def write_chunk(self, snapshot_id: SnapshotId, position: int, data: bytes) -> None:
@@ -320,7 +312,7 @@ class FileSnapshotStore:
 
     def latest(self) -> SnapshotId | None:
         latest = sf.latest_snapshot(self.directory)
-        return None if latest is None else _from_storage_id(latest)
+        return latest
 
     def abort_all(self) -> None:
         for writer in self._writers.values():

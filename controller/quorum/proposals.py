@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from controller.raft.values import RecordBatch
+from controller.logformat import RecordBatch
 
 
 class ProposalLostError(Exception):

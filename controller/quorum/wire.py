@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Final
 
+from controller.logformat import EpochEndOffset, RecordBatch, SnapshotId
+from controller.logformat.batch import decode_batch, encode_batch
 from controller.quorum import raft_service_pb2 as pb
 from controller.raft.messages import (
     BeginQuorumEpochRequest,
@@ -31,8 +33,6 @@ from controller.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from controller.raft.values import EpochEndOffset, RecordBatch, SnapshotId
-from controller.storage.batch import decode_batch, encode_batch
 from controller.storage.errors import StorageError
 
 _INT32_MAX: Final = 2**31 - 1

@@ -26,6 +26,8 @@ from controller.api.seam import (
     ControllerTimeoutError,
     NotControllerError,
 )
+from controller.logformat import SnapshotId
+from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
 from controller.metadata.placement import RandomSource
 from controller.quorum.driver import CommitListener
 from controller.quorum.service import DriverStoppedError
@@ -41,9 +43,7 @@ from controller.quorum_controller.metrics import StateCounts
 from controller.quorum_controller.ports import ControllerSettings, NodeAccess, QuorumPort
 from controller.quorum_controller.snapshots import SnapshotScheduler, iter_snapshot_bytes
 from controller.quorum_controller.turns import EventQueue
-from controller.raft.values import SnapshotId
 from controller.storage import snapshot_file as sf
-from controller.storage.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
 
 logger = logging.getLogger("metakraft.controller")
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from controller.api.seam import ControllerTimeoutError, NotControllerError
+from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin
 from controller.metadata import METADATA_VERSION, MetadataState
 from controller.metadata.errors import MetadataReplayError
 from controller.metadata.placement import RandomSource
@@ -38,7 +39,6 @@ from controller.quorum_controller.metrics import ControllerMetrics
 from controller.quorum_controller.ports import ControllerSettings, NodeAccess
 from controller.quorum_controller.purgatory import BatchKey, Purgatory, Waiter
 from controller.records import MetadataRecord, encode_record
-from controller.storage.batch import EMPTY_ORIGIN, BatchOrigin
 
 logger = logging.getLogger("metakraft.controller")
 

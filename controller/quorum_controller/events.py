@@ -10,8 +10,8 @@ from typing import Any
 
 import attrs
 
+from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin
 from controller.metadata import ControllerResult
-from controller.storage.batch import EMPTY_ORIGIN, BatchOrigin
 
 # Generates a write's records and response: (next offset, now in ms) -> result.
 Generate = Callable[[int, int], ControllerResult[Any]]

@@ -17,6 +17,7 @@ from controller.api.seam import (
     QuorumDescription,
     ReplicaState,
 )
+from controller.logformat.batch import BatchOrigin
 from controller.metadata import (
     AlterConfigsResource,
     AlterConfigsResult,
@@ -53,7 +54,6 @@ from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import RequestTooLargeError
 from controller.quorum_controller.ports import QuorumPort
 from controller.security.acl import AclBinding, AclFilter
-from controller.storage.batch import BatchOrigin
 
 T = TypeVar("T")
 # Origin fields are stored in every batch header; keep them small.

@@ -9,9 +9,9 @@ from typing import Protocol
 
 import attrs
 
+from controller.logformat import SnapshotId
+from controller.logformat.batch import BatchOrigin
 from controller.quorum.driver import DriverStatus
-from controller.raft.values import SnapshotId
-from controller.storage.batch import BatchOrigin
 
 
 class NodeAccess(Protocol):

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import attrs
 
-from controller.storage.batch import RecordBatch
+from controller.logformat.batch import RecordBatch
 
 
 @attrs.frozen(slots=True)

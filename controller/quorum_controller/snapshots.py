@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from controller.logformat import SnapshotId
 from controller.metadata import MetadataState
 from controller.quorum.service import DriverStoppedError
-from controller.raft.values import SnapshotId
 from controller.records import (
     MetadataRecord,
     TopicRecord,
@@ -79,7 +79,7 @@ class SnapshotJob:
     def __init__(self, state: MetadataState, directory: Path, last_offset: int, epoch: int,
                  chunk_records: int) -> None:
         self.last_offset = last_offset
-        self.snapshot_id = sf.SnapshotId(last_offset + 1, epoch)
+        self.snapshot_id = SnapshotId(last_offset + 1, epoch)
         self.started_s = time.monotonic()
         self._chunks = iter_image_chunks(state, last_offset, chunk_records)
         self._writer = SnapshotWriter(directory, self.snapshot_id)
@@ -135,7 +135,7 @@ class SnapshotScheduler:
         self._job: SnapshotJob | None = None
         self._finishing: asyncio.Task[None] | None = None
         self.snapshots_written = 0
-        self.last_snapshot: sf.SnapshotId | None = None
+        self.last_snapshot: SnapshotId | None = None
 
     @property
     def pinned_offset(self) -> int | None:
@@ -184,7 +184,7 @@ class SnapshotScheduler:
                         "ms=%d", sid.end_offset, sid.epoch, job.record_count,
                         path.stat().st_size, int((time.monotonic() - job.started_s) * 1000))
             try:
-                await self._compact(SnapshotId(sid.end_offset, sid.epoch))
+                await self._compact(sid)
             except (ValueError, DriverStoppedError) as exc:
                 # E.g. a follower whose flush lags the commit: the next one compacts.
                 logger.warning("event=compaction_skipped end_offset=%d reason=%r",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import attrs
 
+from controller.logformat import SnapshotId
 from controller.raft.messages import (
     Errors,
     FetchRequest,
@@ -17,7 +18,6 @@ from controller.raft.replication import follower_truncation_offset
 from controller.raft.roles import Role
 from controller.raft.snapshot import SnapshotFetch
 from controller.raft.state import NodeState
-from controller.raft.values import SnapshotId
 
 
 class FollowerMixin(NodeState):

@@ -4,6 +4,13 @@ retries)."""
 
 from __future__ import annotations
 
+from controller.logformat import (
+    EMPTY_ORIGIN,
+    BatchOrigin,
+    EpochEndOffset,
+    RecordBatch,
+    SnapshotId,
+)
 from controller.raft.messages import (
     Errors,
     FetchRequest,
@@ -15,13 +22,6 @@ from controller.raft.ready import ProposeError, ProposeResult
 from controller.raft.replication import FetchCheck, LeaderState, ParkedFetch, check_fetch_position
 from controller.raft.roles import Role
 from controller.raft.state import NodeState
-from controller.raft.values import (
-    EMPTY_ORIGIN,
-    BatchOrigin,
-    EpochEndOffset,
-    RecordBatch,
-    SnapshotId,
-)
 
 
 class LeaderMixin(NodeState):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Protocol
 
-from controller.raft.values import EMPTY_SNAPSHOT, EpochEndOffset, RecordBatch, SnapshotId
+from controller.logformat import EMPTY_SNAPSHOT, EpochEndOffset, RecordBatch, SnapshotId
 
 
 class RaftLog(Protocol):

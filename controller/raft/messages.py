@@ -17,7 +17,7 @@ import enum
 
 import attrs
 
-from controller.raft.values import EpochEndOffset, RecordBatch, SnapshotId
+from controller.logformat import EpochEndOffset, RecordBatch, SnapshotId
 
 
 class Errors(enum.Enum):

@@ -21,6 +21,7 @@ store, and the last persisted `QuorumState` (None on first start).
 
 from __future__ import annotations
 
+from controller.logformat import EPOCH_LIMIT, QuorumState, SnapshotId
 from controller.raft.config import RaftConfig
 from controller.raft.election import grant_pre_vote, grant_vote, log_is_up_to_date
 from controller.raft.follower import FollowerMixin
@@ -46,7 +47,6 @@ from controller.raft.ready import Ready
 from controller.raft.roles import Role
 from controller.raft.snapshot import SnapshotStore
 from controller.raft.state import RandomSource
-from controller.raft.values import EPOCH_LIMIT, QuorumState, SnapshotId
 
 
 class RaftNode(LeaderMixin, FollowerMixin):

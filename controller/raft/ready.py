@@ -6,9 +6,9 @@ import enum
 
 import attrs
 
+from controller.logformat import LeaderAndEpoch, QuorumState, RecordBatch, SnapshotId
 from controller.raft.messages import Message
 from controller.raft.roles import Role
-from controller.raft.values import LeaderAndEpoch, QuorumState, RecordBatch, SnapshotId
 
 
 @attrs.frozen(slots=True, kw_only=True)

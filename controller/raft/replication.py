@@ -8,9 +8,9 @@ import enum
 
 import attrs
 
+from controller.logformat import EpochEndOffset
 from controller.raft.log import RaftLog
 from controller.raft.messages import FetchRequest
-from controller.raft.values import EpochEndOffset
 
 
 class FetchCheck(enum.Enum):

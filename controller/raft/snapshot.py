@@ -14,7 +14,7 @@ from typing import Protocol
 
 import attrs
 
-from controller.raft.values import SnapshotId
+from controller.logformat import SnapshotId
 
 
 class SnapshotStore(Protocol):

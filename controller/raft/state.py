@@ -11,6 +11,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Protocol
 
+from controller.logformat import (
+    EMPTY_ORIGIN,
+    BatchOrigin,
+    LeaderAndEpoch,
+    QuorumState,
+    RecordBatch,
+    SnapshotId,
+)
 from controller.raft.config import RaftConfig
 from controller.raft.control import encode_leader_change
 from controller.raft.election import VoteTally
@@ -25,14 +33,6 @@ from controller.raft.ready import Ready
 from controller.raft.replication import LeaderState, ReplicaProgress
 from controller.raft.roles import Role, check_transition
 from controller.raft.snapshot import SnapshotFetch, SnapshotStore
-from controller.raft.values import (
-    EMPTY_ORIGIN,
-    BatchOrigin,
-    LeaderAndEpoch,
-    QuorumState,
-    RecordBatch,
-    SnapshotId,
-)
 
 
 class RandomSource(Protocol):

@@ -14,21 +14,11 @@ and the other way round).
 
 Snapshot files are in `controller.storage.snapshot_file` (not re-exported here):
 they need controller.records for the header/footer records, while everything
-re-exported below treats records as opaque bytes.
+re-exported below treats records as opaque bytes. The batch format and the log's
+value types (snapshot ids, the quorum state) are one layer down, in
+`controller.logformat`, shared with the Raft core.
 """
 
-from controller.storage.batch import (
-    MAX_BATCH_BYTES,
-    MAX_RECORDS_PER_BATCH,
-    BatchHeader,
-    BatchOrigin,
-    RecordBatch,
-    decode_batch,
-    encode_batch,
-    iter_batches,
-    peek_batch_header,
-    verify_batch,
-)
 from controller.storage.errors import (
     BatchTooLargeError,
     CheckpointCorruptionError,
@@ -63,16 +53,12 @@ from controller.storage.meta_properties import (
     random_cluster_id,
     read_meta_properties,
 )
-from controller.storage.quorum_state import QuorumState, QuorumStateFile
+from controller.storage.quorum_state import QuorumStateFile
 
 __all__ = [
-    "MAX_BATCH_BYTES",
-    "MAX_RECORDS_PER_BATCH",
     "UNDEFINED_EPOCH",
     "UNDEFINED_OFFSET",
     "AlreadyFormattedError",
-    "BatchHeader",
-    "BatchOrigin",
     "BatchTooLargeError",
     "CheckpointCorruptionError",
     "ClusterIdMismatchError",
@@ -88,10 +74,8 @@ __all__ = [
     "NodeIdMismatchError",
     "OffsetOutOfRangeError",
     "PendingFlush",
-    "QuorumState",
     "QuorumStateCorruptionError",
     "QuorumStateFile",
-    "RecordBatch",
     "RecoveryReport",
     "SegmentedLog",
     "SnapshotCorruptionError",
@@ -99,13 +83,8 @@ __all__ = [
     "StorageNotFormattedError",
     "TruncatedBatchError",
     "check_meta_properties",
-    "decode_batch",
-    "encode_batch",
     "end_offset_for_epoch",
     "format_data_dir",
-    "iter_batches",
-    "peek_batch_header",
     "random_cluster_id",
     "read_meta_properties",
-    "verify_batch",
 ]

@@ -27,7 +27,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from controller.storage.batch import (
+from controller.logformat.batch import (
     EMPTY_ORIGIN,
     BatchHeader,
     BatchOrigin,

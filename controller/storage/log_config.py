@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from controller.storage.batch import MAX_BATCH_BYTES
+from controller.logformat.batch import MAX_BATCH_BYTES
 
 
 @attrs.frozen

@@ -17,26 +17,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import attrs
 import crc32c
 
+from controller.logformat.values import QuorumState
 from controller.storage.errors import QuorumStateCorruptionError
 from controller.storage.fsutil import atomic_write_bytes
 
 QUORUM_STATE_VERSION = 1
-
-
-@attrs.frozen
-class QuorumState:
-    """epoch >= 0; voted_for / leader_id are node ids or None (no vote / leader unknown)."""
-
-    epoch: int = 0
-    voted_for: int | None = None
-    leader_id: int | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if self.epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {self.epoch}")
 
 
 def _canonical(data: dict[str, Any]) -> bytes:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from controller.storage.batch import HEADER_SIZE, BatchHeader, peek_batch_header, verify_batch
+from controller.logformat.batch import HEADER_SIZE, BatchHeader, peek_batch_header, verify_batch
 from controller.storage.errors import CorruptBatchError, OffsetOutOfRangeError, TruncatedBatchError
 from controller.storage.fsutil import fdatasync
 from controller.storage.index import OffsetIndex

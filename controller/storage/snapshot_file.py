@@ -23,6 +23,8 @@ from pathlib import Path
 
 import attrs
 
+from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, decode_batch, encode_batch
+from controller.logformat.values import SNAPSHOT_SUFFIX, SnapshotId, parse_snapshot_file_name
 from controller.records import (
     RecordDecodeError,
     SnapshotFooterRecord,
@@ -32,35 +34,13 @@ from controller.records import (
     make_record,
     record_type,
 )
-from controller.storage.batch import EMPTY_ORIGIN, RecordBatch, decode_batch, encode_batch
 from controller.storage.errors import CorruptBatchError, SnapshotCorruptionError
 from controller.storage.fsutil import TEMP_SUFFIX, AtomicFileWriter, fsync_dir, remove_temp_files
 from controller.storage.segment import iter_stored_batches
 
-SNAPSHOT_SUFFIX = ".checkpoint"
 SNAPSHOT_FORMAT_VERSION = 1
 DEFAULT_RECORDS_PER_BATCH = 1000
 DEFAULT_BATCH_BYTES = 1024 * 1024
-
-
-@attrs.frozen(order=True)
-class SnapshotId:
-    end_offset: int
-    epoch: int
-
-    @property
-    def file_name(self) -> str:
-        return f"{self.end_offset:020d}-{self.epoch:010d}{SNAPSHOT_SUFFIX}"
-
-
-def parse_snapshot_file_name(name: str) -> SnapshotId | None:
-    if not name.endswith(SNAPSHOT_SUFFIX):
-        return None
-    offset_text, dash, epoch_text = name[: -len(SNAPSHOT_SUFFIX)].partition("-")
-    if (not dash or len(offset_text) != 20 or len(epoch_text) != 10
-            or not offset_text.isdigit() or not epoch_text.isdigit()):
-        return None
-    return SnapshotId(int(offset_text), int(epoch_text))
 
 
 class SnapshotWriter:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.api.seam import ControllerBusyError, ControllerTimeoutError, NotControllerError
+from controller.logformat.batch import EMPTY_ORIGIN, decode_batch, peek_batch_header
 from controller.metadata.errors import ControllerResult
 from controller.metadata.tier import ObjectKind, RemoteObject, SegmentState, TierStateError
 from controller.quorum.driver import LocalLogView, RaftDriver
@@ -42,7 +43,6 @@ from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import Mode
 from controller.records import MetadataRecord, decode_record, record_type
 from controller.storage import snapshot_file as sf
-from controller.storage.batch import EMPTY_ORIGIN, decode_batch, peek_batch_header
 from controller.storage.errors import StorageError
 from controller.tier import retention
 from controller.tier.config import TierConfig

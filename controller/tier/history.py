@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from controller.storage.batch import RecordBatch, decode_batch, verify_batch
+from controller.logformat.batch import RecordBatch, decode_batch, verify_batch
 from controller.storage.errors import CorruptBatchError
 from controller.storage.segment import parse_segment_file_name
 from controller.tier.objects import (

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import crc32c
 
-from controller.storage.batch import peek_batch_header, verify_batch
+from controller.logformat.batch import peek_batch_header, verify_batch
 from controller.storage.errors import CorruptBatchError
 from controller.tier.remote import TierError
 

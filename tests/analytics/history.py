@@ -26,6 +26,8 @@ from typing import Any
 import attrs
 
 from controller.api.seam import Origin
+from controller.logformat import SnapshotId
+from controller.logformat.batch import BatchOrigin, RecordBatch
 from controller.metadata import (
     AlterConfigOp,
     AlterConfigsResource,
@@ -46,9 +48,8 @@ from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
 from controller.records import decode_record, encode_record
 from controller.records.domain import Listener
-from controller.storage.batch import BatchOrigin, RecordBatch
 from controller.storage.log import LogConfig, SegmentedLog
-from controller.storage.snapshot_file import SnapshotId, SnapshotWriter
+from controller.storage.snapshot_file import SnapshotWriter
 from tests.support.controller_fake_quorum import FakeQuorum
 
 CLUSTER_ID = "audit-test-cluster"

@@ -12,9 +12,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from controller.logformat.batch import BatchOrigin, RecordBatch, encode_batch
 from controller.records import encode_record, make_record
 from controller.records.registry import RecordPayload
-from controller.storage.batch import BatchOrigin, RecordBatch, encode_batch
 from controller.storage.segment import parse_segment_file_name
 
 PLANTER = BatchOrigin("mallory", "ipv4:10.6.6.6:666", "planted")
@@ -26,7 +26,7 @@ def copy_log(src: Path, dst: Path) -> Path:
 
 
 def end_offset(log_dir: Path) -> int:
-    from controller.storage.batch import iter_batches
+    from controller.logformat.batch import iter_batches
 
     last = max((p for p in (log_dir / "metadata").iterdir()
                 if parse_segment_file_name(p.name) is not None), key=lambda p: p.name)
@@ -54,7 +54,7 @@ def plant(log_dir: Path, payloads: list[RecordPayload], *, epoch: int = 2,
 def damage_crc(log_dir: Path, segment: int = 1) -> tuple[Path, int]:
     """Flip a byte inside the first batch of the `segment`-th segment file, so its
     CRC no longer matches; returns the file and that batch's base offset."""
-    from controller.storage.batch import iter_batches
+    from controller.logformat.batch import iter_batches
 
     seg = sorted((log_dir / "metadata").glob("*.log"))[segment]
     data = bytearray(seg.read_bytes())

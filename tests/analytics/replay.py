@@ -6,9 +6,9 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+from controller.logformat.batch import RecordBatch, iter_batches
 from controller.metadata import MetadataState
 from controller.records import MetadataRecord, decode_record
-from controller.storage.batch import RecordBatch, iter_batches
 from tests.analytics.history import CLUSTER_ID, SESSION_MS
 
 

@@ -11,6 +11,7 @@ import pytest
 from analytics.reader import MetakraftCorruptLogError, plan_files, read_file
 from analytics.rows import record_columns
 from analytics.schema import arrow_schema
+from controller.logformat.batch import iter_batches
 from controller.records import (
     PartitionChangeRecord,
     decode_record,
@@ -18,7 +19,6 @@ from controller.records import (
     make_record,
     record_to_dict,
 )
-from controller.storage.batch import iter_batches
 from tests.analytics.history import Known
 from tests.analytics.plant import copy_log, damage_crc
 

@@ -17,6 +17,7 @@ from analytics.reader import MetakraftCorruptLogError, plan_files, read_file
 from analytics.rows import record_columns, rows_of
 from analytics.schema import EVENT_FIELD_COLUMNS, PARTITION_FIELD_COLUMNS
 from analytics.wire import decode_partition_changes
+from controller.logformat.batch import BatchOrigin, RecordBatch, encode_batch
 from controller.records import (
     BrokerIdList,
     BrokerRegistrationChangeRecord,
@@ -29,7 +30,6 @@ from controller.records import (
     make_record,
 )
 from controller.records import metadata_pb2 as pb
-from controller.storage.batch import BatchOrigin, RecordBatch, encode_batch
 
 TID = b"a" * 36
 # Hand-made records: layouts the encoder never writes, and unreadable ones.
@@ -178,7 +178,7 @@ def test_unreadable_record_is_found_where_it_is(tmp_path: Path) -> None:
     bad_offset = sum(len(b) for b in batches[:151]) + at
     path = _write_log(tmp_path, batches)
     data = bytearray(path.read_bytes())
-    from controller.storage.batch import iter_batches
+    from controller.logformat.batch import iter_batches
 
     stored = iter_batches(bytes(data))
     batch_at = sum(len(encode_batch(b)) for b in stored[:151])

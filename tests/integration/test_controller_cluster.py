@@ -22,6 +22,7 @@ from controller.api.client import (
     ControllerUnreachableError,
     OutcomeUnknownError,
 )
+from controller.logformat.batch import RecordBatch
 from controller.metadata import (
     AlterConfigOp,
     AlterConfigsResource,
@@ -34,7 +35,6 @@ from controller.metadata import (
 )
 from controller.records import decode_record
 from controller.security.principal import ANONYMOUS
-from controller.storage.batch import RecordBatch
 from tests.support.controller_processes import ControllerCluster, ControllerProcess
 from tests.support.raft_node_process import wait_until
 

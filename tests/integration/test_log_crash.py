@@ -25,7 +25,7 @@ from types import ModuleType
 
 import pytest
 
-from controller.storage.batch import peek_batch_header
+from controller.logformat.batch import peek_batch_header
 from controller.storage.log import SegmentedLog
 
 REPO = Path(__file__).resolve().parents[2]

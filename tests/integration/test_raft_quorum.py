@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 import pytest
 
+from controller.logformat import RecordBatch
 from controller.quorum import harness_pb2 as hpb
-from controller.raft.values import RecordBatch
 from tests.support.raft_node_process import NodeProcess, Quorum, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

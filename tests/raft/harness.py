@@ -44,6 +44,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from controller.logformat import EpochEndOffset
 from controller.raft import (
     MemoryRaftLog,
     MemorySnapshotStore,
@@ -56,7 +57,6 @@ from controller.raft import (
     SnapshotId,
 )
 from controller.raft import messages as msgs
-from controller.raft.values import EpochEndOffset
 
 CLUSTER_ID = "script-cluster"
 STEP_MS = 10
@@ -400,7 +400,7 @@ def _encode_snapshot(batches: list[RecordBatch]) -> bytes:
 def _decode_snapshot(data: bytes) -> list[RecordBatch]:
     import ast
 
-    from controller.raft.values import EMPTY_ORIGIN
+    from controller.logformat import EMPTY_ORIGIN
 
     return [
         RecordBatch(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from controller.logformat import EMPTY_ORIGIN
 from controller.raft import (
     MemoryRaftLog,
     MemorySnapshotStore,
@@ -14,7 +15,6 @@ from controller.raft import (
     RaftNode,
     RecordBatch,
 )
-from controller.raft.values import EMPTY_ORIGIN
 
 if TYPE_CHECKING:
     from tests.simulation.cluster import Cluster

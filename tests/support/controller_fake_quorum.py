@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+from controller.logformat import SnapshotId
+from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
 from controller.quorum.driver import CommitListener, DriverStatus, NotLeaderError
 from controller.quorum.service import DriverStoppedError
 from controller.quorum_controller.ports import NodeAccess
 from controller.raft.control import encode_leader_change
-from controller.raft.values import SnapshotId
-from controller.storage.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
 
 
 class FakeNode:

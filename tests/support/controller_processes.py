@@ -25,11 +25,11 @@ from controller.api.broker_convert import (
     heartbeat_request_to_pb,
     registration_request_to_pb,
 )
+from controller.logformat.batch import RecordBatch
 from controller.metadata import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from controller.records.domain import Listener
 from controller.rpc import create_sync_channel
 from controller.security.tls import TlsCredentials
-from controller.storage.batch import RecordBatch
 from controller.storage.log import SegmentedLog
 from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
 from tests.support.pki import PLAINTEXT_TABLE, TestPki

@@ -14,7 +14,7 @@ import hashlib
 import random
 import sys
 
-from controller.storage.batch import BatchOrigin
+from controller.logformat.batch import BatchOrigin
 from controller.storage.log import LogConfig, SegmentedLog
 
 # Age-based rolling on append times (the writer's own counter) makes segments

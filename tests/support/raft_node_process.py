@@ -19,11 +19,11 @@ from typing import TypeVar
 import grpc
 
 from controller.devcluster.ports import pick_free_ports
+from controller.logformat import RecordBatch
+from controller.logformat.batch import iter_batches
 from controller.quorum import harness_pb2 as hpb
 from controller.quorum import harness_pb2_grpc as hpb_grpc
-from controller.raft.values import RecordBatch
 from controller.rpc import create_sync_channel
-from controller.storage.batch import iter_batches
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -27,6 +27,7 @@ from broker_agent.reconciler import (
     ReplicaRole,
     plan_full,
 )
+from controller.logformat import SnapshotId
 from controller.records import RecordDecodeError, encode_record, make_record
 from controller.records import metadata_pb2 as pb
 from controller.storage import snapshot_file as sf
@@ -120,7 +121,7 @@ def test_a_crash_after_prewrites_converges(tmp_path: Path) -> None:
     local = restarted.load()
     assert local == {r.dir_name: None for r in replicas}  # directories without state
     # Whatever the image wants after the restart, the full plan gets there.
-    writer = sf.SnapshotWriter(tmp_path / "snap", sf.SnapshotId(3, 1))
+    writer = sf.SnapshotWriter(tmp_path / "snap", SnapshotId(3, 1))
     writer.append([encode_record(topic("t", "T")), encode_record(partition("T", 0, (1, 2))),
                    encode_record(partition("T", 1, (2, 3)))])
     image = read_snapshot_image(writer.freeze(), 3)
@@ -131,7 +132,7 @@ def test_a_crash_after_prewrites_converges(tmp_path: Path) -> None:
 
 
 def test_agent_prewrites_while_the_snapshot_decodes(tmp_path: Path) -> None:
-    writer = sf.SnapshotWriter(tmp_path / "snap", sf.SnapshotId(1000, 1))
+    writer = sf.SnapshotWriter(tmp_path / "snap", SnapshotId(1000, 1))
     records = []
     for t in range(30):
         records.append(encode_record(topic(f"t{t}", f"T{t}")))

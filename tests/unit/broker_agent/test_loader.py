@@ -7,7 +7,7 @@ from pathlib import Path
 from broker_agent.delta import ImageChanges
 from broker_agent.image import MetadataImage
 from broker_agent.loader import MetadataLoader
-from controller.raft.values import EMPTY_ORIGIN, RecordBatch, SnapshotId
+from controller.logformat import EMPTY_ORIGIN, RecordBatch, SnapshotId
 from controller.records import MetadataRecord, encode_record
 from controller.storage import snapshot_file as sf
 from tests.unit.broker_agent.records_support import change, partition, topic
@@ -50,7 +50,7 @@ def test_nothing_published_before_catching_up_then_deltas() -> None:
 def test_snapshot_replaces_the_image(tmp_path: Path) -> None:
     out = Recorder()
     loader = MetadataLoader(out, lambda: 10)
-    writer = sf.SnapshotWriter(tmp_path, sf.SnapshotId(10, 1))
+    writer = sf.SnapshotWriter(tmp_path, SnapshotId(10, 1))
     writer.append([encode_record(topic("a", "A")), encode_record(partition("A", 0, (1,)))])
     path = writer.freeze()
     loader.on_snapshot_loaded(SnapshotId(10, 1), path)

@@ -13,6 +13,7 @@ import grpc
 import pytest
 from grpc import aio
 
+from controller.logformat import RecordBatch, SnapshotId
 from controller.quorum import raft_service_pb2 as pb
 from controller.quorum import raft_service_pb2_grpc as pb_grpc
 from controller.quorum.driver import (
@@ -22,7 +23,6 @@ from controller.quorum.driver import (
     RaftDriver,
 )
 from controller.quorum.service import SERVICE_NAME, RaftService, add_raft_service
-from controller.raft.values import RecordBatch, SnapshotId
 from controller.rpc import bind, create_channel, create_server
 from controller.storage import snapshot_file as sf
 from controller.storage.errors import ClusterIdMismatchError
@@ -347,7 +347,7 @@ async def test_new_node_behind_the_log_start_gets_the_snapshot(c: Cluster) -> No
     sid = SnapshotId(last + 1, batch.epoch)
     with pytest.raises(ValueError, match="no snapshot file"):
         await driver.compact(sid)
-    with sf.SnapshotWriter(driver.snapshot_dir, sf.SnapshotId(sid.end_offset, sid.epoch)) as w:
+    with sf.SnapshotWriter(driver.snapshot_dir, sid) as w:
         w.append([b"the image"])
         w.freeze()
     await driver.compact(sid)
@@ -364,7 +364,7 @@ async def test_new_node_behind_the_log_start_gets_the_snapshot(c: Cluster) -> No
         await wait_for(lambda: bool(listener.snapshots))
         (loaded, path), = listener.snapshots
         assert loaded == sid and path.read_bytes() == (
-            driver.snapshot_dir / sf.SnapshotId(sid.end_offset, sid.epoch).file_name
+            driver.snapshot_dir / sid.file_name
         ).read_bytes()
         after = await _propose_via_leader(c, [b"after the snapshot"])
         await wait_for(lambda: b"after the snapshot" in listener.records())

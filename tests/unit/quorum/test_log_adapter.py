@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller.logformat import EMPTY_SNAPSHOT, BatchOrigin, RecordBatch, SnapshotId
 from controller.quorum.log_adapter import DurableRaftLog, FileSnapshotStore
 from controller.raft.log import MemoryRaftLog, RaftLog
-from controller.raft.values import EMPTY_SNAPSHOT, BatchOrigin, RecordBatch, SnapshotId
 from controller.storage import snapshot_file as sf
 from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
 
@@ -135,7 +135,7 @@ def test_durable_log_survives_reopen(tmp_path: Path) -> None:
 
 def test_durable_log_starts_at_the_newest_snapshot(tmp_path: Path) -> None:
     data_dir = _data_dir(tmp_path / "d")
-    with sf.SnapshotWriter(data_dir.snapshot_dir, sf.SnapshotId(7, 3)) as writer:
+    with sf.SnapshotWriter(data_dir.snapshot_dir, SnapshotId(7, 3)) as writer:
         writer.append([b"image"])
         writer.freeze()
     log = DurableRaftLog.open(data_dir)
@@ -156,7 +156,7 @@ def test_leader_serves_the_bytes_it_stored(tmp_path: Path) -> None:
 def test_file_snapshot_store_round_trip(tmp_path: Path) -> None:
     src_dir = _data_dir(tmp_path / "src")
     sid = SnapshotId(5, 2)
-    with sf.SnapshotWriter(src_dir.snapshot_dir, sf.SnapshotId(5, 2)) as writer:
+    with sf.SnapshotWriter(src_dir.snapshot_dir, SnapshotId(5, 2)) as writer:
         writer.append([b"a", b"b"])
         writer.freeze()
     src = FileSnapshotStore(src_dir.snapshot_dir)
@@ -265,7 +265,7 @@ def test_durable_log_matches_the_memory_log(script: list[tuple[str, int, int]]) 
                 # The core writes the snapshot file before delete_below.
                 sid = durable.snapshot_id
                 with sf.SnapshotWriter(data_dir.snapshot_dir,
-                                       sf.SnapshotId(sid.end_offset, sid.epoch)) as writer:
+                                       sid) as writer:
                     writer.freeze()
             durable = DurableRaftLog.open(data_dir)
             assert _observe(durable) == before

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from controller.logformat import BatchOrigin, RecordBatch, SnapshotId
 from controller.quorum.driver import DriverConfig, NotLeaderError, RaftDriver
 from controller.quorum.proposals import PendingProposals, ProposalLostError
 from controller.quorum.service import (
@@ -18,7 +19,6 @@ from controller.quorum.service import (
     response_key,
 )
 from controller.raft import messages as m
-from controller.raft.values import BatchOrigin, RecordBatch, SnapshotId
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
 
 ENV: dict[str, Any] = {"cluster_id": "c", "epoch": 3}

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controller.logformat import BatchOrigin, EpochEndOffset, RecordBatch, SnapshotId
+from controller.logformat.batch import encode_batch
 from controller.quorum import raft_service_pb2 as pb
 from controller.quorum.wire import RPC_METHODS, StoredBatchCache, WireError, from_pb, to_pb
 from controller.raft import messages as m
-from controller.raft.values import BatchOrigin, EpochEndOffset, RecordBatch, SnapshotId
-from controller.storage.batch import encode_batch
 
 ids = st.integers(0, 2**31 - 1)
 epochs = st.integers(0, 2**31 - 1)

@@ -16,6 +16,7 @@ from controller.api.seam import (
     NotControllerError,
     Origin,
 )
+from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch
 from controller.metadata import (
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -30,7 +31,6 @@ from controller.quorum_controller.ports import ControllerSettings
 from controller.quorum_controller.snapshots import iter_image_chunks
 from controller.records import decode_record, encode_record
 from controller.records.domain import Listener
-from controller.storage.batch import EMPTY_ORIGIN, RecordBatch
 from tests.support.controller_fake_quorum import FakeQuorum
 
 T = TypeVar("T")
@@ -529,10 +529,10 @@ def test_coalesced_writes_run_in_one_turn_each_with_its_own_batch_origin_and_ans
 
 
 def test_replay_failure_in_one_coalesced_request_fails_only_that_request() -> None:
+    from controller.logformat.batch import BatchOrigin
     from controller.metadata import ControllerResult
     from controller.metadata.errors import MetadataReplayError
     from controller.records import PartitionRecord, make_record
-    from controller.storage.batch import BatchOrigin
 
     async def main() -> None:
         env = Env(auto_commit=True)

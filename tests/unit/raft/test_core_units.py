@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.logformat import EMPTY_ORIGIN, EpochEndOffset, RecordBatch
 from controller.raft import ALLOWED_TRANSITIONS, MemoryRaftLog, RaftConfig, Role, SnapshotId
 from controller.raft.election import VoteTally, grant_pre_vote, grant_vote, log_is_up_to_date
 from controller.raft.replication import (
@@ -14,7 +15,6 @@ from controller.raft.replication import (
     follower_truncation_offset,
 )
 from controller.raft.roles import IllegalTransitionError, check_transition
-from controller.raft.values import EMPTY_ORIGIN, EpochEndOffset, RecordBatch
 
 
 def batch(base: int, epoch: int, n: int = 1) -> RecordBatch:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.storage.batch import (
+from controller.logformat.batch import (
     HEADER_SIZE,
     MAX_BATCH_BYTES,
     MAX_RECORDS_PER_BATCH,

@@ -10,10 +10,11 @@ from click.testing import CliRunner
 
 from controller.cli.log_cmd import log as log_group
 from controller.cli.storage_cmd import storage as storage_group
+from controller.logformat import SnapshotId
+from controller.logformat.batch import BatchOrigin
 from controller.records import PartitionRecord, TopicRecord, encode_record, make_record
-from controller.storage.batch import BatchOrigin
 from controller.storage.log import LogConfig, SegmentedLog
-from controller.storage.snapshot_file import SnapshotId, SnapshotWriter
+from controller.storage.snapshot_file import SnapshotWriter
 
 CONFIG = LogConfig(index_interval_bytes=128)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.storage.batch import BatchOrigin, RecordBatch, encode_batch
+from controller.logformat.batch import BatchOrigin, RecordBatch, encode_batch
 from controller.storage.errors import InvalidAppendError, OffsetOutOfRangeError
 from controller.storage.log import LogConfig, SegmentedLog
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.storage.batch import BatchOrigin, RecordBatch
+from controller.logformat.batch import BatchOrigin, RecordBatch
 from controller.storage.errors import LogCorruptionError
 from controller.storage.log import LogConfig, SegmentedLog
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from controller.logformat import SnapshotId, parse_snapshot_file_name
+from controller.logformat.batch import RecordBatch, encode_batch
 from controller.records import (
     NoOpRecord,
     SnapshotFooterRecord,
@@ -15,15 +17,12 @@ from controller.records import (
     encode_record,
     make_record,
 )
-from controller.storage.batch import RecordBatch, encode_batch
 from controller.storage.errors import SnapshotCorruptionError
 from controller.storage.snapshot_file import (
-    SnapshotId,
     SnapshotReader,
     SnapshotWriter,
     latest_snapshot,
     list_snapshots,
-    parse_snapshot_file_name,
     prune_snapshots,
     remove_partial_snapshots,
 )

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controller.logformat import QuorumState
 from controller.storage import fsutil
 from controller.storage.errors import CheckpointCorruptionError, QuorumStateCorruptionError
 from controller.storage.leader_epoch import (
@@ -19,7 +20,7 @@ from controller.storage.leader_epoch import (
     LeaderEpochCheckpoint,
     end_offset_for_epoch,
 )
-from controller.storage.quorum_state import QuorumState, QuorumStateFile
+from controller.storage.quorum_state import QuorumStateFile
 
 # ------------------------------------------------------------------ fsutil
 

@@ -17,6 +17,7 @@ import attrs
 import pytest
 
 from controller.api.seam import Origin
+from controller.logformat.batch import EMPTY_ORIGIN
 from controller.metadata import BrokerHeartbeatRequest, BrokerRegistrationRequest, CreatableTopic
 from controller.metadata.errors import ControllerResult
 from controller.metadata.tier import ObjectKind, RemoteObject, SegmentState
@@ -27,7 +28,6 @@ from controller.quorum_controller.events import Mode
 from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
 from controller.records.domain import Listener
-from controller.storage.batch import EMPTY_ORIGIN
 from controller.storage.log_config import LogConfig
 from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
 from controller.tier.config import TierConfig

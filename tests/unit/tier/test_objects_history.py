@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.storage.batch import EMPTY_ORIGIN, RecordBatch, encode_batch
+from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, encode_batch
 from controller.tier.history import (
     MAX_OFFSET,
     HistoryGapError,

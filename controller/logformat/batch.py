@@ -34,7 +34,7 @@ from typing import NamedTuple
 import attrs
 import crc32c
 
-from controller.storage.errors import BatchTooLargeError, CorruptBatchError, TruncatedBatchError
+from controller.logformat.errors import BatchTooLargeError, CorruptBatchError, TruncatedBatchError
 
 MAGIC = 1
 ATTR_CONTROL = 0x01

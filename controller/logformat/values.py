@@ -1,4 +1,6 @@
-"""Small value types shared by every part of the Raft core.
+"""The log's small value types, shared by the Raft core and the storage layer (one
+definition each): snapshot ids and their file names, the durable quorum state,
+epoch boundaries.
 
 They are frozen so that a value handed out in a `Ready` or a message can never
 be changed behind the core's back.
@@ -8,19 +10,7 @@ from __future__ import annotations
 
 import attrs
 
-from controller.storage.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
-
-# The core replicates the storage layer's batch type unchanged, so the driver can
-# hand fetched batches to `SegmentedLog.append` without a conversion.
-__all__ = [
-    "EMPTY_ORIGIN",
-    "BatchOrigin",
-    "EpochEndOffset",
-    "LeaderAndEpoch",
-    "QuorumState",
-    "RecordBatch",
-    "SnapshotId",
-]
+SNAPSHOT_SUFFIX = ".checkpoint"
 
 
 @attrs.frozen(slots=True, order=True)
@@ -36,6 +26,22 @@ class SnapshotId:
 
     def __attrs_post_init__(self) -> None:
         assert self.end_offset >= 0 and self.epoch >= 0, self
+
+    @property
+    def file_name(self) -> str:
+        """The snapshot file's name: `<end offset, 20 digits>-<epoch, 10 digits>.checkpoint`."""
+        return f"{self.end_offset:020d}-{self.epoch:010d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_snapshot_file_name(name: str) -> SnapshotId | None:
+    """The id a snapshot file name stands for; None if it is not one."""
+    if not name.endswith(SNAPSHOT_SUFFIX):
+        return None
+    offset_text, dash, epoch_text = name[: -len(SNAPSHOT_SUFFIX)].partition("-")
+    if (not dash or len(offset_text) != 20 or len(epoch_text) != 10
+            or not offset_text.isdigit() or not epoch_text.isdigit()):
+        return None
+    return SnapshotId(int(offset_text), int(epoch_text))
 
 
 # The snapshot every log implicitly starts from: nothing, at epoch 0.
@@ -65,9 +71,13 @@ class QuorumState:
     it cast none); `leader_id` is the leader this node knows for `epoch`.
     """
 
-    epoch: int
-    voted_for: int | None
-    leader_id: int | None
+    epoch: int = 0
+    voted_for: int | None = None
+    leader_id: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {self.epoch}")
 
 
 @attrs.frozen(slots=True)
