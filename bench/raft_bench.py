@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/raft_bench.py [--dir /tmp] [--seconds 5] [--kills 10]
 
-Three voter processes (controller.quorum.node_main, default timeouts, fsync on
+Three voter processes (tests.support.quorum_harness.node_main, default timeouts, fsync on
 every flush) on loopback, each with its own data dir under `--dir`. The load
 generator is this process: P concurrent proposers (grpc.aio tasks), each sending
 one Propose of R records to the leader and the next as soon as it commits.
@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc
 
-from controller.quorum import harness_pb2 as hpb
-from controller.quorum import harness_pb2_grpc as hpb_grpc
 from controller.records import PartitionRecord, encode_record, make_record
 from controller.rpc import create_channel
+from tests.support.quorum_harness import harness_pb2 as hpb
+from tests.support.quorum_harness import harness_pb2_grpc as hpb_grpc
 from tests.support.raft_node_process import Quorum, wait_until
 
 PROPOSERS = (1, 16, 64)

@@ -43,7 +43,7 @@ PROTOS: tuple[ProtoSpec, ...] = (
     ProtoSpec("controller/records/metadata.proto"),
     ProtoSpec("controller/quorum/raft_service.proto", grpc=True),
     # Test harness for bare quorums (node_main, bench): not the controller's API.
-    ProtoSpec("controller/quorum/harness.proto", grpc=True),
+    ProtoSpec("tests/support/quorum_harness/harness.proto", grpc=True),
     # The public APIs: admin (operators, the CLI) and broker lifecycle.
     ProtoSpec("controller/api/admin.proto", grpc=True),
     ProtoSpec("controller/api/broker.proto", grpc=True),

@@ -1,7 +1,7 @@
 """Three real node processes on loopback: crash and pause the leader; no
 acknowledged write is lost, and a deposed leader drops what it never committed.
 
-The nodes are `controller.quorum.node_main` (a RaftDriver plus the test-only
+The nodes are `tests.support.quorum_harness.node_main` (a RaftDriver plus the test-only
 QuorumHarness service) with the default timeouts. Every wait polls a condition
 with a deadline; the fixture kills every child process whatever happens.
 """
@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from controller.logformat import RecordBatch
-from controller.quorum import harness_pb2 as hpb
+from tests.support.quorum_harness import harness_pb2 as hpb
 from tests.support.raft_node_process import NodeProcess, Quorum, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

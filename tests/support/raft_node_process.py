@@ -1,4 +1,4 @@
-"""Run bare Raft quorum nodes (controller.quorum.node_main) as child processes and
+"""Run bare Raft quorum nodes (tests.support.quorum_harness.node_main) as child processes and
 talk to them through the test-only QuorumHarness service.
 
 Used by tests/integration/test_raft_quorum.py and bench/raft_bench.py. Every wait
@@ -21,10 +21,10 @@ import grpc
 from controller.devcluster.ports import pick_free_ports
 from controller.logformat import RecordBatch
 from controller.logformat.batch import iter_batches
-from controller.quorum import harness_pb2 as hpb
-from controller.quorum import harness_pb2_grpc as hpb_grpc
 from controller.rpc import create_sync_channel
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
+from tests.support.quorum_harness import harness_pb2 as hpb
+from tests.support.quorum_harness import harness_pb2_grpc as hpb_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -64,7 +64,7 @@ class NodeProcess:
 
     def start(self) -> None:
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        cmd = [sys.executable, "-m", "controller.quorum.node_main",
+        cmd = [sys.executable, "-m", "tests.support.quorum_harness.node_main",
                "--node-id", str(self.node_id), "--voters", self.voters_arg,
                "--data-dir", str(self.data_dir), "--cluster-id", self.cluster_id,
                "--listen", self.address, *self.extra_args]

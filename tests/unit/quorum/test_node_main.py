@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from controller.quorum.driver_config import DriverConfig, parse_voters
-from controller.quorum.node_main import build_config, parse_args
+from tests.support.quorum_harness.node_main import build_config, parse_args
 
 
 def test_parse_voters() -> None:

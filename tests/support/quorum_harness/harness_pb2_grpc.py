@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from controller.quorum import harness_pb2 as controller_dot_quorum_dot_harness__pb2
+from tests.support.quorum_harness import harness_pb2 as tests_dot_support_dot_quorum__harness_dot_harness__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in controller/quorum/harness_pb2_grpc.py depends on'
+        + ' but the generated code in tests/support/quorum_harness/harness_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,18 +36,18 @@ class QuorumHarnessStub:
         """
         self.Propose = channel.unary_unary(
                 '/metakraft.raft.harness.v1.QuorumHarness/Propose',
-                request_serializer=controller_dot_quorum_dot_harness__pb2.ProposeRequest.SerializeToString,
-                response_deserializer=controller_dot_quorum_dot_harness__pb2.ProposeResponse.FromString,
+                request_serializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.ProposeRequest.SerializeToString,
+                response_deserializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.ProposeResponse.FromString,
                 _registered_method=True)
         self.Status = channel.unary_unary(
                 '/metakraft.raft.harness.v1.QuorumHarness/Status',
-                request_serializer=controller_dot_quorum_dot_harness__pb2.StatusRequest.SerializeToString,
-                response_deserializer=controller_dot_quorum_dot_harness__pb2.StatusResponse.FromString,
+                request_serializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.StatusRequest.SerializeToString,
+                response_deserializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.StatusResponse.FromString,
                 _registered_method=True)
         self.ReadLog = channel.unary_unary(
                 '/metakraft.raft.harness.v1.QuorumHarness/ReadLog',
-                request_serializer=controller_dot_quorum_dot_harness__pb2.ReadLogRequest.SerializeToString,
-                response_deserializer=controller_dot_quorum_dot_harness__pb2.ReadLogResponse.FromString,
+                request_serializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.ReadLogRequest.SerializeToString,
+                response_deserializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.ReadLogResponse.FromString,
                 _registered_method=True)
 
 
@@ -80,18 +80,18 @@ def add_QuorumHarnessServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Propose': grpc.unary_unary_rpc_method_handler(
                     servicer.Propose,
-                    request_deserializer=controller_dot_quorum_dot_harness__pb2.ProposeRequest.FromString,
-                    response_serializer=controller_dot_quorum_dot_harness__pb2.ProposeResponse.SerializeToString,
+                    request_deserializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.ProposeRequest.FromString,
+                    response_serializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.ProposeResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
-                    request_deserializer=controller_dot_quorum_dot_harness__pb2.StatusRequest.FromString,
-                    response_serializer=controller_dot_quorum_dot_harness__pb2.StatusResponse.SerializeToString,
+                    request_deserializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.StatusRequest.FromString,
+                    response_serializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.StatusResponse.SerializeToString,
             ),
             'ReadLog': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadLog,
-                    request_deserializer=controller_dot_quorum_dot_harness__pb2.ReadLogRequest.FromString,
-                    response_serializer=controller_dot_quorum_dot_harness__pb2.ReadLogResponse.SerializeToString,
+                    request_deserializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.ReadLogRequest.FromString,
+                    response_serializer=tests_dot_support_dot_quorum__harness_dot_harness__pb2.ReadLogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -119,8 +119,8 @@ class QuorumHarness:
             request,
             target,
             '/metakraft.raft.harness.v1.QuorumHarness/Propose',
-            controller_dot_quorum_dot_harness__pb2.ProposeRequest.SerializeToString,
-            controller_dot_quorum_dot_harness__pb2.ProposeResponse.FromString,
+            tests_dot_support_dot_quorum__harness_dot_harness__pb2.ProposeRequest.SerializeToString,
+            tests_dot_support_dot_quorum__harness_dot_harness__pb2.ProposeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -146,8 +146,8 @@ class QuorumHarness:
             request,
             target,
             '/metakraft.raft.harness.v1.QuorumHarness/Status',
-            controller_dot_quorum_dot_harness__pb2.StatusRequest.SerializeToString,
-            controller_dot_quorum_dot_harness__pb2.StatusResponse.FromString,
+            tests_dot_support_dot_quorum__harness_dot_harness__pb2.StatusRequest.SerializeToString,
+            tests_dot_support_dot_quorum__harness_dot_harness__pb2.StatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -173,8 +173,8 @@ class QuorumHarness:
             request,
             target,
             '/metakraft.raft.harness.v1.QuorumHarness/ReadLog',
-            controller_dot_quorum_dot_harness__pb2.ReadLogRequest.SerializeToString,
-            controller_dot_quorum_dot_harness__pb2.ReadLogResponse.FromString,
+            tests_dot_support_dot_quorum__harness_dot_harness__pb2.ReadLogRequest.SerializeToString,
+            tests_dot_support_dot_quorum__harness_dot_harness__pb2.ReadLogResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,8 +8,8 @@ and it has no authentication: never expose it beyond loopback.
 """
 
 from collections import abc as _abc
-from controller.quorum import harness_pb2 as _harness_pb2
 from grpc import aio as _aio
+from tests.support.quorum_harness import harness_pb2 as _harness_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

@@ -10,8 +10,6 @@ import grpc
 from grpc import aio
 
 from controller.logformat import BatchOrigin
-from controller.quorum import harness_pb2 as pb
-from controller.quorum import harness_pb2_grpc as pb_grpc
 from controller.quorum.driver import (
     NotLeaderError,
     ProposalLostError,
@@ -19,6 +17,8 @@ from controller.quorum.driver import (
     RaftDriver,
 )
 from controller.quorum.service import DriverStoppedError, QueueFullError
+from tests.support.quorum_harness import harness_pb2 as pb
+from tests.support.quorum_harness import harness_pb2_grpc as pb_grpc
 
 MAX_READ_BYTES = 4 * 1024 * 1024
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["QuorumHarness"].full_name

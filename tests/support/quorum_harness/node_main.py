@@ -1,6 +1,6 @@
 """A bare Raft quorum node, for tests and bench/raft_bench.py (not the controller).
 
-    python -m controller.quorum.node_main --node-id 1 \\
+    python -m tests.support.quorum_harness.node_main --node-id 1 \\
         --voters 1=127.0.0.1:9001,2=127.0.0.1:9002,3=127.0.0.1:9003 \\
         --data-dir /tmp/n1 --cluster-id <22-char id> [--listen 127.0.0.1:9001] [--format]
 
@@ -24,16 +24,16 @@ from pathlib import Path
 
 from controller.quorum.driver import RaftDriver
 from controller.quorum.driver_config import DriverConfig, parse_voters
-from controller.quorum.harness import add_harness_service
 from controller.quorum.service import add_raft_service
 from controller.rpc import add_health_and_reflection, bind, create_server
 from controller.storage.meta_properties import format_data_dir
+from tests.support.quorum_harness.harness import add_harness_service
 
-logger = logging.getLogger("controller.quorum.node_main")
+logger = logging.getLogger("tests.support.quorum_harness.node_main")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m controller.quorum.node_main",
+    p = argparse.ArgumentParser(prog="python -m tests.support.quorum_harness.node_main",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--node-id", type=int, required=True)
     p.add_argument("--voters", type=parse_voters, required=True,
