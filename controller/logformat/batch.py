@@ -40,8 +40,14 @@ MAGIC = 1
 ATTR_CONTROL = 0x01
 _KNOWN_ATTRS = ATTR_CONTROL
 
+# What the format allows: a decoder refuses a batch past either bound.
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 MAX_RECORDS_PER_BATCH = 10_000
+# The largest batch a leader appends (one request's records, atomically): well under
+# the format's bound, so a fetch answer carries several and no single batch holds a
+# snapshot or a follower up for long. The Raft core refuses larger proposals and the
+# controller refuses larger requests before replaying them; both read it here.
+MAX_APPEND_BYTES = 1024 * 1024
 MAX_ORIGIN_FIELD_BYTES = 0xFFFF
 
 _HEADER = struct.Struct(">qiIBBiiqHHH")

@@ -29,7 +29,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from controller.api.seam import ControllerTimeoutError, NotControllerError
-from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin
+from controller.logformat.batch import (
+    EMPTY_ORIGIN,
+    MAX_APPEND_BYTES,
+    MAX_RECORDS_PER_BATCH,
+    BatchOrigin,
+)
 from controller.metadata import METADATA_VERSION, MetadataState
 from controller.metadata.errors import MetadataReplayError
 from controller.metadata.placement import RandomSource
@@ -109,12 +114,11 @@ class ControllerCore:
             encoded = [encode_record(r) for r in records]
         assert len(encoded) == len(records)
         size = sum(len(r) for r in encoded)
-        limits = self.settings
-        if len(encoded) > limits.max_records_per_batch or size > limits.max_batch_bytes:
+        if len(encoded) > MAX_RECORDS_PER_BATCH or size > MAX_APPEND_BYTES:
             settle(fut, exc=RequestTooLargeError(
                 f"the request needs {len(encoded)} records ({size} bytes) in one batch; the "
-                f"limit is {limits.max_records_per_batch} records and {limits.max_batch_bytes} "
-                "bytes: split it into smaller requests"))
+                f"limit is {MAX_RECORDS_PER_BATCH} records and {MAX_APPEND_BYTES} bytes: "
+                "split it into smaller requests"))
             return
         base = access.next_offset
         # Only our own appends go to the log while we are active.

@@ -73,9 +73,6 @@ class ControllerSettings:
     max_queued_events: int = attrs.field(default=10_000, validator=_positive)
     # Items (topics, resources, partitions, ...) in one request.
     max_items_per_request: int = attrs.field(default=10_000, validator=_positive)
-    # One request's records go in one batch (atomic); these match the Raft limits.
-    max_records_per_batch: int = attrs.field(default=10_000, validator=_positive)
-    max_batch_bytes: int = attrs.field(default=1024 * 1024, validator=_positive)
     # How often the controller looks at timers (stale brokers, expired waits).
     tick_interval_ms: int = attrs.field(default=100, validator=_positive)
     # After leadership is lost, how long an appended request waits for its fate

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import attrs
 
+from controller.logformat.batch import MAX_APPEND_BYTES, MAX_RECORDS_PER_BATCH
+
 
 def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value <= 0:
@@ -33,8 +35,9 @@ class RaftConfig:
     begin_quorum_retry_ms: int = attrs.field(default=250, validator=_positive)
     # After EndQuorumEpoch, the successor ranked k waits k * this before running.
     end_quorum_backoff_ms: int = attrs.field(default=50, validator=_positive)
-    max_batch_records: int = attrs.field(default=10_000, validator=_positive)
-    max_batch_bytes: int = attrs.field(default=1024 * 1024, validator=_positive)
+    # The largest proposal (controller.logformat's append limits).
+    max_batch_records: int = attrs.field(default=MAX_RECORDS_PER_BATCH, validator=_positive)
+    max_batch_bytes: int = attrs.field(default=MAX_APPEND_BYTES, validator=_positive)
     fetch_max_batches: int = attrs.field(default=256, validator=_positive)
     fetch_max_bytes: int = attrs.field(default=1024 * 1024, validator=_positive)
     snapshot_chunk_bytes: int = attrs.field(default=64 * 1024, validator=_positive)

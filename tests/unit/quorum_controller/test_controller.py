@@ -330,11 +330,12 @@ def test_full_queue_answers_busy_and_applies_nothing() -> None:
 
 def test_too_large_request_fails_per_item_and_leaves_no_record() -> None:
     async def main() -> None:
-        env = Env(max_records_per_batch=10, max_items_per_request=4)
+        env = Env(max_items_per_request=4)
         await env.elect(1)
         await env.register_brokers(1, [0])
         before = env.quorum.end_offset
-        big = await env.api[1].create_topics([topic("big", 20)], validate_only=False,
+        # 10,001 records: past the largest batch a leader appends.
+        big = await env.api[1].create_topics([topic("big", 10_000)], validate_only=False,
                                              origin=ORIGIN)
         assert big[0].error.code is ErrorCode.REQUEST_TOO_LARGE
         many = await env.api[1].delete_topics([f"d{i}" for i in range(5)], origin=ORIGIN)
