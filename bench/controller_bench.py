@@ -226,7 +226,7 @@ HEADER = ("clients partitions  topics/s  records/s  p50 ms  p99 ms  ctrl cpu s  
 
 def run_create(args: argparse.Namespace) -> None:
     from tests.support.controller_processes import ControllerCluster
-    from tests.support.raft_node_process import wait_until
+    from tests.support.polling import wait_until
 
     root = Path(tempfile.mkdtemp(prefix="controller-bench-", dir=args.dir))
     cluster = ControllerCluster(root, 3)

@@ -202,7 +202,8 @@ _RECONCILED = re.compile(r"event=reconciled .*?wall_ms=(\d+)")
 
 def bench_propagation(brokers: int, changes: int) -> None:
     from controller.metadata import CreatableTopic, ReassignmentRequest
-    from tests.support.broker_processes import BrokerCluster, wait_for
+    from tests.support.broker_processes import BrokerCluster
+    from tests.support.polling import wait_until
 
     with tempfile.TemporaryDirectory() as tmp:
         cluster = BrokerCluster(Path(tmp), brokers=range(1, brokers + 1),
@@ -237,7 +238,7 @@ def bench_propagation(brokers: int, changes: int) -> None:
                                 return False
                         return True
 
-                    wait_for(everyone, 20, f"change {k} everywhere", 0.01)
+                    wait_until(everyone, 20, f"change {k} everywhere", 0.01)
                     sends.append((t_send, t_ack, epoch))
                     time.sleep(0.05)
             from_send: list[float] = []

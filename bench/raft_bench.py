@@ -37,9 +37,10 @@ import grpc
 
 from controller.records import PartitionRecord, encode_record, make_record
 from controller.rpc import create_channel
+from tests.support.polling import wait_until
 from tests.support.quorum_harness import harness_pb2 as hpb
 from tests.support.quorum_harness import harness_pb2_grpc as hpb_grpc
-from tests.support.raft_node_process import Quorum, wait_until
+from tests.support.raft_node_process import Quorum
 
 PROPOSERS = (1, 16, 64)
 RECORDS_PER_PROPOSAL = (1, 100)

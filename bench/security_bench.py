@@ -130,7 +130,7 @@ def run_authorize(args: argparse.Namespace) -> None:
 
 def start(root: Path, secure: bool) -> object:
     from tests.support.controller_processes import ControllerCluster
-    from tests.support.raft_node_process import wait_until
+    from tests.support.polling import wait_until
 
     cluster = ControllerCluster(root, 3, secure=secure)
     cluster.start()

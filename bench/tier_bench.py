@@ -110,7 +110,7 @@ def run_copy(args: argparse.Namespace) -> None:
 
 def _round(root: Path, mode: str, args: argparse.Namespace) -> tuple[float, float, float]:
     from tests.support.controller_processes import ControllerCluster
-    from tests.support.raft_node_process import wait_until
+    from tests.support.polling import wait_until
     from tests.support.tiered_cluster import tier_config
 
     tier_root = Path(args.tier_dir) / root.name if args.tier_dir else root / "tier"

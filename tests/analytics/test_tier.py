@@ -20,7 +20,7 @@ from controller.cli.main import cli
 from controller.storage.meta_properties import DataDir
 from controller.tier.history import list_tier
 from controller.tier.remote import open_store
-from tests.support.raft_node_process import wait_until
+from tests.support.polling import wait_until
 from tests.support.tiered_cluster import Writer, count_lines, start_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

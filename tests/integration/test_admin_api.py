@@ -51,7 +51,7 @@ from tests.support.api_server import (
     serving,
 )
 from tests.support.local_controller import LocalController
-from tests.support.raft_node_process import wait_until
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from controller.api.stream_client import STREAM_METHOD, AdminStream, StreamItemE
 from controller.metadata import CreatableTopic
 from tests.support.api_server import LOCAL_CLUSTER, ApiServer, register_brokers, serving
 from tests.support.local_controller import LocalController
-from tests.support.raft_node_process import wait_until
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 

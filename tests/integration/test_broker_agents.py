@@ -2,7 +2,7 @@
 
 One cluster serves the whole module (starting it costs seconds); every test leaves
 it healthy: all controllers and brokers running, brokers RUNNING. Waits are bounded
-polls (`wait_for`); the fixture's teardown stops every child process.
+polls (`wait_until`); the fixture's teardown stops every child process.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from controller.metadata import CreatableTopic, ReassignmentRequest
 from controller.records.domain import BrokerRegistration
 from controller.storage.log import SegmentedLog
 from controller.storage.meta_properties import DataDir
-from tests.support.broker_processes import BrokerCluster, wait_for
+from tests.support.broker_processes import BrokerCluster
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -82,7 +83,7 @@ def wait_all_match(cluster: BrokerCluster, admin: AdminClient, timeout_s: float 
                 return False
         return True
 
-    wait_for(matches, timeout_s, "every broker's local state to match the image", 0.2)
+    wait_until(matches, timeout_s, "every broker's local state to match the image", 0.2)
 
 
 def broker_reg(admin: AdminClient, broker_id: int) -> BrokerRegistration | None:
@@ -130,7 +131,7 @@ def test_reassign_moves_partition_from_broker_1_to_4(cluster: BrokerCluster,
         return reg.replicas == (4, 2, 3) and not reg.adding_replicas \
             and not reg.removing_replicas and reg.leader in (4, 2, 3)
 
-    wait_for(done, 20, "the reassignment to complete")
+    wait_until(done, 20, "the reassignment to complete")
     wait_all_match(cluster, admin)
     assert "move-0" not in cluster.brokers[1].local_state()
     assert "move-0" in cluster.brokers[4].local_state()
@@ -151,7 +152,7 @@ def test_kill_9_broker_fenced_then_restart_catches_up(cluster: BrokerCluster,
         return reg is not None and reg.fenced and all(
             p.registration.leader != 2 and 2 not in p.registration.isr for p in parts)
 
-    wait_for(moved, 15, "broker 2 fenced, its leaderships moved, ISRs shrunk", 0.1)
+    wait_until(moved, 15, "broker 2 fenced, its leaderships moved, ISRs shrunk", 0.1)
     # Not before the session timeout (minus slack for when its last heartbeat went).
     assert time.monotonic() - killed_at > SESSION_TIMEOUT_MS / 1e3 * 0.5
     # While it is down, the others reconcile the new leaders.
@@ -159,7 +160,7 @@ def test_kill_9_broker_fenced_then_restart_catches_up(cluster: BrokerCluster,
         assert p.registration.leader in (1, 3)
     cluster.brokers[2].start()
     cluster.wait_running([2], timeout_s=30)
-    wait_for(lambda: all(2 in p.registration.isr
+    wait_until(lambda: all(2 in p.registration.isr
                          for p in admin.describe_topics(["k9"])[0].partitions), 15,
              "broker 2 back in the ISRs")
     wait_all_match(cluster, admin)
@@ -216,10 +217,10 @@ def test_kill_9_active_controller_during_topic_stream(cluster: BrokerCluster,
     thread = threading.Thread(target=_create_stream, args=(cluster, "s", stop, acked, unknown))
     thread.start()
     try:
-        wait_for(lambda: len(acked) >= 5, 20, "some topics acknowledged")
+        wait_until(lambda: len(acked) >= 5, 20, "some topics acknowledged")
         active.kill()
         before = len(acked)
-        wait_for(lambda: len(acked) >= before + 5, 30, "creations acknowledged again")
+        wait_until(lambda: len(acked) >= before + 5, 30, "creations acknowledged again")
     finally:
         stop.set()
         thread.join(30)
@@ -230,10 +231,10 @@ def test_kill_9_active_controller_during_topic_stream(cluster: BrokerCluster,
     assert set(acked) <= topics
     # Brokers follow the new leader for their heartbeats too.
     for b in BROKERS:
-        wait_for(lambda b=b: cluster.brokers[b].status()["controller_id"]  # type: ignore[misc]
+        wait_until(lambda b=b: cluster.brokers[b].status()["controller_id"]  # type: ignore[misc]
                  == new_active.node_id, 10, f"broker {b} on the new controller")
     active.start()
-    wait_for(lambda: active.running, 5, "old controller restarted")
+    wait_until(lambda: active.running, 5, "old controller restarted")
 
 
 def test_sigstop_active_controller_then_sigcont(cluster: BrokerCluster,
@@ -246,16 +247,16 @@ def test_sigstop_active_controller_then_sigcont(cluster: BrokerCluster,
     thread = threading.Thread(target=_create_stream, args=(cluster, "z", stop, acked, unknown))
     thread.start()
     try:
-        wait_for(lambda: len(acked) >= 3, 20, "some topics acknowledged")
+        wait_until(lambda: len(acked) >= 3, 20, "some topics acknowledged")
         lost_before = active.log_text().count("event=leadership_lost")
         active.proc.send_signal(signal.SIGSTOP)
-        wait_for(lambda: (c := cluster.active_controller()) is not None and c is not active,
+        wait_until(lambda: (c := cluster.active_controller()) is not None and c is not active,
                  15, "a new active controller")
         before = len(acked)
-        wait_for(lambda: len(acked) >= before + 3, 30, "creations acknowledged again")
+        wait_until(lambda: len(acked) >= before + 3, 30, "creations acknowledged again")
         active.proc.send_signal(signal.SIGCONT)
         # It hears of the new epoch, steps down and reverts its uncommitted state.
-        wait_for(lambda: active.log_text().count("event=leadership_lost") > lost_before, 15,
+        wait_until(lambda: active.log_text().count("event=leadership_lost") > lost_before, 15,
                  "the old controller to step down")
     finally:
         active.proc.send_signal(signal.SIGCONT)

@@ -36,7 +36,7 @@ from controller.metadata import (
 from controller.records import decode_record
 from controller.security.principal import ANONYMOUS
 from tests.support.controller_processes import ControllerCluster, ControllerProcess
-from tests.support.raft_node_process import wait_until
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

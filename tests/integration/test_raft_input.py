@@ -19,7 +19,7 @@ from controller.quorum import raft_service_pb2_grpc as pb_grpc
 from controller.rpc import create_sync_channel
 from controller.storage.meta_properties import DataDir
 from tests.support.controller_processes import ControllerCluster
-from tests.support.raft_node_process import wait_until
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

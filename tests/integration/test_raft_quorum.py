@@ -17,8 +17,9 @@ import grpc
 import pytest
 
 from controller.logformat import RecordBatch
+from tests.support.polling import wait_until
 from tests.support.quorum_harness import harness_pb2 as hpb
-from tests.support.raft_node_process import NodeProcess, Quorum, wait_until
+from tests.support.raft_node_process import NodeProcess, Quorum
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -40,7 +40,7 @@ from controller.security.tls import TlsCredentials
 from controller.storage.meta_properties import DataDir
 from tests.support.controller_processes import ControllerCluster, ControllerProcess
 from tests.support.pki import TestPki
-from tests.support.raft_node_process import wait_until
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

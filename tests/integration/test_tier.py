@@ -27,7 +27,7 @@ from controller.storage.meta_properties import DataDir
 from controller.tier.history import list_tier
 from controller.tier.remote import open_store
 from tests.support.controller_processes import ControllerCluster
-from tests.support.raft_node_process import wait_until
+from tests.support.polling import wait_until
 from tests.support.s3_server import CREDENTIALS, S3Server, running_s3
 from tests.support.tiered_cluster import (
     Writer,

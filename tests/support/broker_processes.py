@@ -10,13 +10,9 @@ stopped, then SIGTERM, then SIGKILL).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,35 +20,20 @@ from broker_agent.status import get_status, status_to_dict
 from controller.api.client import AdminClient
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
 from tests.support.controller_processes import (
-    LAUNCH,
-    REPO_ROOT,
     ControllerProcess,
     latest_active,
 )
 from tests.support.pki import PLAINTEXT_TABLE
+from tests.support.polling import wait_until
+from tests.support.processes import ChildProcess, metakraft_command
 from tests.support.raft_node_process import free_ports
 
 CONTROLLER_BASE_ID = 3000
 
 
-def wait_for(cond: Callable[[], Any], timeout_s: float, what: str,
-             interval_s: float = 0.05) -> Any:
-    """Poll `cond` until it returns something truthy; AssertionError after the timeout."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = cond()
-        except Exception as exc:  # a process may be restarting
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
 
 
-class BrokerProcess:
+class BrokerProcess(ChildProcess):
     def __init__(self, broker_id: int, cluster_id: str, root: Path,
                  controllers: dict[int, str], *, heartbeat_interval_ms: int = 200,
                  controlled_shutdown_timeout_ms: int = 10_000) -> None:
@@ -60,8 +41,7 @@ class BrokerProcess:
         self.cluster_id = cluster_id
         self.data_dir = root / f"b{broker_id}"
         self.config_path = root / f"b{broker_id}.toml"
-        self.stderr_path = root / f"b{broker_id}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(root / f"b{broker_id}.log")
         self.address: str | None = None
         port = free_ports(1)[0]
         self.listen = f"127.0.0.1:{port}"
@@ -83,39 +63,15 @@ class BrokerProcess:
         shutil.rmtree(self.data_dir)
         self.format()
 
+    def command(self) -> list[str]:
+        return metakraft_command("broker", "--config", str(self.config_path))
+
     def start(self) -> None:
-        assert not self.running, "already running"
-        with open(self.stderr_path, "ab") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", LAUNCH, "broker", "--config", str(self.config_path)],
-                cwd=REPO_ROOT, stdout=err, stderr=err,
-                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        super().start()
         self.address = self.listen
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        if self.running:
-            assert self.proc is not None
-            self.proc.kill()
-            self.proc.wait(10)
-
     def terminate(self, timeout_s: float = 15.0) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
+        return super().terminate(timeout_s)
 
     def status(self, timeout_s: float = 2.0) -> dict[str, Any]:
         assert self.address is not None
@@ -133,8 +89,6 @@ class BrokerProcess:
                 out[entry.name] = json.loads(state.read_text())
         return out
 
-    def log_text(self) -> str:
-        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
 
 class BrokerCluster:
@@ -197,5 +151,5 @@ class BrokerCluster:
                      timeout_s: float = 30.0) -> None:
         ids = list(self.brokers) if broker_ids is None else list(broker_ids)
         for b in ids:
-            wait_for(lambda b=b: self.brokers[b].status()["state"] == "RUNNING",  # type: ignore[misc]
+            wait_until(lambda b=b: self.brokers[b].status()["state"] == "RUNNING",  # type: ignore[misc]
                      timeout_s, f"broker {b} RUNNING")

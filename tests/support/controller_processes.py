@@ -9,10 +9,6 @@ BrokerLifecycle calls (`register_brokers`).
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
@@ -33,56 +29,24 @@ from controller.security.tls import TlsCredentials
 from controller.storage.log import SegmentedLog
 from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
 from tests.support.pki import PLAINTEXT_TABLE, TestPki
-from tests.support.raft_node_process import free_ports, wait_until
+from tests.support.polling import wait_until
+from tests.support.processes import ChildProcess, metakraft_command
+from tests.support.raft_node_process import free_ports
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LAUNCH = "from controller.cli.main import main; main()"
 FIRST_CONTROLLER_ID = 3000
 
 
-class ControllerProcess:
+class ControllerProcess(ChildProcess):
     def __init__(self, node_id: int, address: str, config_path: Path, data_dir: Path,
                  env: dict[str, str] | None = None) -> None:
+        super().__init__(config_path.with_suffix(".log"), env)
         self.node_id = node_id
-        self.env = env or {}
         self.address = address
         self.config_path = config_path
         self.data_dir = data_dir
-        self.stderr_path = config_path.with_suffix(".log")
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        assert self.proc is None or self.proc.poll() is not None, "already running"
-        with open(self.stderr_path, "ab") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", LAUNCH, "controller", "--config", str(self.config_path)],
-                cwd=REPO_ROOT, stdout=err, stderr=err,
-                env={**os.environ, **self.env, "PYTHONPATH": str(REPO_ROOT)})
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        if self.running:
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def terminate(self, timeout_s: float = 10.0) -> int:
-        """SIGTERM and wait; the exit status (SIGKILL if it does not stop in time)."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
-
-    def log_text(self) -> str:
-        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+    def command(self) -> list[str]:
+        return metakraft_command("controller", "--config", str(self.config_path))
 
     def read_log(self) -> list[RecordBatch]:
         """Every batch in this node's log (only while the process is stopped)."""

@@ -7,11 +7,9 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LAUNCH = "from controller.cli.main import main; main()"
+from tests.support.processes import REPO_ROOT, metakraft_command
 
 
 def dev_env() -> dict[str, str]:
@@ -21,7 +19,7 @@ def dev_env() -> dict[str, str]:
 
 def dev_command(*args: str) -> list[str]:
     """`metakraft ARGS...` run by this interpreter from this checkout."""
-    return [sys.executable, "-c", LAUNCH, *args]
+    return metakraft_command(*args)
 
 
 def recorded_pids(data_dir: Path) -> list[int]:

@@ -7,12 +7,8 @@ is a poll of a condition with a deadline (`wait_until`), never a bare sleep.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -23,10 +19,11 @@ from controller.logformat import RecordBatch
 from controller.logformat.batch import iter_batches
 from controller.rpc import create_sync_channel
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
+from tests.support.polling import wait_until
+from tests.support.processes import ChildProcess
 from tests.support.quorum_harness import harness_pb2 as hpb
 from tests.support.quorum_harness import harness_pb2_grpc as hpb_grpc
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
@@ -35,71 +32,29 @@ def free_ports(n: int) -> list[int]:
     return pick_free_ports(n)
 
 
-def wait_until(cond: Callable[[], T | None], timeout_s: float, what: str,
-               interval_s: float = 0.02) -> T:
-    """Poll `cond` until it returns something truthy; fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
 
 
-class NodeProcess:
+class NodeProcess(ChildProcess):
     def __init__(self, node_id: int, address: str, data_dir: Path, cluster_id: str,
                  voters_arg: str, extra_args: Iterable[str] = ()) -> None:
+        super().__init__(data_dir.parent / f"node{node_id}.out")
         self.node_id = node_id
         self.address = address
         self.data_dir = data_dir
         self.cluster_id = cluster_id
         self.voters_arg = voters_arg
         self.extra_args = list(extra_args)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.output = data_dir.parent / f"node{node_id}.out"
         self._channel = create_sync_channel(address)
         self.stub = hpb_grpc.QuorumHarnessStub(self._channel)
 
-    def start(self) -> None:
-        assert self.proc is None or self.proc.poll() is not None, "already running"
-        cmd = [sys.executable, "-m", "tests.support.quorum_harness.node_main",
-               "--node-id", str(self.node_id), "--voters", self.voters_arg,
-               "--data-dir", str(self.data_dir), "--cluster-id", self.cluster_id,
-               "--listen", self.address, *self.extra_args]
-        with open(self.output, "ab") as out:
-            self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=out,
-                                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "tests.support.quorum_harness.node_main",
+                "--node-id", str(self.node_id), "--voters", self.voters_arg,
+                "--data-dir", str(self.data_dir), "--cluster-id", self.cluster_id,
+                "--listen", self.address, *self.extra_args]
 
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        """kill -9, and reap it."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def terminate(self, timeout_s: float = 5.0) -> int | None:
-        """SIGTERM (clean stop), SIGKILL if it does not exit in time."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            with _suppress_lookup():
-                self.proc.send_signal(signal.SIGCONT)  # a stopped process cannot exit
-            self.proc.terminate()
-            try:
-                return self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                return self.proc.wait(timeout=10)
-        return self.proc.returncode
+    def terminate(self, timeout_s: float = 5.0) -> int:
+        return super().terminate(timeout_s) if self.proc is not None else 0
 
     def status(self, timeout_s: float = 0.5) -> hpb.StatusResponse | None:
         try:
@@ -129,12 +84,6 @@ class NodeProcess:
         self._channel.close()
 
 
-class _suppress_lookup:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return isinstance(exc[1], ProcessLookupError)
 
 
 class Quorum:
@@ -160,7 +109,7 @@ class Quorum:
         """The node that says it leads, if exactly one of the live ones does and the
         others agree or do not know yet."""
         ids = list(among) if among is not None else [i for i, n in self.nodes.items()
-                                                     if n.alive]
+                                                     if n.running]
         statuses = {i: self.nodes[i].status() for i in ids}
         leaders = [i for i, s in statuses.items() if s is not None and s.role == "leader"]
         if len(leaders) != 1:
