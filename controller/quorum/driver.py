@@ -37,6 +37,7 @@ import attrs
 
 from controller.logformat import EMPTY_ORIGIN, BatchOrigin, RecordBatch, SnapshotId
 from controller.quorum.driver_config import DriverConfig
+from controller.quorum.errors import NotLeaderError, ProposalRejectedError
 from controller.quorum.log_adapter import DurableRaftLog, FileSnapshotStore
 from controller.quorum.peers import PeerClients
 from controller.quorum.proposals import PendingProposals, ProposalLostError
@@ -137,17 +138,6 @@ class NodeTaskAccess:
             raise ProposalRejectedError(f"proposal refused: {result.error.value}")
         assert result.base_offset is not None
         return result.base_offset
-
-
-class NotLeaderError(Exception):
-    def __init__(self, leader_id: int | None, epoch: int) -> None:
-        super().__init__(f"not the leader (leader: {leader_id}, epoch {epoch})")
-        self.leader_id = leader_id
-        self.epoch = epoch
-
-
-class ProposalRejectedError(ValueError):
-    """The core refused the proposal (empty, or too large)."""
 
 
 @attrs.frozen(slots=True)

@@ -1,9 +1,8 @@
-"""The values the controller's loop works with: its mode, a queued event, and how
-a waiting caller's future is settled."""
+"""The values the controller's state machine works with: its modes and their one
+transition table, a request, and the instructions it emits."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from collections.abc import Callable
 from typing import Any
@@ -24,15 +23,28 @@ class RequestTooLargeError(Exception):
 
 
 class Mode(enum.Enum):
+    # Replays what commits; answers requests "not controller".
     STANDBY = "standby"
+    # Won an election; waits for its LeaderChange batch to commit (requests park).
     PENDING = "pending"
+    # The active controller: writes and reads.
     ACTIVE = "active"
 
 
+# Every mode change the controller may make; `ControllerMachine._become` asserts it.
+MODE_TRANSITIONS: dict[Mode, frozenset[Mode]] = {
+    Mode.STANDBY: frozenset({Mode.PENDING}),
+    Mode.PENDING: frozenset({Mode.ACTIVE, Mode.STANDBY}),
+    Mode.ACTIVE: frozenset({Mode.STANDBY}),
+}
+
+
 @attrs.define(slots=True)
-class Event:
+class Request:
+    """One admin request for the machine: a write (`generate`) or a read (`query`)."""
+
+    id: int
     name: str
-    future: asyncio.Future[Any]
     enqueued_ms: int
     generate: Generate | None = None
     query: Query | None = None
@@ -40,14 +52,26 @@ class Event:
     # Set while parked waiting for this node to become active.
     deadline_ms: int = 0
 
-
-def settle(fut: asyncio.Future[Any] | None, result: Any = None,
-           exc: BaseException | None = None) -> None:
-    if fut is None or fut.done():
-        return  # the caller gave up waiting
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(result)
+    def __attrs_post_init__(self) -> None:
+        assert (self.generate is None) != (self.query is None), self.name
 
 
+@attrs.frozen(slots=True)
+class Answer:
+    """Answer request `request_id` with `value`. `commit_ms`: how long its batch took
+    from append to commit (None: a read, or a write that appended nothing)."""
+
+    request_id: int
+    value: Any
+    commit_ms: int | None = None
+
+
+@attrs.frozen(slots=True)
+class Fail:
+    """Answer request `request_id` with `error` (a seam error, or a manager's bug)."""
+
+    request_id: int
+    error: BaseException
+
+
+Instruction = Answer | Fail

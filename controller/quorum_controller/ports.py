@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
 from controller.logformat import SnapshotId
 from controller.logformat.batch import BatchOrigin
-from controller.quorum.driver import DriverStatus
+
+if TYPE_CHECKING:
+    from controller.quorum.driver import DriverStatus
 
 
 class NodeAccess(Protocol):
@@ -32,7 +34,7 @@ class NodeAccess(Protocol):
 
     def append(self, records: Sequence[bytes], origin: BatchOrigin) -> int:
         """Append one batch now and return its base offset; raises
-        `controller.quorum.driver.NotLeaderError` or `ProposalRejectedError`."""
+        `controller.quorum.errors.NotLeaderError` or `ProposalRejectedError`."""
         ...
 
 

@@ -47,8 +47,9 @@ class BatchKey:
 @attrs.define(slots=True)
 class Waiter:
     key: BatchKey
-    # Called with the outcome; each waiter is settled exactly once.
-    on_success: Callable[[], None]
+    # Called with the outcome; each waiter is settled exactly once. `on_success`
+    # gets the time of the commit (ms).
+    on_success: Callable[[int], None]
     on_lost: Callable[[], None]
     on_unknown: Callable[[], None]
     # Set once leadership is lost: past it the outcome is reported unknown.
@@ -76,12 +77,15 @@ class Purgatory:
                 w.on_unknown()
         self._waiting.append(waiter)
 
-    def committed(self, batch: RecordBatch) -> None:
-        """`batch` committed (batches arrive in log order)."""
+    def committed(self, batch: RecordBatch, now_ms: int) -> None:
+        """`batch` committed (batches arrive in log order) at `now_ms`."""
         waiting = self._waiting
         while waiting and waiting[0].key.base_offset <= batch.last_offset:
             w = waiting.popleft()
-            (w.on_success if w.key.matches(batch) else w.on_lost)()
+            if w.key.matches(batch):
+                w.on_success(now_ms)
+            else:
+                w.on_lost()
         if waiting and waiting[0].key.epoch < batch.epoch:
             # A newer epoch committed below them: the log past it is that epoch's.
             keep: deque[Waiter] = deque()

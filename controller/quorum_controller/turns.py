@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 
 from controller.quorum.service import DriverStoppedError
-from controller.quorum_controller.events import Event
+from controller.quorum_controller.events import Request
 from controller.quorum_controller.ports import NodeAccess, QuorumPort
 
 # Queued events run in one node-task turn at most (the driver builds a Ready, so
@@ -27,14 +27,14 @@ from controller.quorum_controller.ports import NodeAccess, QuorumPort
 MAX_EVENTS_PER_TURN = 64
 
 
-class EventQueue:
-    """Events accepted and not yet run, in arrival order; ``run_event`` runs one of
+class RequestQueue:
+    """Requests accepted and not yet run, in arrival order; ``run_event`` runs one of
     them on the node task."""
 
-    def __init__(self, run_event: Callable[[Event, NodeAccess], None]) -> None:
+    def __init__(self, run_event: Callable[[Request, NodeAccess], None]) -> None:
         self._run_event = run_event
         self._quorum: QuorumPort | None = None
-        self._events: deque[Event] = deque()
+        self._events: deque[Request] = deque()
         self._turn_scheduled = False
 
     def attach(self, quorum: QuorumPort) -> None:
@@ -43,7 +43,7 @@ class EventQueue:
     def __len__(self) -> int:
         return len(self._events)
 
-    def put(self, event: Event) -> None:
+    def put(self, event: Request) -> None:
         """Queue ``event`` for the next turn; raises ``DriverStoppedError`` (nothing
         queued) when the node task is gone."""
         quorum = self._quorum
@@ -53,14 +53,14 @@ class EventQueue:
             self._turn_scheduled = True
         self._events.append(event)
 
-    def take_all(self) -> list[Event]:
+    def take_all(self) -> list[Request]:
         """Remove and return every queued event (none of them ran)."""
         # A fresh deque rather than clear(): a turn running meanwhile keeps popping
         # from its own (now settled) events instead of from an emptied queue.
         events, self._events = self._events, deque()
         return list(events)
 
-    def driver_stopped(self) -> list[Event]:
+    def driver_stopped(self) -> list[Request]:
         """The node task is gone, so a turn scheduled for the queued events will never
         run: ``take_all``, and schedule afresh on the next ``put``."""
         self._turn_scheduled = False

@@ -24,8 +24,8 @@ FORBIDDEN = {"asyncio", "grpc", "socket", "time", "random", "threading", "select
              "concurrent", "multiprocessing", "pathlib"}
 
 # The pure cores: the Raft protocol, the timeline structures, the control managers
-# (they generate records; replay is the only mutator), and the broker's image,
-# delta and reconciler.
+# (they generate records; replay is the only mutator), the controller's state
+# machine, and the broker's image, delta and reconciler.
 def _every_module(package: str) -> list[str]:
     directory = ROOT.joinpath(*package.split("."))
     return [package] + [f"{package}.{p.stem}" for p in sorted(directory.glob("*.py"))
@@ -36,6 +36,7 @@ CORES = {
     "raft core": _every_module("controller.raft"),
     "timeline": _every_module("timeline"),
     "control managers": ["controller.metadata"],
+    "controller core": ["controller.quorum_controller.machine"],
     "broker image and reconciler": ["broker_agent.image", "broker_agent.delta",
                                     "broker_agent.reconciler"],
 }

@@ -3,6 +3,8 @@ a service whose .proto has a method without a handler does not register."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from controller import rpc
@@ -34,5 +36,9 @@ def test_reads_and_writes_are_what_their_names_say() -> None:
 def test_a_method_without_a_handler_is_refused_at_registration() -> None:
     handlers = {s.name: admin_handler(s, LocalController(), OPEN) for s in ADMIN_RPCS
                 if s.name != "DeleteAcls"}
-    with pytest.raises(AssertionError, match="DeleteAcls"):
+
+    async def register() -> None:  # a grpc.aio server needs a running loop
         register_service(rpc.create_server(), SERVICE, handlers, stream_method="Stream")
+
+    with pytest.raises(AssertionError, match="DeleteAcls"):
+        asyncio.run(register())

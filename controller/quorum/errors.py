@@ -1,0 +1,15 @@
+"""What appending to the Raft node can raise (`NodeAccess.append`): plain values, so
+the controller's state machine can handle them without importing the driver."""
+
+from __future__ import annotations
+
+
+class NotLeaderError(Exception):
+    def __init__(self, leader_id: int | None, epoch: int) -> None:
+        super().__init__(f"not the leader (leader: {leader_id}, epoch {epoch})")
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+class ProposalRejectedError(ValueError):
+    """The core refused the proposal (empty, or too large)."""

@@ -1,0 +1,470 @@
+"""`ControllerMachine`: the controller as a state machine, without I/O.
+
+Stimuli in, instructions out (the Raft core's shape): `request` (an admin request
+with its id), `leader_changed`, `committed` (batches the quorum committed),
+`load_snapshot`, `tick` (with the time), `shut_down`. Each leaves `Answer` / `Fail`
+instructions in `take_instructions()`. No asyncio, no futures, no clock: the time
+comes with each stimulus, and the Raft node and the snapshot writer are seams
+(`NodeAccess`, `SnapshotPolicy`). The asyncio daemon (`QuorumController`) is a thin
+driver over it; the whole-system simulation drives the same machine.
+
+A write (leader, active):
+1. the manager generates records + a response from the latest, uncommitted state;
+2. the records are replayed at `next_offset` (a replay error reverts and fails the
+   request: nothing reaches the log), the registry snapshots at the batch's last
+   offset, and the batch is appended -- not awaited;
+3. the response waits in the purgatory until that batch commits; on each commit
+   the registry drops the snapshots below the committed offset.
+A request that produces no records waits for the newest uncommitted batch.
+
+Modes (one table, `MODE_TRANSITIONS`). STANDBY replays committed batches (a hot
+standby). When this node wins an election it is PENDING until the LeaderChange
+batch of its epoch commits -- all earlier entries are then replayed -- and only
+then ACTIVE; requests arriving meanwhile are parked (bounded, with a deadline).
+Losing leadership (a leader-change stimulus, the node's role at the next
+stimulus, or a commit that is not what we appended) reverts the timeline to the
+committed offset, drops soft state, answers parked requests "not controller", and
+leaves appended requests in the purgatory to learn their real fate (purgatory.py).
+Reads run on the active leader at the committed offset.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+from controller.api.seam import ControllerTimeoutError, NotControllerError
+from controller.logformat.batch import (
+    EMPTY_ORIGIN,
+    MAX_APPEND_BYTES,
+    MAX_RECORDS_PER_BATCH,
+    BatchOrigin,
+    RecordBatch,
+)
+from controller.metadata import METADATA_VERSION, MetadataState
+from controller.metadata.errors import MetadataReplayError
+from controller.metadata.placement import RandomSource
+from controller.quorum.errors import NotLeaderError, ProposalRejectedError
+from controller.quorum_controller.events import (
+    MODE_TRANSITIONS,
+    Answer,
+    Fail,
+    Instruction,
+    Mode,
+    Request,
+    RequestTooLargeError,
+)
+from controller.quorum_controller.ports import ControllerSettings, NodeAccess
+from controller.quorum_controller.purgatory import BatchKey, Purgatory, Waiter
+from controller.records import MetadataRecord, encode_record
+
+logger = logging.getLogger("metakraft.controller")
+
+
+class SnapshotPolicy(Protocol):
+    """When to write a snapshot file (the writer itself is the driver's)."""
+
+    def committed(self, batch_bytes: int, committed_next: int, epoch: int) -> bool:
+        """Count a committed batch; True if a snapshot of the state at
+        `committed_next - 1` starts now (the machine keeps that registry snapshot)."""
+        ...
+
+    @property
+    def pinned_offset(self) -> int | None:
+        """The offset whose registry snapshot a snapshot being written still reads."""
+        ...
+
+    def reset(self) -> None:
+        """The state was replaced by a snapshot from the leader."""
+        ...
+
+
+class ControllerMachine:
+    def __init__(self, settings: ControllerSettings, *, rng: RandomSource) -> None:
+        self.settings = settings
+        self.state = MetadataState(cluster_id=settings.cluster_id, rng=rng,
+                                   session_timeout_ms=settings.session_timeout_ms,
+                                   controller_ids=frozenset(settings.voter_addresses))
+        self.registry = self.state.registry
+        # Invariants: a registry snapshot exists at committed_next - 1, and none below
+        # it except from the offset a snapshot file being written reads; the newest
+        # is at replayed_next - 1 (-1: the empty state).
+        self.registry.create_snapshot(-1)
+        self._committed_next = 0
+        self._replayed_next = 0
+        self._last_committed_epoch = 0
+        self._mode = Mode.STANDBY
+        self._epoch = 0  # our leader epoch while PENDING or ACTIVE
+        self._epoch_started = False
+        self._leader_id: int | None = None
+        # Our appended, not yet committed batches, by base offset.
+        self._uncommitted: dict[int, BatchKey] = {}
+        self._last_key: BatchKey | None = None
+        self._purgatory = Purgatory()
+        self._parked: deque[Request] = deque()
+        # Requests whose callers gave up (never dispatched once parked).
+        self._forgotten: set[int] = set()
+        self._out: list[Instruction] = []
+        self.snapshots: SnapshotPolicy | None = None
+        self.activations = 0  # times this node became the active controller
+
+    # ------------------------------------------------------------------ status
+
+    @property
+    def mode(self) -> Mode:
+        return self._mode
+
+    @property
+    def committed_offset(self) -> int:
+        """The next offset to commit: every record below it is committed and replayed."""
+        return self._committed_next
+
+    @property
+    def replayed_offset(self) -> int:
+        return self._replayed_next
+
+    def committed_read_epoch(self) -> int | None:
+        """The timeline epoch of the committed state: None (the latest) when nothing
+        uncommitted is replayed, else the registry snapshot at the last committed offset."""
+        if self._replayed_next == self._committed_next:
+            return None
+        return self._committed_next - 1
+
+    @property
+    def leader_id(self) -> int | None:
+        return self.settings.node_id if self._mode is not Mode.STANDBY else self._leader_id
+
+    @property
+    def parked_requests(self) -> int:
+        return len(self._parked)
+
+    @property
+    def waiting_responses(self) -> int:
+        return len(self._purgatory)
+
+    def not_controller(self) -> NotControllerError:
+        leader = self._leader_id if self._leader_id != self.settings.node_id else None
+        return NotControllerError(leader, self.settings.leader_address(leader))
+
+    def take_instructions(self) -> list[Instruction]:
+        out, self._out = self._out, []
+        return out
+
+    # ------------------------------------------------------------------ stimuli
+
+    def request(self, req: Request, node: NodeAccess, now_ms: int) -> None:
+        """An admin request, run now (on the Raft node's turn)."""
+        self._sync_leadership(node, now_ms)
+        if self._mode is Mode.ACTIVE:
+            self._dispatch(req, node, now_ms)
+        elif self._mode is Mode.PENDING:
+            req.deadline_ms = now_ms + self.settings.activation_wait_ms
+            self._parked.append(req)
+        else:
+            self._fail(req.id, self.not_controller())
+
+    def forget(self, request_id: int) -> None:
+        """The caller of `request_id` gave up: if it is still parked, never run it."""
+        if any(r.id == request_id for r in self._parked):
+            self._forgotten.add(request_id)
+
+    def tick(self, node: NodeAccess, now_ms: int) -> None:
+        """Timers: catch up with the node's role, expire orphans and parked requests,
+        fence brokers whose session timed out."""
+        self._sync_leadership(node, now_ms)
+        expired = self._purgatory.expire(now_ms)
+        if expired:
+            logger.warning("event=orphans_expired count=%d", expired)
+        while self._parked and self._parked[0].deadline_ms <= now_ms:
+            self._fail(self._parked.popleft().id, self.not_controller())
+        if self._mode is Mode.ACTIVE:
+            result = self.state.cluster.fence_stale_brokers(now_ms)
+            if result.records:
+                logger.info("event=fence_stale_brokers brokers=%s", list(result.response))
+                self._append(result.records, None, EMPTY_ORIGIN, node, None, now_ms)
+
+    def leader_changed(self, leader_id: int | None, epoch: int, now_ms: int) -> None:
+        if leader_id == self.settings.node_id:
+            if self._mode is not Mode.STANDBY and self._epoch != epoch:
+                self._lose_leadership(None, now_ms)
+            if self._mode is Mode.STANDBY:
+                self._become_pending(epoch)
+            return
+        if self._mode is not Mode.STANDBY:
+            self._lose_leadership(leader_id, now_ms)
+        self._leader_id = leader_id
+        logger.info("event=leader_change node=%d leader=%s epoch=%d", self.settings.node_id,
+                    leader_id, epoch)
+
+    def committed(self, batches: Sequence[RecordBatch], now_ms: int) -> bool:
+        """The quorum committed `batches` (in log order). True when a tick should run
+        soon: our LeaderChange committed, so this node may become active."""
+        # Batches replayed here get one registry snapshot, after the last of them
+        # (only the committed offset is ever read or reverted to), not one each: while
+        # a snapshot file is written every registry snapshot after its offset stays,
+        # and each one makes reads at that offset slower. `unsnapped` is the last
+        # offset replayed without one (-1: none).
+        unsnapped = -1
+        tick_soon = False
+        for batch in batches:
+            if batch.base_offset < self._replayed_next:
+                if self._mode is Mode.STANDBY and batch.next_offset <= self._replayed_next:
+                    pass  # already in the state (loaded from a snapshot)
+                else:
+                    key = self._uncommitted.pop(batch.base_offset, None)
+                    if key is None or not key.matches(batch):
+                        # What committed is not what we appended: we lost leadership
+                        # without being told yet. Our uncommitted state is wrong.
+                        if unsnapped >= 0:  # the revert target must exist
+                            self.registry.create_snapshot(unsnapped)
+                        self._lose_leadership(None, now_ms)
+                        self._replay_committed(batch)
+                        unsnapped = batch.last_offset
+            else:
+                self._replay_committed(batch)
+                unsnapped = batch.last_offset
+            self._committed_next = batch.next_offset
+            self._last_committed_epoch = batch.epoch
+            self._purgatory.committed(batch, now_ms)
+            if self.snapshots is not None and self.snapshots.committed(
+                    sum(len(r) for r in batch.records), self._committed_next, batch.epoch
+            ) and unsnapped == batch.last_offset:
+                # A snapshot starts here: it reads the registry snapshot at this offset.
+                self.registry.create_snapshot(unsnapped)
+                unsnapped = -1
+            if self._mode is Mode.PENDING and batch.epoch == self._epoch:
+                # Our LeaderChange committed: everything before it is replayed.
+                self._epoch_started = True
+                tick_soon = True
+        if unsnapped >= 0:
+            self.registry.create_snapshot(unsnapped)
+        if batches:
+            self.release_history()
+        return tick_soon
+
+    def load_snapshot(self, end_offset: int, epoch: int, records: Iterable[bytes]) -> None:
+        """Replace the whole state with a snapshot's encoded records covering
+        [0, end_offset), all replayed at its last offset."""
+        assert self._mode is Mode.STANDBY, "a leader never loads a snapshot"
+        if self.snapshots is not None:
+            self.snapshots.reset()
+        self.registry.reset()
+        count = 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal count
+            for record in records:
+                count += 1
+                yield record
+
+        self.state.replay_encoded(counted(), end_offset - 1, step=0)
+        self.registry.create_snapshot(end_offset - 1)
+        self._committed_next = self._replayed_next = end_offset
+        self._last_committed_epoch = epoch
+        logger.info("event=snapshot_loaded end_offset=%d records=%d", end_offset, count)
+
+    def shut_down(self) -> None:
+        """The controller stops: every waiting request gets an answer."""
+        self._purgatory.fail_all()
+        for req in self._parked:
+            self._fail(req.id, NotControllerError(None, None))
+        self._parked.clear()
+
+    def release_history(self) -> None:
+        """Drop registry snapshots below the committed offset (and below the offset
+        a snapshot being written still reads)."""
+        keep = self._committed_next - 1
+        pinned = None if self.snapshots is None else self.snapshots.pinned_offset
+        self.registry.delete_snapshots_up_to(keep if pinned is None else min(keep, pinned))
+        assert self.registry.has_snapshot(keep), self._committed_next
+
+    # ------------------------------------------------------------------ answers
+
+    def _answer(self, request_id: int | None, value: Any, commit_ms: int | None = None) -> None:
+        if request_id is not None:
+            self._out.append(Answer(request_id, value, commit_ms))
+
+    def _fail(self, request_id: int | None, error: BaseException) -> None:
+        if request_id is not None:
+            self._out.append(Fail(request_id, error))
+
+    # ------------------------------------------------------------------ writes
+
+    def _dispatch(self, req: Request, node: NodeAccess, now_ms: int) -> None:
+        if req.query is not None:
+            try:
+                result = req.query(self._committed_next - 1)
+            except Exception as exc:
+                logger.exception("event=read_failed name=%s", req.name)
+                self._fail(req.id, exc)
+                return
+            self._answer(req.id, result)
+            return
+        assert req.generate is not None
+        try:
+            generated = req.generate(node.next_offset, now_ms)
+        except Exception as exc:
+            # A bug in a manager; nothing was replayed or appended.
+            logger.exception("event=generate_failed name=%s", req.name)
+            self._fail(req.id, exc)
+            return
+        self._append(generated.records, generated.response, req.origin, node, req.id, now_ms,
+                     generated.encoded)
+
+    def _append(self, records: Sequence[MetadataRecord], response: Any, origin: BatchOrigin,
+                node: NodeAccess, request_id: int | None, now_ms: int,
+                encoded: Sequence[bytes] | None = None) -> None:
+        """Replay and append `records` (`encoded`: their bytes, if the manager wrote
+        those already); `request_id` None: nobody waits for the answer."""
+        assert self._mode is Mode.ACTIVE
+        if not records:
+            self._answer_after_last(response, request_id)
+            return
+        if encoded is None:
+            encoded = [encode_record(r) for r in records]
+        assert len(encoded) == len(records)
+        size = sum(len(r) for r in encoded)
+        if len(encoded) > MAX_RECORDS_PER_BATCH or size > MAX_APPEND_BYTES:
+            self._fail(request_id, RequestTooLargeError(
+                f"the request needs {len(encoded)} records ({size} bytes) in one batch; the "
+                f"limit is {MAX_RECORDS_PER_BATCH} records and {MAX_APPEND_BYTES} bytes: "
+                "split it into smaller requests"))
+            return
+        base = node.next_offset
+        # Only our own appends go to the log while we are active.
+        assert base == self._replayed_next, (base, self._replayed_next)
+        last = base + len(encoded) - 1
+        try:
+            # From the bytes, as the followers replay them (the same fast path).
+            self.state.replay_encoded(encoded, base)
+        except MetadataReplayError as exc:
+            self.registry.revert_to_snapshot(base - 1)
+            logger.error("event=replay_refused offset=%d error=%r", base, str(exc))
+            self._fail(request_id, exc)
+            return
+        self.registry.create_snapshot(last)
+        try:
+            appended = node.append(encoded, origin)
+        except (NotLeaderError, ProposalRejectedError) as exc:
+            self.registry.revert_to_snapshot(base - 1)
+            if isinstance(exc, NotLeaderError):
+                self._lose_leadership(exc.leader_id, now_ms)
+                self._fail(request_id, self.not_controller())
+            else:
+                self._fail(request_id, RequestTooLargeError(str(exc)))
+            return
+        assert appended == base, (appended, base)
+        self._replayed_next = last + 1
+        key = BatchKey(base, last, self._epoch)
+        self._uncommitted[base] = key
+        self._last_key = key
+        if request_id is not None:
+            self._wait_for(key, response, request_id, now_ms)
+
+    def _answer_after_last(self, response: Any, request_id: int | None) -> None:
+        key = self._last_key
+        if key is not None and key.base_offset >= self._committed_next:
+            if request_id is not None:
+                self._wait_for(key, response, request_id, None)
+        else:
+            self._answer(request_id, response)
+
+    def _wait_for(self, key: BatchKey, response: Any, request_id: int,
+                  appended_ms: int | None) -> None:
+        def success(now_ms: int) -> None:
+            self._answer(request_id, response,
+                         None if appended_ms is None else max(0, now_ms - appended_ms))
+
+        def lost() -> None:
+            self._fail(request_id, self.not_controller())
+
+        def unknown() -> None:
+            self._fail(request_id, ControllerTimeoutError(
+                "leadership changed before the write was known to be committed; it may "
+                "still be applied: check the state before retrying"))
+
+        self._purgatory.add(Waiter(key, success, lost, unknown))
+
+    # ------------------------------------------------------------------ commits
+
+    def _replay_committed(self, batch: RecordBatch) -> None:
+        """Replay a committed batch; the caller creates the registry snapshot."""
+        assert batch.base_offset == self._replayed_next, (
+            f"committed batch at {batch.base_offset} but the state is at {self._replayed_next}")
+        try:
+            self.state.replay_encoded(batch.records, batch.base_offset)
+        except Exception:
+            # The committed log does not fit our state: stop rather than diverge.
+            logger.critical("event=replay_failed offset=%d epoch=%d", batch.base_offset,
+                            batch.epoch, exc_info=True)
+            raise
+        self._replayed_next = batch.next_offset
+
+    # ------------------------------------------------------------------ leadership
+
+    def _become(self, mode: Mode) -> None:
+        assert mode in MODE_TRANSITIONS[self._mode], (self._mode, mode)
+        self._mode = mode
+
+    def _sync_leadership(self, node: NodeAccess, now_ms: int) -> None:
+        """Catch up with the node's role (a resignation is not reported as a leader
+        change: the leader id stays ours)."""
+        epoch = node.leader_epoch
+        if self._mode is not Mode.STANDBY and epoch != self._epoch:
+            self._lose_leadership(node.known_leader_id, now_ms)
+        if self._mode is Mode.STANDBY and epoch is not None:
+            self._become_pending(epoch)
+        self._maybe_activate(node, now_ms)
+
+    def _become_pending(self, epoch: int) -> None:
+        self._become(Mode.PENDING)
+        self._epoch = epoch
+        self._leader_id = self.settings.node_id
+        self._epoch_started = self._last_committed_epoch == epoch
+        logger.info("event=leader_elected node=%d epoch=%d committed=%d", self.settings.node_id,
+                    epoch, self._committed_next)
+
+    def _maybe_activate(self, node: NodeAccess, now_ms: int) -> None:
+        if not (self._mode is Mode.PENDING and self._epoch_started
+                and node.leader_epoch == self._epoch):
+            return
+        assert node.next_offset == self._replayed_next == self._committed_next, (
+            node.next_offset, self._replayed_next, self._committed_next)
+        self._become(Mode.ACTIVE)
+        self.activations += 1
+        self.state.cluster.activate(now_ms)
+        logger.info("event=controller_active node=%d epoch=%d offset=%d",
+                    self.settings.node_id, self._epoch, self._committed_next)
+        if self.state.features.finalized_level(METADATA_VERSION) == 0:
+            # A fresh cluster: the first active controller writes the feature levels.
+            records = self.state.features.bootstrap_records()
+            self._append(records, None, EMPTY_ORIGIN, node, None, now_ms)
+            logger.info("event=bootstrap_features records=%d", len(records))
+        parked, self._parked = self._parked, deque()
+        forgotten, self._forgotten = self._forgotten, set()
+        for req in parked:
+            if req.id not in forgotten:
+                self._dispatch(req, node, now_ms)
+
+    def _lose_leadership(self, new_leader: int | None, now_ms: int) -> None:
+        if self._mode is Mode.STANDBY:
+            return
+        was = self._mode
+        self._become(Mode.STANDBY)
+        self._leader_id = new_leader if new_leader != self.settings.node_id else None
+        reverted = self._replayed_next - self._committed_next
+        self.state.revert_to_committed(self._committed_next - 1)
+        self._replayed_next = self._committed_next
+        self._uncommitted.clear()
+        self._last_key = None
+        self._purgatory.orphan(now_ms + self.settings.orphan_timeout_ms)
+        parked, self._parked = self._parked, deque()
+        self._forgotten.clear()
+        for req in parked:
+            self._fail(req.id, self.not_controller())
+        logger.info("event=leadership_lost node=%d epoch=%d was=%s new_leader=%s "
+                    "committed=%d reverted_records=%d waiting=%d", self.settings.node_id,
+                    self._epoch, was.value, new_leader, self._committed_next, reverted,
+                    len(self._purgatory))

@@ -1,0 +1,259 @@
+"""The controller's state machine on its own: stimuli in, instructions out, no event
+loop, no clock (the time is a number the test passes). A small in-memory log stands
+in for the Raft node; the test decides what commits and when."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from controller.api.seam import ControllerTimeoutError, NotControllerError
+from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
+from controller.metadata import CreatableTopic, MetadataState
+from controller.quorum.errors import NotLeaderError
+from controller.quorum_controller.events import (
+    MODE_TRANSITIONS,
+    Answer,
+    Fail,
+    Instruction,
+    Mode,
+    Request,
+)
+from controller.quorum_controller.machine import ControllerMachine
+from controller.quorum_controller.ports import ControllerSettings
+from controller.raft.control import encode_leader_change
+
+ME, OTHER = 1, 2
+ORIGIN = BatchOrigin("User:test", "test", "req")
+
+
+class Log:
+    """One shared log: what the Raft node would append and commit."""
+
+    def __init__(self) -> None:
+        self.batches: list[RecordBatch] = []
+        self.committed = 0  # batches committed
+        self.epoch = 0
+        self.leader: int | None = None
+
+    @property
+    def end(self) -> int:
+        return self.batches[-1].next_offset if self.batches else 0
+
+    def add(self, records: Sequence[bytes], epoch: int, *, control: bool = False,
+            origin: BatchOrigin = EMPTY_ORIGIN) -> int:
+        base = self.end
+        self.batches.append(RecordBatch(base, epoch, 0, control, origin, tuple(records)))
+        return base
+
+    def elect(self, leader: int, *, drop_uncommitted: bool = True) -> None:
+        if drop_uncommitted:
+            del self.batches[self.committed:]
+        self.epoch += 1
+        self.leader = leader
+        self.add([encode_leader_change(leader, self.epoch, [ME, OTHER], [ME, OTHER])],
+                 self.epoch, control=True)
+
+    def commit_all(self) -> list[RecordBatch]:
+        news = self.batches[self.committed:]
+        self.committed = len(self.batches)
+        return news
+
+
+class Node:
+    """`NodeAccess` over the log, as node `node_id` sees it."""
+
+    def __init__(self, log: Log, node_id: int) -> None:
+        self.log = log
+        self.node_id = node_id
+
+    @property
+    def next_offset(self) -> int:
+        return self.log.end
+
+    @property
+    def leader_epoch(self) -> int | None:
+        return self.log.epoch if self.log.leader == self.node_id else None
+
+    @property
+    def known_leader_id(self) -> int | None:
+        return self.log.leader
+
+    def append(self, records: Sequence[bytes], origin: BatchOrigin) -> int:
+        if self.leader_epoch is None:
+            raise NotLeaderError(self.log.leader, self.log.epoch)
+        return self.log.add(records, self.log.epoch, origin=origin)
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.log = Log()
+        self.node = Node(self.log, ME)
+        self.machine = ControllerMachine(
+            ControllerSettings(node_id=ME, cluster_id="c", voter_addresses={
+                ME: "h:1", OTHER: "h:2"}), rng=random.Random(0))
+        self.now = 1_000
+        self.ids = 0
+        self.modes: list[Mode] = [self.machine.mode]
+
+    def step(self) -> list[Instruction]:
+        self.now += 10
+        if self.machine.mode is not self.modes[-1]:
+            self.modes.append(self.machine.mode)
+        return self.machine.take_instructions()
+
+    def commit(self) -> list[Instruction]:
+        if self.machine.committed(self.log.commit_all(), self.now):
+            self.machine.tick(self.node, self.now)
+        return self.step()
+
+    def elect_me(self) -> list[Instruction]:
+        self.log.elect(ME)
+        self.machine.leader_changed(ME, self.log.epoch, self.now)
+        return self.commit()
+
+    def create(self, name: str) -> Request:
+        self.ids += 1
+        state = self.machine.state
+        return Request(self.ids, "create_topics", self.now, origin=ORIGIN,
+                       generate=lambda _o, _n: state.replication.create_topics(
+                           [CreatableTopic(name, 1, 1)], validate_only=False))
+
+    def send(self, req: Request) -> list[Instruction]:
+        self.machine.request(req, self.node, self.now)
+        return self.step()
+
+    def register_broker(self) -> None:
+        from controller.metadata import BrokerRegistrationRequest
+        from controller.records.domain import Listener
+
+        self.ids += 1
+        state = self.machine.state
+        req = Request(self.ids, "register", self.now, generate=lambda o, n: (
+            state.cluster.register_broker(BrokerRegistrationRequest(
+                broker_id=7, cluster_id="c", incarnation_id="i",
+                listeners=(Listener("PLAINTEXT", "h", 9092, "PLAINTEXT"),)), next_offset=o,
+                now_ms=n)))
+        self.send(req)
+        self.commit()
+        from controller.metadata import BrokerHeartbeatRequest
+
+        epoch = state.cluster.broker(7).broker_epoch  # type: ignore[union-attr]
+        self.ids += 1
+        self.send(Request(self.ids, "heartbeat", self.now, generate=lambda _o, n: (
+            state.cluster.process_heartbeat(BrokerHeartbeatRequest(7, epoch, 1 << 40),
+                                            now_ms=n))))
+        self.commit()
+
+
+def replay_of(batches: Sequence[RecordBatch]) -> MetadataState:
+    state = MetadataState(cluster_id="c", rng=random.Random(0))
+    for batch in batches:
+        if not batch.is_control:
+            state.replay_encoded(batch.records, batch.base_offset)
+    return state
+
+
+def test_a_standby_answers_not_controller_and_names_the_leader() -> None:
+    h = Harness()
+    h.log.elect(OTHER)
+    h.machine.leader_changed(OTHER, h.log.epoch, h.now)
+    [out] = h.send(h.create("t"))
+    assert isinstance(out, Fail) and isinstance(out.error, NotControllerError)
+    assert out.error.leader_id == OTHER and out.error.leader_address == "h:2"
+    assert h.log.end == 1  # only the LeaderChange: nothing appended
+
+
+def test_requests_park_while_pending_and_run_once_active() -> None:
+    h = Harness()
+    h.log.elect(ME)
+    h.machine.leader_changed(ME, h.log.epoch, h.now)
+    assert h.machine.mode is Mode.PENDING
+    parked = h.create("early")
+    assert h.send(parked) == []  # parked, not answered
+    forgotten = h.create("gave-up")
+    h.send(forgotten)
+    h.machine.forget(forgotten.id)
+    out = h.commit()  # the LeaderChange commits: active, features bootstrapped, and
+    assert h.machine.mode is Mode.ACTIVE and out == []  # the parked request ran:
+    assert len(h.log.batches) == 2  # LeaderChange, feature levels, and no topic
+    # (no broker yet): its answer waits for the feature batch it read after.
+    [answer] = h.commit()
+    assert isinstance(answer, Answer) and answer.request_id == parked.id
+    assert answer.value[0].error.code.value == "INVALID_REPLICATION_FACTOR"
+    assert h.machine.take_instructions() == []  # the forgotten one never ran
+    assert h.modes == [Mode.STANDBY, Mode.PENDING, Mode.ACTIVE]
+
+
+def test_a_write_is_answered_only_once_committed() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    req = h.create("orders")
+    assert h.send(req) == []
+    assert [t.name for t in h.machine.state.replication.list_topics()] == ["orders"]
+    [answer] = h.commit()
+    assert isinstance(answer, Answer) and answer.value[0].error.ok
+    # The state equals a fresh replay of the committed log.
+    assert h.machine.state.to_image() == replay_of(h.log.batches).to_image()
+
+
+def test_leadership_lost_with_a_write_in_flight_reverts_and_learns_its_fate() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    lost = h.create("lost")
+    assert h.send(lost) == []
+    # Another leader takes over and its log drops our uncommitted batch.
+    h.log.elect(OTHER)
+    h.machine.leader_changed(OTHER, h.log.epoch, h.now)
+    assert h.machine.mode is Mode.STANDBY
+    assert "lost" not in {t.name for t in h.machine.state.replication.list_topics()}
+    [out] = h.commit()  # a newer epoch commits over it: it was never applied
+    assert isinstance(out, Fail) and isinstance(out.error, NotControllerError)
+    assert h.machine.state.to_image() == replay_of(h.log.batches).to_image()
+
+
+def test_a_write_kept_by_the_next_leader_succeeds_after_all() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    kept = h.create("kept")
+    h.send(kept)
+    h.log.elect(OTHER, drop_uncommitted=False)
+    h.machine.leader_changed(OTHER, h.log.epoch, h.now)
+    [out] = h.commit()
+    assert isinstance(out, Answer) and out.request_id == kept.id
+    assert "kept" in {t.name for t in h.machine.state.replication.list_topics()}
+
+
+def test_an_orphan_whose_fate_never_arrives_is_reported_unknown() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    h.send(h.create("orphan"))
+    h.log.elect(OTHER, drop_uncommitted=False)  # not committed yet, and nobody says more
+    h.machine.leader_changed(OTHER, h.log.epoch, h.now)
+    h.machine.tick(h.node, h.now + h.machine.settings.orphan_timeout_ms)
+    [out] = h.step()
+    assert isinstance(out, Fail) and isinstance(out.error, ControllerTimeoutError)
+
+
+def test_shut_down_answers_every_waiter() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    h.send(h.create("a"))
+    h.machine.shut_down()
+    [out] = h.step()
+    assert isinstance(out, Fail)
+
+
+def test_modes_change_only_through_the_table() -> None:
+    assert MODE_TRANSITIONS[Mode.STANDBY] == {Mode.PENDING}
+    assert Mode.ACTIVE not in MODE_TRANSITIONS[Mode.STANDBY]
+    h = Harness()
+    with pytest.raises(AssertionError):
+        h.machine._become(Mode.ACTIVE)  # STANDBY -> ACTIVE skips PENDING
