@@ -1,11 +1,6 @@
-"""Broker lifecycle: registration, heartbeats, fencing, controlled shutdown.
-
-States (reported by the status RPC):
-
-    STARTING ─register─▶ CATCHING_UP ─caught up + unfenced─▶ RUNNING
-                              ▲                 │ fenced (missed session)
-                              └── re-register ◀─┴─▶ FENCED ─unfenced─▶ RUNNING
-    any ─SIGTERM─▶ PENDING_CONTROLLED_SHUTDOWN ─should_shut_down or timeout─▶ SHUTTING_DOWN
+"""Broker lifecycle: registration, heartbeats, fencing, controlled shutdown -- the
+asyncio + gRPC driver of `LifecycleMachine` (lifecycle_machine.py, which holds the
+states and their transition table).
 
 `ControllerChannel` finds the active controller the way `AdminClient` does: ask
 the last one that answered, follow a "not controller" answer's
@@ -18,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import time
 import uuid
@@ -28,6 +22,7 @@ from typing import Any, Protocol
 import grpc
 from grpc import aio
 
+from broker_agent.lifecycle_machine import Action, LifecycleMachine, LifecycleState
 from controller import rpc
 from controller.api import broker_pb2 as bpb
 from controller.api import broker_pb2_grpc as bpb_grpc
@@ -36,21 +31,7 @@ from controller.security.tls import TlsCredentials
 
 logger = logging.getLogger("metakraft.broker")
 
-_BACKOFF_FIRST_MS = 50
-_BACKOFF_MAX_MS = 1_000
 _CALL_TIMEOUT_S = 2.0
-STALE_BROKER_EPOCH = "STALE_BROKER_EPOCH"
-# Heartbeat answers meaning "your registration is gone or replaced": register again.
-_REREGISTER_CODES = frozenset({STALE_BROKER_EPOCH, "BROKER_ID_NOT_REGISTERED"})
-
-
-class LifecycleState(enum.Enum):
-    STARTING = 1
-    CATCHING_UP = 2
-    FENCED = 3
-    RUNNING = 4
-    PENDING_CONTROLLED_SHUTDOWN = 5
-    SHUTTING_DOWN = 6
 
 
 class NoControllerError(Exception):
@@ -130,7 +111,8 @@ class MetadataProgress(Protocol):
 
 
 class BrokerLifecycle:
-    """Runs registration and heartbeats until a controlled shutdown completes."""
+    """The asyncio + gRPC driver of the `LifecycleMachine`: sends what it says to
+    send, to the active controller, and waits as long as it says."""
 
     def __init__(self, *, cluster_id: str, broker_id: int, listen: str, rack: str | None,
                  controllers: Mapping[int, str], heartbeat_interval_ms: int,
@@ -143,52 +125,45 @@ class BrokerLifecycle:
         self.listen = listen
         self.rack = rack
         self.channel = ControllerChannel(controllers, tls)
-        self.heartbeat_interval_s = heartbeat_interval_ms / 1e3
-        self.shutdown_timeout_s = controlled_shutdown_timeout_ms / 1e3
+        self.machine = LifecycleMachine(broker_id, heartbeat_interval_s=heartbeat_interval_ms / 1e3,
+                                        shutdown_timeout_s=controlled_shutdown_timeout_ms / 1e3)
         self.metadata = metadata
         self._clock = clock_s
-        self.state = LifecycleState.STARTING
-        self.broker_epoch = -1
         self._shutdown_requested = asyncio.Event()
-        self._shutdown_deadline: float | None = None
-        self._backoff_ms = _BACKOFF_FIRST_MS
+
+    @property
+    def state(self) -> LifecycleState:
+        return self.machine.state
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.machine.broker_epoch
 
     def request_shutdown(self) -> None:
-        if not self._shutdown_requested.is_set():
-            logger.info("event=controlled_shutdown_requested broker=%d", self.broker_id)
-            self._shutdown_deadline = self._clock() + self.shutdown_timeout_s
-            self._shutdown_requested.set()
+        self.machine.shutdown_requested(self._clock())
+        self._shutdown_requested.set()
 
     async def run(self) -> None:
         """Returns once the broker may stop (controlled shutdown done or timed out)."""
+        machine = self.machine
         try:
-            while True:
-                if self._shutdown_requested.is_set():
-                    assert self._shutdown_deadline is not None
-                    if self.broker_epoch < 0 or self._clock() >= self._shutdown_deadline:
-                        if self.broker_epoch >= 0:
-                            logger.warning("event=controlled_shutdown_timeout broker=%d",
-                                           self.broker_id)
-                        break
-                    self.state = LifecycleState.PENDING_CONTROLLED_SHUTDOWN
+            while (action := machine.next_action(self._clock())) is not Action.STOP:
                 try:
-                    if self.broker_epoch < 0:
+                    if action is Action.REGISTER:
                         await self._register()
                     else:
-                        if await self._heartbeat():
-                            break
-                    self._backoff_ms = _BACKOFF_FIRST_MS
-                    wait_s = self.heartbeat_interval_s
+                        await self._heartbeat()
                 except NoControllerError as exc:
                     logger.debug("event=controller_unreachable error=%r", str(exc))
-                    wait_s = self._backoff_ms / 1e3
-                    self._backoff_ms = min(self._backoff_ms * 2, _BACKOFF_MAX_MS)
-                await self._sleep(wait_s)
+                    machine.unreachable()
+                await self._sleep(machine.wait_s)
         finally:
-            self.state = LifecycleState.SHUTTING_DOWN
+            machine.stopped()
             await self.channel.close()
 
     async def _sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
         # A shutdown request cuts the wait short: its first heartbeat goes at once.
         if self._shutdown_requested.is_set():
             await asyncio.sleep(min(seconds, 0.1))
@@ -206,50 +181,22 @@ class BrokerLifecycle:
         if self.rack is not None:
             request.rack = self.rack
         reply = await self.channel.call("RegisterBroker", request)
-        if reply.error.code not in ("", "NONE"):
-            logger.warning("event=register_refused code=%s message=%r", reply.error.code,
-                           reply.error.message)
-            raise NoControllerError(reply.error.code)
-        self.broker_epoch = reply.broker_epoch
-        if self.state is LifecycleState.STARTING:
-            self.state = LifecycleState.CATCHING_UP
-        logger.info("event=registered broker=%d epoch=%d incarnation=%s controller=%s",
-                    self.broker_id, self.broker_epoch, self.incarnation_id,
-                    self.channel.current)
+        self.machine.registered(reply.error.code, reply.broker_epoch)
+        if self.machine.broker_epoch == reply.broker_epoch >= 0:
+            logger.info("event=registered broker=%d epoch=%d incarnation=%s controller=%s",
+                        self.broker_id, reply.broker_epoch, self.incarnation_id,
+                        self.channel.current)
 
-    async def _heartbeat(self) -> bool:
-        """One heartbeat; True when the controlled shutdown is complete."""
+    async def _heartbeat(self) -> None:
         caught_up = self.metadata.caught_up
-        shutting = self._shutdown_requested.is_set()
+        flags = self.machine.heartbeat_flags(caught_up)
         request = bpb.BrokerHeartbeatRequest(
             cluster_id=self.cluster_id, broker_id=self.broker_id,
-            broker_epoch=self.broker_epoch, metadata_offset=self.metadata.applied_offset,
-            want_fence=not caught_up and not shutting, want_shutdown=shutting)
+            broker_epoch=self.machine.broker_epoch,
+            metadata_offset=self.metadata.applied_offset,
+            want_fence=flags.want_fence, want_shutdown=flags.want_shutdown)
         reply = await self.channel.call("BrokerHeartbeat", request)
-        code = reply.error.code
-        if code in _REREGISTER_CODES:
-            logger.warning("event=reregister broker=%d code=%s message=%r", self.broker_id,
-                           code, reply.error.message)
-            self.broker_epoch = -1
-            return False
-        if code not in ("", "NONE"):
-            logger.warning("event=heartbeat_error code=%s message=%r", code, reply.error.message)
-            raise NoControllerError(code)
-        if shutting:
-            self.state = LifecycleState.PENDING_CONTROLLED_SHUTDOWN
-            if reply.should_shut_down:
-                logger.info("event=controlled_shutdown_complete broker=%d", self.broker_id)
-                return True
-            return False
-        previous = self.state
-        if not caught_up:
-            self.state = LifecycleState.CATCHING_UP
-        elif reply.is_fenced:
-            self.state = LifecycleState.FENCED
-        else:
-            self.state = LifecycleState.RUNNING
-        if self.state is not previous:
-            logger.info("event=state_change broker=%d from=%s to=%s epoch=%d offset=%d",
-                        self.broker_id, previous.name, self.state.name, self.broker_epoch,
-                        self.metadata.applied_offset)
-        return False
+        self.machine.heartbeat_answered(
+            reply.error.code, is_fenced=reply.is_fenced,
+            should_shut_down=reply.should_shut_down, caught_up=caught_up,
+            applied_offset=self.metadata.applied_offset)

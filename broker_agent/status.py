@@ -11,7 +11,7 @@ from grpc import aio
 
 from broker_agent import status_pb2 as spb
 from broker_agent import status_pb2_grpc as spb_grpc
-from broker_agent.lifecycle import LifecycleState
+from broker_agent.lifecycle_machine import LifecycleState
 from broker_agent.reconciler import LocalReplica, ReplicaRole
 from controller import rpc
 from controller.security.tls import TlsCredentials

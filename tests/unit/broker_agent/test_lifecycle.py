@@ -8,7 +8,8 @@ from typing import Any
 
 import grpc
 
-from broker_agent.lifecycle import BrokerLifecycle, LifecycleState
+from broker_agent.lifecycle import BrokerLifecycle
+from broker_agent.lifecycle_machine import LifecycleState
 from controller import rpc
 from controller.api import broker_pb2 as bpb
 from controller.api import broker_pb2_grpc as bpb_grpc
@@ -115,7 +116,7 @@ def test_shutdown_gives_up_after_its_timeout_when_no_controller_answers() -> Non
         life = BrokerLifecycle(cluster_id="c", broker_id=1, listen="127.0.0.1:7000", rack=None,
                                controllers={3000: "127.0.0.1:1"}, heartbeat_interval_ms=20,
                                controlled_shutdown_timeout_ms=300, metadata=Progress())
-        life.broker_epoch = 3  # as if registered before the controller went away
+        life.machine.broker_epoch = 3  # as if registered before the controller went away
         task = asyncio.create_task(life.run())
         await asyncio.sleep(0.05)
         life.request_shutdown()

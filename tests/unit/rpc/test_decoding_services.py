@@ -15,7 +15,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2
 
 from broker_agent import status_pb2 as spb
-from broker_agent.lifecycle import LifecycleState
+from broker_agent.lifecycle_machine import LifecycleState
 from broker_agent.status import BrokerStatusView, add_status_service
 from controller import rpc
 
