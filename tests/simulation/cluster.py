@@ -116,11 +116,9 @@ class Cluster:
         node.incarnation += 1
         node_rng = random.Random(self.seed * 1000 + node.id * 31 + node.incarnation)
         # The state machine restarts from the snapshot the log starts at.
-        node.sm = StateMachine()
         start = node.log.snapshot_id
-        if start.end_offset > 0:
-            for batch in StateMachine.decode(node.store.read_all(start)):
-                self._check_apply(node, batch)
+        self._restart_state_machine(node, start, node.store.read_all(start)
+                                    if start.end_offset > 0 else None)
         node.raft = RaftNode(
             node.config,
             node.log,
@@ -385,22 +383,41 @@ class Cluster:
                 self._check_apply(node, batch)
             if ready.role is Role.LEADER:
                 self.history.note_leader(node.id, raft.epoch)
+            self._on_ready(node, ready)
             # 5. Snapshot to load.
             if ready.snapshot_to_load is None:
                 break
             snapshot_id = ready.snapshot_to_load
             data = node.store.finish_write(snapshot_id)
-            node.sm = StateMachine()
-            for batch in StateMachine.decode(data):
-                self._check_apply(node, batch)
-            if node.sm.applied_offset != snapshot_id.end_offset:
-                raise InvariantViolation(
-                    f"snapshot {snapshot_id} content ends at {node.sm.applied_offset}"
-                )
+            self._load_snapshot(node, snapshot_id, data)
             node.snapshots_loaded += 1
             raft.snapshot_loaded(snapshot_id, self.now_ms)
         self._check_node(node)
         self._retick(node)
+
+    # -- what a state machine on top of the core plugs in (the system simulation)
+
+    def _restart_state_machine(self, node: SimNode, start: SnapshotId,
+                               data: bytes | None) -> None:
+        """A process (re)starts: its state machine starts from the snapshot its log
+        starts at (`data`: that snapshot's bytes, None for none)."""
+        node.sm = StateMachine()
+        if data is not None:
+            for batch in StateMachine.decode(data):
+                self._check_apply(node, batch)
+
+    def _load_snapshot(self, node: SimNode, snapshot_id: SnapshotId, data: bytes) -> None:
+        """The core fetched a snapshot: it replaces the state machine's state."""
+        node.sm = StateMachine()
+        for batch in StateMachine.decode(data):
+            self._check_apply(node, batch)
+        if node.sm.applied_offset != snapshot_id.end_offset:
+            raise InvariantViolation(
+                f"snapshot {snapshot_id} content ends at {node.sm.applied_offset}"
+            )
+
+    def _on_ready(self, node: SimNode, ready: Any) -> None:
+        """After a Ready's messages and commits went out (leader changes, ...)."""
 
     def _send(self, node: SimNode, message: Message) -> None:
         if not (isinstance(message, VoteRequest) and message.pre_vote):

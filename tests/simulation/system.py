@@ -1,0 +1,436 @@
+"""The whole-system simulation: the real controller on the real Raft core.
+
+Every voter of the Raft simulation (cluster.py: simulated clock, network and disk,
+its faults) runs the real `ControllerMachine` with the real control managers and
+timeline on top of its `RaftNode`, fed exactly what the asyncio driver feeds it:
+committed batches, leader changes, ticks, snapshots. Brokers register and
+heartbeat through their real `LifecycleMachine`; clients send a random mix of
+admin writes and reads to whichever controller they believe leads.
+
+Checked as it runs (`SystemCluster._check_node` and the client answers):
+- every controller's committed state equals a fresh replay of the committed log up
+  to the offset it has applied (an oracle replays the cluster-wide committed log);
+  a standby's whole state does too, so a renounced leader's revert is checked;
+- no controller answers success while a batch of that request is uncommitted;
+- everything the Raft simulation checks (one leader per epoch, committed batches
+  never change or vanish, durability on a majority, liveness after healing).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+from broker_agent.lifecycle_machine import Action, LifecycleMachine
+from controller.logformat import BatchOrigin, RecordBatch, SnapshotId
+from controller.metadata import (
+    AlterConfigOp,
+    AlterConfigsResource,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    ConfigResource,
+    CreatableTopic,
+    CreatePartitionsTopic,
+    MetadataImage,
+    MetadataState,
+    OpType,
+    ResourceType,
+)
+from controller.quorum.errors import NotLeaderError, ProposalRejectedError
+from controller.quorum_controller.events import Answer, Fail, Mode, Request
+from controller.quorum_controller.machine import ControllerMachine
+from controller.quorum_controller.ports import ControllerSettings
+from controller.raft import Role
+from controller.raft.ready import ProposeError
+from controller.records import decode_record, encode_record
+from controller.records.domain import Listener
+from tests.simulation.cluster import Cluster
+from tests.simulation.invariants import InvariantViolation
+from tests.simulation.nodes import CLUSTER_ID, SimNode, StateMachine
+
+SESSION_TIMEOUT_MS = 600
+HEARTBEAT_MS = 100
+BROKERS = (101, 102, 103)  # not Raft node ids: a broker may not take a controller's
+TOPICS = tuple(f"t{i}" for i in range(6))
+
+
+def _encode_snapshot(records: list[bytes]) -> bytes:
+    return b"".join(len(r).to_bytes(4, "big") + r for r in records)
+
+
+def _decode_snapshot(data: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(data):
+        n = int.from_bytes(data[pos:pos + 4], "big")
+        out.append(data[pos + 4:pos + 4 + n])
+        pos += 4 + n
+    return out
+
+
+class SimAccess:
+    """`NodeAccess` over a simulated node's Raft core (what the driver's is)."""
+
+    def __init__(self, cluster: SystemCluster, node: SimNode) -> None:
+        self._cluster = cluster
+        self._node = node
+
+    @property
+    def next_offset(self) -> int:
+        return self._node.log.end_offset
+
+    @property
+    def leader_epoch(self) -> int | None:
+        raft = self._node.raft
+        assert raft is not None
+        return raft.epoch if raft.role is Role.LEADER else None
+
+    @property
+    def known_leader_id(self) -> int | None:
+        raft = self._node.raft
+        assert raft is not None
+        return raft.advertised_leader_id()
+
+    def append(self, records: Any, origin: BatchOrigin) -> int:
+        raft = self._node.raft
+        assert raft is not None
+        result = raft.propose(tuple(records), self._cluster.now_ms, origin)
+        if result.error is ProposeError.NOT_LEADER:
+            leader = result.leader
+            raise NotLeaderError(leader.leader_id if leader else None, result.epoch)
+        if result.error is not None:
+            raise ProposalRejectedError(result.error.value)
+        assert result.base_offset is not None
+        return result.base_offset
+
+
+class ControllerSM(StateMachine):
+    """A voter's state machine: the real controller."""
+
+    def __init__(self, cluster: SystemCluster, node: SimNode) -> None:
+        super().__init__()
+        settings = ControllerSettings(
+            node_id=node.id, cluster_id=CLUSTER_ID,
+            voter_addresses={v: f"sim:{v}" for v in cluster.voters},
+            session_timeout_ms=SESSION_TIMEOUT_MS, orphan_timeout_ms=500,
+            activation_wait_ms=400)
+        self.machine = ControllerMachine(
+            settings, rng=random.Random(cluster.seed * 7919 + node.id * 13 + node.incarnation))
+        self.checked: tuple[int, Mode] | None = None
+        self.last_mode = Mode.STANDBY
+
+    @property  # type: ignore[override]
+    def applied_offset(self) -> int:
+        return self.machine.committed_offset
+
+    @applied_offset.setter
+    def applied_offset(self, _value: int) -> None:
+        pass  # StateMachine's constructor sets it; the machine keeps its own
+
+
+class ObserverSM(StateMachine):
+    """An observer's state machine: the committed log replayed into metadata, the
+    way a broker's loader builds its image (snapshots from the leader included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
+
+    def apply(self, batch: RecordBatch) -> None:
+        assert batch.base_offset == self.applied_offset, (batch.base_offset, self.applied_offset)
+        if not batch.is_control:
+            self.state.replay_encoded(batch.records, batch.base_offset)
+        self.applied_offset = batch.next_offset
+
+    def load(self, end_offset: int, data: bytes) -> None:
+        self.state = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
+        self.state.replay_encoded(_decode_snapshot(data), end_offset - 1, step=0)
+        self.applied_offset = end_offset
+
+
+class SystemCluster(Cluster):
+    def __init__(self, seed: int, duration_ms: int = 3000, settle_ms: int = 1200) -> None:
+        # The oracle: the cluster-wide committed log replayed into one state, with a
+        # registry snapshot after every batch so any committed offset can be read.
+        self.oracle = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
+        self.oracle.registry.create_snapshot(-1)
+        self.oracle_images: dict[int, MetadataImage] = {0: self.oracle.to_image()}
+        self.next_request = 0
+        self.pending: dict[int, tuple[str, int]] = {}  # request id -> (kind, node)
+        self.outcomes: Counter[str] = Counter()
+        self.brokers: dict[int, LifecycleMachine] = {}
+        self.reverts = 0
+        super().__init__(seed, duration_ms, settle_ms)
+        for broker_id in BROKERS:
+            self.brokers[broker_id] = LifecycleMachine(
+                broker_id, heartbeat_interval_s=HEARTBEAT_MS / 1000, shutdown_timeout_s=5.0)
+            self._at(self.rng.randint(20, 200), "broker", broker_id)
+
+    # ------------------------------------------------------------ plug-ins
+
+    def _controller(self, node: SimNode) -> ControllerMachine | None:
+        sm = node.sm
+        return sm.machine if isinstance(sm, ControllerSM) else None
+
+    def _restart_state_machine(self, node: SimNode, start: SnapshotId,
+                               data: bytes | None) -> None:
+        if not node.is_voter:
+            node.sm = ObserverSM()
+            if data is not None:
+                node.sm.load(start.end_offset, data)
+            return
+        node.sm = ControllerSM(self, node)
+        if data is not None:
+            node.sm.machine.load_snapshot(start.end_offset, start.epoch, _decode_snapshot(data))
+
+    def _load_snapshot(self, node: SimNode, snapshot_id: SnapshotId, data: bytes) -> None:
+        machine = self._controller(node)
+        if machine is None:
+            assert isinstance(node.sm, ObserverSM)
+            node.sm.load(snapshot_id.end_offset, data)
+            return
+        machine.load_snapshot(snapshot_id.end_offset, snapshot_id.epoch, _decode_snapshot(data))
+        self._answers(node)
+
+    def _on_ready(self, node: SimNode, ready: Any) -> None:
+        machine = self._controller(node)
+        if machine is not None and ready.leader is not None:
+            machine.leader_changed(ready.leader.leader_id, ready.leader.epoch, self.now_ms)
+            self._answers(node)
+
+    def _check_apply(self, node: SimNode, batch: RecordBatch) -> None:
+        if self.history.check_committed(node.id, batch):
+            self._check_on_majority(batch)
+            self._oracle_apply(batch)
+        machine = self._controller(node)
+        if machine is None:
+            node.sm.apply(batch)
+            return
+        if machine.committed([batch], self.now_ms):
+            self._at(self.now_ms, "ctick", node.id, node.incarnation)
+        self._answers(node)
+
+    def _oracle_apply(self, batch: RecordBatch) -> None:
+        if not batch.is_control:
+            self.oracle.replay_encoded(batch.records, batch.base_offset)
+        self.oracle_images[batch.next_offset] = self.oracle.to_image()
+
+    def _compact(self, node: SimNode) -> None:
+        machine = self._controller(node)
+        if machine is None:
+            super()._compact(node)
+            return
+        raft = node.raft
+        assert raft is not None
+        end = machine.committed_offset
+        if end > min(raft.high_watermark, raft.flushed_offset) or end <= node.log.start_offset:
+            return
+        last = max((b for b in self.history.committed.values() if b.base_offset < end),
+                   key=lambda b: b.base_offset)
+        assert last.next_offset == end, (last, end)
+        snapshot_id = SnapshotId(end, last.epoch)
+        records = [encode_record(r) for r in machine.state.snapshot_records(epoch=end - 1)]
+        node.store.put(snapshot_id, _encode_snapshot(records))
+        raft.compact(snapshot_id, self.now_ms)
+        self._after_event(node)
+
+    # ------------------------------------------------------------ events
+
+    def _ev_ctick(self, node_id: int, incarnation: int) -> None:
+        node = self.nodes[node_id]
+        machine = self._controller(node)
+        if node.raft is None or node.incarnation != incarnation or node.paused \
+                or machine is None:
+            return
+        machine.tick(SimAccess(self, node), self.now_ms)
+        self._answers(node)
+        self._after_event(node)
+
+    def _ev_tick(self, node_id: int, incarnation: int, token: int) -> None:
+        super()._ev_tick(node_id, incarnation, token)
+        node = self.nodes[node_id]
+        if node.raft is not None and node.incarnation == incarnation and not node.paused \
+                and node.tick_token != token and self._controller(node) is not None:
+            # The controller's timers run with the node's (fencing, orphans, parked).
+            self._ev_ctick(node_id, incarnation)
+
+    def _ev_propose(self) -> None:
+        """A client request: a random admin write or read, to a controller."""
+        self._at(self.now_ms + self.rng.randint(5, 40), "propose")
+        node = self._pick_controller()
+        if node is None:
+            return
+        self._send_request(node, *self._random_request(node))
+
+    def _ev_broker(self, broker_id: int) -> None:
+        """One step of a broker's lifecycle: register or heartbeat the active
+        controller it finds (a fake network: a call to a down node is lost)."""
+        life = self.brokers[broker_id]
+        action = life.next_action(self.now_ms / 1000)
+        if action is Action.STOP:
+            return
+        node = self._pick_controller(leader_only=True)
+        if node is None:
+            life.unreachable()
+        else:
+            machine = self._controller(node)
+            assert machine is not None
+            if action is Action.REGISTER:
+                kind = f"register:{broker_id}"
+
+                def generate(offset: int, now: int, m: ControllerMachine = machine) -> Any:
+                    return m.state.cluster.register_broker(BrokerRegistrationRequest(
+                        broker_id=broker_id, cluster_id=CLUSTER_ID,
+                        incarnation_id=f"inc-{broker_id}",
+                        listeners=(Listener("PLAINTEXT", "b", 9092, "PLAINTEXT"),)),
+                        next_offset=offset, now_ms=now)
+            else:
+                kind = f"heartbeat:{broker_id}"
+                epoch = life.broker_epoch
+
+                def generate(offset: int, now: int, m: ControllerMachine = machine) -> Any:
+                    return m.state.cluster.process_heartbeat(
+                        BrokerHeartbeatRequest(broker_id, epoch, 1 << 40), now_ms=now)
+            self._send_request(node, kind, generate, None)
+        self._at(self.now_ms + max(1, int(life.wait_s * 1000)), "broker", broker_id)
+
+    # ------------------------------------------------------------ clients
+
+    def _pick_controller(self, leader_only: bool = False) -> SimNode | None:
+        up = [n for n in self.nodes.values()
+              if n.raft is not None and not n.paused and self._controller(n) is not None]
+        leaders = [n for n in up if n.raft is not None and n.raft.role is Role.LEADER]
+        if leader_only:
+            return self.rng.choice(leaders) if leaders else None
+        pool = leaders if leaders and self.rng.random() < 0.85 else up
+        return self.rng.choice(pool) if pool else None
+
+    def _random_request(self, node: SimNode) -> tuple[str, Any, Any]:
+        machine = self._controller(node)
+        assert machine is not None
+        state = machine.state
+        topic = self.rng.choice(TOPICS)
+        kind = self.rng.choice(("create", "create", "delete", "partitions", "config",
+                                "describe", "list"))
+        if kind == "create":
+            item = CreatableTopic(topic, self.rng.randint(1, 3), self.rng.randint(1, 3))
+            return kind, lambda _o, _n: state.replication.create_topics(
+                [item], validate_only=False), None
+        if kind == "delete":
+            return kind, lambda _o, _n: state.replication.delete_topics([topic]), None
+        if kind == "partitions":
+            count = self.rng.randint(2, 5)
+            return kind, lambda _o, _n: state.replication.create_partitions(
+                [CreatePartitionsTopic(topic, count)], validate_only=False), None
+        if kind == "config":
+            value = str(self.rng.randint(1, 10) * 1000)
+            resource = AlterConfigsResource(ConfigResource(ResourceType.TOPIC, topic), (
+                AlterConfigOp("retention.ms", OpType.SET, value),))
+            return kind, lambda _o, _n: state.configs.incremental_alter_configs(
+                [resource], validate_only=False), None
+        if kind == "describe":
+            return kind, None, lambda epoch: state.replication.describe_topics([topic], epoch)
+        return kind, None, lambda epoch: state.replication.list_topics(epoch)
+
+    def _send_request(self, node: SimNode, kind: str, generate: Any, query: Any) -> None:
+        machine = self._controller(node)
+        assert machine is not None and node.raft is not None
+        self.next_request += 1
+        rid = self.next_request
+        self.pending[rid] = (kind, node.id)
+        machine.request(Request(rid, kind, self.now_ms, generate=generate, query=query,
+                                origin=BatchOrigin("User:sim", f"node-{node.id}", str(rid))),
+                        SimAccess(self, node), self.now_ms)
+        self._answers(node)
+        self._after_event(node)
+
+    def _answers(self, node: SimNode) -> None:
+        """Deliver the controller's answers, checking each write's batches committed."""
+        machine = self._controller(node)
+        if machine is None:
+            return
+        sm = node.sm
+        assert isinstance(sm, ControllerSM)
+        if sm.last_mode is not Mode.STANDBY and machine.mode is Mode.STANDBY:
+            self.reverts += 1  # it led, and renounced (its state reverted)
+        sm.last_mode = machine.mode
+        for out in machine.take_instructions():
+            kind, _ = self.pending.pop(out.request_id, ("?", 0))
+            if isinstance(out, Answer):
+                self._check_answer_committed(node, out.request_id, kind)
+                self.outcomes["ok"] += 1
+                self._broker_answer(kind, out.value)
+            else:
+                assert isinstance(out, Fail)
+                self.outcomes[type(out.error).__name__] += 1
+                if kind.startswith(("register:", "heartbeat:")):
+                    self.brokers[int(kind.partition(":")[2])].unreachable()
+
+    def _check_answer_committed(self, node: SimNode, request_id: int, kind: str) -> None:
+        tag = str(request_id)
+        for batch in node.log.batches:
+            if batch.origin.request_id == tag and not self.history.is_committed(batch):
+                raise InvariantViolation(
+                    f"node {node.id} answered {kind} request {request_id} while its batch "
+                    f"{batch.base_offset} is not committed")
+
+    def _broker_answer(self, kind: str, value: Any) -> None:
+        action, _, broker = kind.partition(":")
+        if not broker:
+            return
+        life = self.brokers[int(broker)]
+        if action == "register":
+            life.registered(value.error.code.value, value.broker_epoch)
+        else:
+            life.heartbeat_answered(value.error.code.value, is_fenced=value.is_fenced,
+                                    should_shut_down=value.should_shut_down, caught_up=True,
+                                    applied_offset=0)
+
+    # ------------------------------------------------------------ checks
+
+    def _check_node(self, node: SimNode) -> None:
+        super()._check_node(node)
+        machine = self._controller(node)
+        sm = node.sm
+        if isinstance(sm, ObserverSM) and node.raft is not None:
+            want = self.oracle_images.get(sm.applied_offset)
+            if want is None or sm.state.to_image() != want:
+                raise InvariantViolation(f"observer {node.id}'s image at {sm.applied_offset} "
+                                         "differs from a replay of the committed log")
+            return
+        if machine is None or node.raft is None or not isinstance(sm, ControllerSM):
+            return
+        key = (machine.committed_offset, machine.mode)
+        if sm.checked == key:
+            return
+        sm.checked = key
+        offset = machine.committed_offset
+        want = self.oracle_images.get(offset)
+        if want is None:
+            raise InvariantViolation(f"node {node.id} applied to {offset}, not a committed end")
+        epoch = None if machine.mode is Mode.STANDBY else offset - 1
+        got = machine.state.to_image(epoch)
+        if got != want:
+            raise InvariantViolation(
+                f"node {node.id} ({machine.mode.value}) state at {offset} differs from a "
+                f"replay of the committed log")
+
+    def check_final(self) -> None:
+        super().check_final()
+        for node in self.nodes.values():
+            self._check_node(node)
+
+
+def run_system_seed(seed: int) -> SystemCluster:
+    cluster = SystemCluster(seed)
+    try:
+        cluster.run()
+    except Exception as exc:  # every failure names the seed that replays it
+        raise InvariantViolation(
+            f"system seed {seed} failed at t={cluster.now_ms}ms step {cluster.steps}: "
+            f"{exc!r}\nreplay: SYSTEM_SIM_SEED={seed} .venv/bin/python -m pytest "
+            "tests/simulation/test_system.py -q") from exc
+    return cluster
+
+
+__all__ = ["SystemCluster", "decode_record", "run_system_seed"]
