@@ -12,6 +12,8 @@ Checked as it runs (`SystemCluster._check_node` and the client answers):
   to the offset it has applied (an oracle replays the cluster-wide committed log);
   a standby's whole state does too, so a renounced leader's revert is checked;
 - no controller answers success while a batch of that request is uncommitted;
+- writes are linearizable: a write sent after another was acknowledged commits
+  after it (real-time order holds in the log's order);
 - everything the Raft simulation checks (one leader per epoch, committed batches
   never change or vanish, durability on a majority, liveness after healing).
 """
@@ -160,6 +162,10 @@ class SystemCluster(Cluster):
         self.outcomes: Counter[str] = Counter()
         self.brokers: dict[int, LifecycleMachine] = {}
         self.reverts = 0
+        # Linearizability of writes: the highest committed offset of an acknowledged
+        # write, and for each request sent, that offset when it was sent.
+        self.max_acked_offset = -1
+        self.acked_before_send: dict[str, int] = {}
         super().__init__(seed, duration_ms, settle_ms)
         for broker_id in BROKERS:
             self.brokers[broker_id] = LifecycleMachine(
@@ -211,6 +217,11 @@ class SystemCluster(Cluster):
         self._answers(node)
 
     def _oracle_apply(self, batch: RecordBatch) -> None:
+        floor = self.acked_before_send.get(batch.origin.request_id)
+        if floor is not None and batch.base_offset <= floor:
+            raise InvariantViolation(
+                f"request {batch.origin.request_id} commits at {batch.base_offset}, below a "
+                f"write acknowledged before it was sent (at {floor}): not linearizable")
         if not batch.is_control:
             self.oracle.replay_encoded(batch.records, batch.base_offset)
         self.oracle_images[batch.next_offset] = self.oracle.to_image()
@@ -338,6 +349,7 @@ class SystemCluster(Cluster):
         self.next_request += 1
         rid = self.next_request
         self.pending[rid] = (kind, node.id)
+        self.acked_before_send[str(rid)] = self.max_acked_offset
         machine.request(Request(rid, kind, self.now_ms, generate=generate, query=query,
                                 origin=BatchOrigin("User:sim", f"node-{node.id}", str(rid))),
                         SimAccess(self, node), self.now_ms)
@@ -369,10 +381,13 @@ class SystemCluster(Cluster):
     def _check_answer_committed(self, node: SimNode, request_id: int, kind: str) -> None:
         tag = str(request_id)
         for batch in node.log.batches:
-            if batch.origin.request_id == tag and not self.history.is_committed(batch):
+            if batch.origin.request_id != tag:
+                continue
+            if not self.history.is_committed(batch):
                 raise InvariantViolation(
                     f"node {node.id} answered {kind} request {request_id} while its batch "
                     f"{batch.base_offset} is not committed")
+            self.max_acked_offset = max(self.max_acked_offset, batch.last_offset)
 
     def _broker_answer(self, kind: str, value: Any) -> None:
         action, _, broker = kind.partition(":")

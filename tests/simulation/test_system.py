@@ -110,3 +110,16 @@ def test_a_missing_revert_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     failure = _first_failure(range(200))
     assert failure is not None and "differs from a replay of the committed log" in failure, \
         failure
+
+
+def test_a_write_committed_before_one_acknowledged_earlier_is_caught() -> None:
+    """The real-time order check: request 7 was sent after a write at offset 10 was
+    acknowledged, so it must commit above 10."""
+    from controller.logformat import BatchOrigin, RecordBatch
+    from tests.simulation.system import SystemCluster
+
+    cluster = SystemCluster(0)
+    cluster.acked_before_send["7"] = 10
+    stale = RecordBatch(5, 1, 0, False, BatchOrigin("User:sim", "", "7"), (b"x",))
+    with pytest.raises(InvariantViolation, match="not linearizable"):
+        cluster._oracle_apply(stale)
