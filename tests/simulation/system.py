@@ -5,7 +5,8 @@ its faults) runs the real `ControllerMachine` with the real control managers and
 timeline on top of its `RaftNode`, fed exactly what the asyncio driver feeds it:
 committed batches, leader changes, ticks, snapshots. Brokers register and
 heartbeat through their real `LifecycleMachine`; clients send a random mix of
-admin writes and reads to whichever controller they believe leads.
+admin writes (creates, deletes, partition adds, configs, reassignments, leader
+elections) and reads to whichever controller they pick.
 
 Checked as it runs (`SystemCluster._check_node` and the client answers):
 - every controller's committed state equals a fresh replay of the committed log up
@@ -24,7 +25,17 @@ import random
 from collections import Counter
 from typing import Any
 
+from broker_agent.delta import MetadataDelta, build_image_from_bytes
+from broker_agent.image import MetadataImage as BrokerImage
 from broker_agent.lifecycle_machine import Action, LifecycleMachine
+from broker_agent.reconciler import (
+    LocalReplica,
+    Plan,
+    ReplicaRole,
+    plan_delta,
+    plan_full,
+    replica_dir_name,
+)
 from controller.logformat import BatchOrigin, RecordBatch, SnapshotId
 from controller.metadata import (
     AlterConfigOp,
@@ -37,7 +48,9 @@ from controller.metadata import (
     MetadataImage,
     MetadataState,
     OpType,
+    ReassignmentRequest,
     ResourceType,
+    TopicPartition,
 )
 from controller.quorum.errors import NotLeaderError, ProposalRejectedError
 from controller.quorum_controller.events import Answer, Fail, Mode, Request
@@ -130,24 +143,72 @@ class ControllerSM(StateMachine):
         pass  # StateMachine's constructor sets it; the machine keeps its own
 
 
-class ObserverSM(StateMachine):
-    """An observer's state machine: the committed log replayed into metadata, the
-    way a broker's loader builds its image (snapshots from the leader included)."""
+class BrokerSM(StateMachine):
+    """An observer is a broker: its real metadata image (delta by delta, or built from
+    a snapshot the leader sent) and its real reconciler, whose plans are applied to
+    an in-memory local replica store that survives crashes (the broker's disk)."""
 
-    def __init__(self) -> None:
+    def __init__(self, broker_id: int, local: dict[str, LocalReplica],
+                 catch_up_to: int) -> None:
         super().__init__()
-        self.state = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
+        self.broker_id = broker_id
+        self.image = BrokerImage.empty()
+        self.local = local
+        # Like the real loader: nothing is reconciled until the image reaches the
+        # high watermark of the start (`catch_up_to`); then one full reconcile of
+        # the local state, and a plan per delta after it.
+        self.catch_up_to = catch_up_to
+        self.reconciled = False
 
     def apply(self, batch: RecordBatch) -> None:
         assert batch.base_offset == self.applied_offset, (batch.base_offset, self.applied_offset)
         if not batch.is_control:
-            self.state.replay_encoded(batch.records, batch.base_offset)
+            delta = MetadataDelta(self.image)
+            delta.replay_batch([decode_record(r) for r in batch.records], batch.base_offset)
+            image, changes = delta.apply()
+            if self.reconciled:
+                self._apply(plan_delta(self.image, image, changes.changed_partitions,
+                                       changes.removed_topics, self.broker_id))
+            self.image = image
         self.applied_offset = batch.next_offset
+        self._maybe_reconcile()
 
     def load(self, end_offset: int, data: bytes) -> None:
-        self.state = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
-        self.state.replay_encoded(_decode_snapshot(data), end_offset - 1, step=0)
+        """A snapshot (at start, or sent by the leader) replaces the image; the local
+        replicas are reconciled against it in full once caught up."""
+        self.image = build_image_from_bytes(_decode_snapshot(data), end_offset - 1)
         self.applied_offset = end_offset
+        if self.reconciled:
+            self._apply(plan_full(self.local, self.image, self.broker_id))
+        self._maybe_reconcile()
+
+    def _maybe_reconcile(self) -> None:
+        if not self.reconciled and self.applied_offset >= self.catch_up_to:
+            self._apply(plan_full(self.local, self.image, self.broker_id))
+            self.reconciled = True
+
+    def _apply(self, plan: Plan) -> None:
+        for delete in plan.deletes:
+            self.local.pop(delete.dir_name, None)
+        for change in (*plan.leaders, *plan.followers):
+            self.local[change.replica.dir_name] = change.replica
+
+    def check(self, want: MetadataImage) -> str | None:
+        """What is wrong against the controller's image at the same offset, if anything:
+        the image always; the local replicas once caught up."""
+        view = (want.features, want.brokers,
+                tuple((t.name, t.topic_id, t.partitions) for t in want.topics), want.configs)
+        if self.image.comparable() != view:
+            return "its image differs from a replay of the committed log"
+        if not self.reconciled:
+            return None  # catching up: its local replicas are not reconciled yet
+        desired = {replica_dir_name(topic.name, index): part.leader == self.broker_id
+                   for topic, index, part in self.image.iter_partitions()
+                   if self.broker_id in part.replicas}
+        local = {name: r.role is ReplicaRole.LEADER for name, r in self.local.items()}
+        if local != desired:
+            return f"its local replicas {sorted(local)} differ from its assignment {sorted(desired)}"
+        return None
 
 
 class SystemCluster(Cluster):
@@ -161,6 +222,8 @@ class SystemCluster(Cluster):
         self.pending: dict[int, tuple[str, int]] = {}  # request id -> (kind, node)
         self.outcomes: Counter[str] = Counter()
         self.brokers: dict[int, LifecycleMachine] = {}
+        # Each broker node's local replica store: it outlives crashes.
+        self.broker_disks: dict[int, dict[str, LocalReplica]] = {}
         self.reverts = 0
         # Linearizability of writes: the highest committed offset of an acknowledged
         # write, and for each request sent, that offset when it was sent.
@@ -181,7 +244,11 @@ class SystemCluster(Cluster):
     def _restart_state_machine(self, node: SimNode, start: SnapshotId,
                                data: bytes | None) -> None:
         if not node.is_voter:
-            node.sm = ObserverSM()
+            # A broker restarts from its local state (its disk survives the crash).
+            observers = sorted(n for n in self.nodes if n not in self.voters)
+            broker_id = BROKERS[observers.index(node.id) % len(BROKERS)]
+            node.sm = BrokerSM(broker_id, self.broker_disks.setdefault(node.id, {}),
+                               catch_up_to=self.history.committed_end)
             if data is not None:
                 node.sm.load(start.end_offset, data)
             return
@@ -192,7 +259,7 @@ class SystemCluster(Cluster):
     def _load_snapshot(self, node: SimNode, snapshot_id: SnapshotId, data: bytes) -> None:
         machine = self._controller(node)
         if machine is None:
-            assert isinstance(node.sm, ObserverSM)
+            assert isinstance(node.sm, BrokerSM)
             node.sm.load(snapshot_id.end_offset, data)
             return
         machine.load_snapshot(snapshot_id.end_offset, snapshot_id.epoch, _decode_snapshot(data))
@@ -322,7 +389,7 @@ class SystemCluster(Cluster):
         state = machine.state
         topic = self.rng.choice(TOPICS)
         kind = self.rng.choice(("create", "create", "delete", "partitions", "config",
-                                "describe", "list"))
+                                "reassign", "elect", "describe", "list"))
         if kind == "create":
             item = CreatableTopic(topic, self.rng.randint(1, 3), self.rng.randint(1, 3))
             return kind, lambda _o, _n: state.replication.create_topics(
@@ -339,6 +406,14 @@ class SystemCluster(Cluster):
                 AlterConfigOp("retention.ms", OpType.SET, value),))
             return kind, lambda _o, _n: state.configs.incremental_alter_configs(
                 [resource], validate_only=False), None
+        if kind == "reassign":
+            target = tuple(self.rng.sample(BROKERS, self.rng.randint(1, len(BROKERS))))
+            move = ReassignmentRequest(topic, 0, None if self.rng.random() < 0.2 else target)
+            return kind, lambda _o, _n: state.replication.alter_partition_reassignments(
+                [move]), None
+        if kind == "elect":
+            return kind, lambda _o, _n: state.replication.elect_leaders(
+                [TopicPartition(topic, 0)]), None
         if kind == "describe":
             return kind, None, lambda epoch: state.replication.describe_topics([topic], epoch)
         return kind, None, lambda epoch: state.replication.list_topics(epoch)
@@ -371,6 +446,9 @@ class SystemCluster(Cluster):
             if isinstance(out, Answer):
                 self._check_answer_committed(node, out.request_id, kind)
                 self.outcomes["ok"] += 1
+                if isinstance(out.value, tuple) and out.value \
+                        and hasattr(out.value[0], "error"):
+                    self.outcomes[f"{kind}:{out.value[0].error.code.value}"] += 1
                 self._broker_answer(kind, out.value)
             else:
                 assert isinstance(out, Fail)
@@ -407,11 +485,12 @@ class SystemCluster(Cluster):
         super()._check_node(node)
         machine = self._controller(node)
         sm = node.sm
-        if isinstance(sm, ObserverSM) and node.raft is not None:
+        if isinstance(sm, BrokerSM) and node.raft is not None:
             want = self.oracle_images.get(sm.applied_offset)
-            if want is None or sm.state.to_image() != want:
-                raise InvariantViolation(f"observer {node.id}'s image at {sm.applied_offset} "
-                                         "differs from a replay of the committed log")
+            problem = "no committed end there" if want is None else sm.check(want)
+            if problem is not None:
+                raise InvariantViolation(f"broker {sm.broker_id} (node {node.id}) at offset "
+                                         f"{sm.applied_offset}: {problem}")
             return
         if machine is None or node.raft is None or not isinstance(sm, ControllerSM):
             return

@@ -61,6 +61,12 @@ def test_seeds(seeds: range) -> None:
         _coverage["restarts"] += sum(max(0, n.incarnation - 1) for n in cluster.nodes.values())
         _coverage["fenced"] += sum(1 for b in cluster.oracle.cluster.brokers() if b.fenced)
         _coverage["topics"] += len(cluster.oracle.replication.list_topics())
+        _coverage["reassignments"] += cluster.outcomes["reassign:NONE"]
+        _coverage["brokers_reconciled"] += sum(
+            1 for n in cluster.nodes.values() if getattr(n.sm, "reconciled", False))
+        _coverage["broker_restarts"] += sum(max(0, n.incarnation - 1)
+                                            for n in cluster.nodes.values() if not n.is_voter)
+        _coverage["unknown_outcomes"] += cluster.outcomes["ControllerTimeoutError"]
 
 
 def test_the_paths_were_exercised() -> None:
@@ -74,6 +80,10 @@ def test_the_paths_were_exercised() -> None:
     assert _coverage["restarts"] > seeds, _coverage
     assert _coverage["fenced"] > seeds // 10, _coverage  # sessions expired
     assert _coverage["topics"] > seeds, _coverage
+    assert _coverage["reassignments"] > seeds, _coverage
+    assert _coverage["brokers_reconciled"] > seeds, _coverage
+    assert _coverage["broker_restarts"] > seeds // 10, _coverage  # from their local state
+    assert _coverage["unknown_outcomes"] > seeds // 10, _coverage  # orphaned writes
 
 
 def _first_failure(seeds: range) -> str | None:
