@@ -13,6 +13,7 @@ Checked as it runs (`SystemCluster._check_node` and the client answers):
   to the offset it has applied (an oracle replays the cluster-wide committed log);
   a standby's whole state does too, so a renounced leader's revert is checked;
 - no controller answers success while a batch of that request is uncommitted;
+- an active controller fences a broker at its first tick past the session timeout;
 - writes are linearizable: a write sent after another was acknowledged commits
   after it (real-time order holds in the log's order);
 - everything the Raft simulation checks (one leader per epoch, committed batches
@@ -225,6 +226,7 @@ class SystemCluster(Cluster):
         # Each broker node's local replica store: it outlives crashes.
         self.broker_disks: dict[int, dict[str, LocalReplica]] = {}
         self.reverts = 0
+        self.late_fences = 0
         # Linearizability of writes: the highest committed offset of an acknowledged
         # write, and for each request sent, that offset when it was sent.
         self.max_acked_offset = -1
@@ -322,7 +324,28 @@ class SystemCluster(Cluster):
             return
         machine.tick(SimAccess(self, node), self.now_ms)
         self._answers(node)
+        self._check_fencing(node, machine)
         self._after_event(node)
+
+    def _check_fencing(self, node: SimNode, machine: ControllerMachine) -> None:
+        """Right after the active controller's tick, no unfenced broker has been
+        silent past its session timeout: it was fenced at this tick at the latest."""
+        if machine.mode is not Mode.ACTIVE:
+            return
+        cluster = machine.state.cluster
+        for broker in cluster.brokers():
+            if broker.fenced:
+                continue
+            state = cluster.heartbeat_state(broker.broker_id)
+            if state is None or state.broker_epoch != broker.broker_epoch:
+                raise InvariantViolation(f"active node {node.id} has no session for broker "
+                                         f"{broker.broker_id} after a tick")
+            if self.now_ms - state.last_contact_ms > SESSION_TIMEOUT_MS:
+                self.late_fences += 1
+                raise InvariantViolation(
+                    f"broker {broker.broker_id} silent for {self.now_ms - state.last_contact_ms}"
+                    f" ms on active node {node.id} and not fenced (session {SESSION_TIMEOUT_MS}"
+                    " ms)")
 
     def _ev_tick(self, node_id: int, incarnation: int, token: int) -> None:
         super()._ev_tick(node_id, incarnation, token)

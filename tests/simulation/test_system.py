@@ -133,3 +133,15 @@ def test_a_write_committed_before_one_acknowledged_earlier_is_caught() -> None:
     stale = RecordBatch(5, 1, 0, False, BatchOrigin("User:sim", "", "7"), (b"x",))
     with pytest.raises(InvariantViolation, match="not linearizable"):
         cluster._oracle_apply(stale)
+
+
+def test_a_controller_that_never_fences_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from controller.metadata import ClusterControlManager
+    from controller.metadata.errors import ControllerResult
+
+    def never(self: ClusterControlManager, now_ms: int) -> ControllerResult[tuple[int, ...]]:
+        return ControllerResult((), ())
+
+    monkeypatch.setattr(ClusterControlManager, "fence_stale_brokers", never)
+    failure = _first_failure(range(100))
+    assert failure is not None and "not fenced" in failure, failure
