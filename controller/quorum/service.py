@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Hashable
 from typing import Any, Protocol, TypeVar
 
 import attrs
 import grpc
 from grpc import aio
 
+from controller.api.access import Access, UnauthenticatedError, cluster_action
 from controller.quorum import raft_service_pb2 as pb
 from controller.quorum import raft_service_pb2_grpc as pb_grpc
 from controller.quorum.wire import PbMessage, StoredBatchCache, WireError, from_pb, to_pb
@@ -47,7 +48,7 @@ from controller.raft.messages import (
     VoteResponse,
 )
 from controller.rpc import add_decoding_service
-from controller.security.principal import PrincipalMapper, PrincipalMappingError, host_of
+from controller.security.acl import Operation
 
 logger = logging.getLogger(__name__)
 
@@ -175,20 +176,20 @@ class RaftGate:
     """Who may speak Raft to this node, from its TLS identity: the controllers
     (`controller_principals`) may send everything; any other principal only
     Fetch / FetchSnapshot as an observer (a node id that is not a voter), and only if
-    `may_observe` says so (the authorizer: CLUSTER_ACTION on the cluster). So a broker
-    certificate can follow the log but never vote, and nobody without a controller
-    certificate can fetch as a voter and be counted toward the high watermark."""
+    `access` allows it CLUSTER_ACTION on the cluster. So a broker certificate can
+    follow the log but never vote, and nobody without a controller certificate can
+    fetch as a voter and be counted toward the high watermark."""
 
-    mapper: PrincipalMapper
+    access: Access
     controller_principals: frozenset[str]
     voter_ids: frozenset[int]
-    may_observe: Callable[[str, str], bool]
 
     def check(self, message: Request, context: Any) -> None:
         try:
-            principal = self.mapper.principal_of(context.auth_context())
-        except PrincipalMappingError as exc:
+            caller = self.access.caller(context)
+        except UnauthenticatedError as exc:
             raise RefusedError(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
+        principal = caller.principal
         if principal in self.controller_principals:
             return
         kind = type(message).__name__.removesuffix("Request")
@@ -200,7 +201,7 @@ class RaftGate:
             raise RefusedError(grpc.StatusCode.PERMISSION_DENIED,
                                f"{principal} may not fetch as voter {message.src}: only the "
                                "controllers may; observers fetch under their own node id")
-        if not self.may_observe(principal, host_of(context.peer() or "")):
+        if not self.access.allowed(caller, cluster_action(Operation.CLUSTER_ACTION)):
             raise RefusedError(grpc.StatusCode.PERMISSION_DENIED,
                                f"{principal} may not follow the metadata log (needs "
                                "CLUSTER_ACTION on the cluster)")

@@ -18,7 +18,7 @@ import random
 import signal
 from collections.abc import Callable
 
-from controller.api.access import Access, Caller, cluster_action
+from controller.api.access import Access
 from controller.api.admin_service import add_api_services
 from controller.api.seam import ControllerFacade
 from controller.quorum.driver import RaftDriver, SteadyWallClock
@@ -29,7 +29,6 @@ from controller.quorum_controller.facade import CommittedAcls, ControllerApi
 from controller.quorum_controller.metrics import ControllerMetrics
 from controller.quorum_controller.ports import QuorumPort
 from controller.rpc import NOT_SERVING, bind, create_server
-from controller.security.acl import Operation
 from controller.security.authorizer import StandardAuthorizer
 from controller.tier.copier import TierCopier
 from controller.tier.metrics import TierMetrics
@@ -103,11 +102,8 @@ def raft_gate(config: DaemonConfig, access: Access) -> RaftGate | None:
     """Who may speak Raft to this controller (None without TLS: no identities)."""
     if config.tls.credentials is None:
         return None
-    observe = cluster_action(Operation.CLUSTER_ACTION)
-    return RaftGate(config.tls.mapper, config.controller_principals,
-                    frozenset(config.driver.voter_addresses),
-                    lambda principal, host: access.allowed(Caller(principal, host, ""),
-                                                           observe))
+    return RaftGate(access, config.controller_principals,
+                    frozenset(config.driver.voter_addresses))
 
 
 def start_tier_copier(config: DaemonConfig, controller: QuorumController, driver: RaftDriver,

@@ -226,7 +226,6 @@ class SystemCluster(Cluster):
         # Each broker node's local replica store: it outlives crashes.
         self.broker_disks: dict[int, dict[str, LocalReplica]] = {}
         self.reverts = 0
-        self.late_fences = 0
         # Linearizability of writes: the highest committed offset of an acknowledged
         # write, and for each request sent, that offset when it was sent.
         self.max_acked_offset = -1
@@ -341,7 +340,6 @@ class SystemCluster(Cluster):
                 raise InvariantViolation(f"active node {node.id} has no session for broker "
                                          f"{broker.broker_id} after a tick")
             if self.now_ms - state.last_contact_ms > SESSION_TIMEOUT_MS:
-                self.late_fences += 1
                 raise InvariantViolation(
                     f"broker {broker.broker_id} silent for {self.now_ms - state.last_contact_ms}"
                     f" ms on active node {node.id} and not fenced (session {SESSION_TIMEOUT_MS}"
