@@ -19,6 +19,7 @@ from broker_agent.agent import BrokerAgent
 from broker_agent.config import BrokerConfig
 from broker_agent.lifecycle import BrokerLifecycle
 from broker_agent.loader import MetadataLoader
+from broker_agent.snapshot_load import LoaderListener, monotonic_ms
 from broker_agent.local_state import LocalPartitionStore
 from broker_agent.status import BrokerStatusView, add_status_service
 from controller.quorum.driver import RaftDriver
@@ -65,13 +66,13 @@ async def _failed(driver: RaftDriver, agent: BrokerAgent) -> None:
 async def run_broker(config: BrokerConfig) -> int:
     store = LocalPartitionStore(config.data_dir)
     agent = BrokerAgent(config.broker_id, store)
-    loader = MetadataLoader(agent)
-    driver = RaftDriver(config.driver_config(), loader)
+    loader = MetadataLoader(agent, clock_ms=monotonic_ms)
+    listener = LoaderListener(loader, prewriter=agent)
+    driver = RaftDriver(config.driver_config(), listener)
     loader.bind(lambda: driver.fetched_high_watermark)
     loader.min_start_offset = store.read_offset()
-    loader.prewriter = agent
     # The log will start at the newest snapshot file; the image must start there too.
-    loader.load_latest_snapshot(driver.snapshot_dir)
+    listener.load_latest_snapshot(driver.snapshot_dir)
 
     server = create_server(config.driver_config().rpc_limits)
     port = bind(server, config.listen, config.tls.credentials)

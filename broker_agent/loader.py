@@ -1,40 +1,34 @@
 """The metadata loader: a Raft observer's committed batches → images → publishers.
 
-`MetadataLoader` is the `CommitListener` of the broker's `RaftDriver` (an observer:
-its node id is not a voter). It only ever sees committed batches (the driver hands
-over nothing above the high watermark), so the broker never acts on a record the
-quorum may still discard.
+`MetadataLoader` is pure (no clock, no files): it takes committed batches, leader
+changes and whole images (a snapshot someone else read), and calls its publisher.
+The broker daemon feeds it through `snapshot_load.LoaderListener`, the
+`CommitListener` of its `RaftDriver` (an observer: its node id is not a voter);
+the whole-system simulation feeds the same class directly. It only ever sees
+committed batches (the driver hands over nothing above the high watermark), so the
+broker never acts on a record the quorum may still discard.
 
 Start-up: the image starts at the newest local snapshot (the log starts there), then
 every committed batch is replayed into it, but nothing is published until the
 loader has caught up: it has applied everything up to the high watermark the
-leader reported in the first successful fetch response
-(`RaftDriver.fetched_high_watermark`). Then the publisher gets the whole image once
-(`publish_full`: reconcile against disk) and one delta per committed batch after.
-A snapshot fetched from the leader (we were behind its log start) replaces the
-image and is published whole again.
+leader reported in the first successful fetch response (`fetched_high_watermark`),
+and at least up to the offset the local state already reflects
+(`min_start_offset`). Then the publisher gets the whole image once (`publish_full`:
+reconcile against disk) and one delta per committed batch after. A snapshot
+fetched from the leader (we were behind its log start) replaces the image and is
+published whole again.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Protocol
 
-from broker_agent.bulk import gc_paused
-from broker_agent.delta import (
-    ImageChanges,
-    MetadataDelta,
-    SnapshotPartition,
-    build_image_from_bytes,
-)
+from broker_agent.delta import ImageChanges, MetadataDelta
 from broker_agent.image import MetadataImage
-from controller.logformat import RecordBatch, SnapshotId
-from controller.quorum.driver import CommitListener
+from controller.logformat import RecordBatch
 from controller.records import decode_record
-from controller.storage import snapshot_file as sf
 
 logger = logging.getLogger("metakraft.broker")
 
@@ -48,31 +42,13 @@ class ImagePublisher(Protocol):
         """One committed batch's changes."""
 
 
-class SnapshotPrewriter(Protocol):
-    """Gets the partitions local to `broker_id` while a snapshot is still decoding
-    (`BrokerAgent.prewrite`: their local state is written ahead of the full plan)."""
-
-    broker_id: int
-
-    def prewrite(self, partitions: list[SnapshotPartition]) -> None: ...
-
-
-def read_snapshot_image(path: Path, end_offset: int,
-                        prewriter: SnapshotPrewriter | None = None) -> MetadataImage:
-    reader = sf.SnapshotReader.open(path)
-    with gc_paused():
-        if prewriter is None:
-            return build_image_from_bytes(reader.records(), end_offset - 1)
-        return build_image_from_bytes(reader.records(), end_offset - 1, prewriter.broker_id,
-                                      prewriter.prewrite)
-
-
-class MetadataLoader(CommitListener):
+class MetadataLoader:
     def __init__(self, publisher: ImagePublisher,
-                 fetched_high_watermark: Callable[[], int] | None = None) -> None:
+                 fetched_high_watermark: Callable[[], int] | None = None,
+                 *, clock_ms: Callable[[], int] | None = None) -> None:
         self.publisher = publisher
         self.image = MetadataImage.empty()
-        # Supplied once the driver exists (it needs this listener first).
+        # Supplied once the driver exists (it needs this loader's listener first).
         self._fetched_hw = fetched_high_watermark
         self._catch_up_target: int | None = None
         # The offset the local state already reflects (from the data dir): never
@@ -80,10 +56,10 @@ class MetadataLoader(CommitListener):
         self.min_start_offset = -1
         self.caught_up = False
         self.leader_id: int | None = None
-        self.started_s = time.monotonic()
+        # Only for the catch-up log line: how long start-up took.
+        self._clock_ms = clock_ms
+        self._started_ms = None if clock_ms is None else clock_ms()
         self.batches_applied = 0
-        # Set by the daemon: snapshot loads feed it the local partitions as they decode.
-        self.prewriter: SnapshotPrewriter | None = None
 
     def bind(self, fetched_high_watermark: Callable[[], int]) -> None:
         self._fetched_hw = fetched_high_watermark
@@ -93,16 +69,7 @@ class MetadataLoader(CommitListener):
         """The last committed offset in the image (-1: none)."""
         return self.image.offset
 
-    def load_latest_snapshot(self, directory: Path) -> None:
-        """Before the driver starts: the log begins at the newest snapshot, so must we."""
-        latest = sf.latest_snapshot(directory)
-        if latest is not None:
-            self.image = read_snapshot_image(directory / latest.file_name, latest.end_offset,
-                                             self.prewriter)
-            logger.info("event=snapshot_loaded source=local end_offset=%d partitions=%d",
-                        latest.end_offset, self.image.partition_count())
-
-    # ---------------------------------------------------------------- CommitListener
+    # ---------------------------------------------------------------- stimuli
 
     def on_commit(self, batches: Sequence[RecordBatch]) -> None:
         for batch in batches:
@@ -124,10 +91,18 @@ class MetadataLoader(CommitListener):
         self.leader_id = leader_id
         logger.info("event=metadata_leader leader=%s epoch=%d", leader_id, epoch)
 
-    def on_snapshot_loaded(self, snapshot_id: SnapshotId, path: Path) -> None:
-        self.image = read_snapshot_image(path, snapshot_id.end_offset, self.prewriter)
+    def start_from(self, image: MetadataImage) -> None:
+        """Before the first batch: the image of the snapshot the local log starts at."""
+        assert self.batches_applied == 0 and not self.caught_up
+        self.image = image
+        logger.info("event=snapshot_loaded source=local end_offset=%d partitions=%d",
+                    image.offset + 1, image.partition_count())
+
+    def snapshot_loaded(self, image: MetadataImage) -> None:
+        """A snapshot fetched from the leader replaces the image."""
+        self.image = image
         logger.info("event=snapshot_loaded source=leader end_offset=%d partitions=%d",
-                    snapshot_id.end_offset, self.image.partition_count())
+                    image.offset + 1, image.partition_count())
         if self.caught_up:
             self.publisher.publish_full(self.image)
         else:
@@ -148,8 +123,10 @@ class MetadataLoader(CommitListener):
         if self.image.offset + 1 < self._catch_up_target:
             return False
         self.caught_up = True
-        logger.info("event=caught_up offset=%d target=%d ms=%d", self.image.offset,
-                    self._catch_up_target, int((time.monotonic() - self.started_s) * 1000))
+        took = "" if self._clock_ms is None or self._started_ms is None \
+            else f" ms={self._clock_ms() - self._started_ms}"
+        logger.info("event=caught_up offset=%d target=%d%s", self.image.offset,
+                    self._catch_up_target, took)
         self.publisher.publish_full(self.image)
         return True
 

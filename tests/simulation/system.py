@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
-from broker_agent.delta import MetadataDelta, build_image_from_bytes
+from broker_agent.delta import ImageChanges, build_image_from_bytes
 from broker_agent.image import MetadataImage as BrokerImage
 from broker_agent.lifecycle_machine import Action, LifecycleMachine
+from broker_agent.loader import MetadataLoader
 from broker_agent.reconciler import (
     LocalReplica,
     Plan,
@@ -58,6 +60,7 @@ from controller.quorum_controller.events import Answer, Fail, Mode, Request
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.ports import ControllerSettings
 from controller.raft import Role
+from controller.raft.messages import Errors, FetchResponse, Message
 from controller.raft.ready import ProposeError
 from controller.records import decode_record, encode_record
 from controller.records.domain import Listener
@@ -144,69 +147,91 @@ class ControllerSM(StateMachine):
         pass  # StateMachine's constructor sets it; the machine keeps its own
 
 
-class BrokerSM(StateMachine):
-    """An observer is a broker: its real metadata image (delta by delta, or built from
-    a snapshot the leader sent) and its real reconciler, whose plans are applied to
-    an in-memory local replica store that survives crashes (the broker's disk)."""
+class BrokerDisk:
+    """What a broker keeps on disk across crashes: its local replicas, and the offset
+    its last full reconcile reflected (the daemon's `LocalPartitionStore.read_offset`)."""
 
-    def __init__(self, broker_id: int, local: dict[str, LocalReplica],
-                 catch_up_to: int) -> None:
+    def __init__(self) -> None:
+        self.replicas: dict[str, LocalReplica] = {}
+        self.offset = -1
+
+
+class BrokerSM(StateMachine):
+    """An observer is a broker: the real `MetadataLoader` (its image delta by delta, or
+    built from a snapshot; nothing published until caught up with the high watermark
+    of its first fetch), publishing to the real reconciler, whose plans are applied to
+    the broker's disk, which survives crashes. The loader's publisher is this class,
+    doing synchronously what the daemon's `BrokerAgent` does on its worker thread."""
+
+    def __init__(self, broker_id: int, disk: BrokerDisk, fetched_hw: Callable[[], int]) -> None:
         super().__init__()
         self.broker_id = broker_id
-        self.image = BrokerImage.empty()
-        self.local = local
-        # Like the real loader: nothing is reconciled until the image reaches the
-        # high watermark of the start (`catch_up_to`); then one full reconcile of
-        # the local state, and a plan per delta after it.
-        self.catch_up_to = catch_up_to
-        self.reconciled = False
+        self.disk = disk
+        self.loader = MetadataLoader(self, fetched_hw)
+        self.loader.min_start_offset = disk.offset
+        self.version = 0  # bumped on every change the checker must look at
+        self.checked = -1
+
+    @property
+    def reconciled(self) -> bool:
+        return self.loader.caught_up
+
+    def start(self, end_offset: int, data: bytes) -> None:
+        """At process start: the snapshot the local log starts at."""
+        self.loader.start_from(build_image_from_bytes(_decode_snapshot(data), end_offset - 1))
+        self.applied_offset = end_offset
+        self.version += 1
 
     def apply(self, batch: RecordBatch) -> None:
         assert batch.base_offset == self.applied_offset, (batch.base_offset, self.applied_offset)
-        if not batch.is_control:
-            delta = MetadataDelta(self.image)
-            delta.replay_batch([decode_record(r) for r in batch.records], batch.base_offset)
-            image, changes = delta.apply()
-            if self.reconciled:
-                self._apply(plan_delta(self.image, image, changes.changed_partitions,
-                                       changes.removed_topics, self.broker_id))
-            self.image = image
+        self.loader.on_commit([batch])
         self.applied_offset = batch.next_offset
-        self._maybe_reconcile()
+        self.version += 1
 
     def load(self, end_offset: int, data: bytes) -> None:
-        """A snapshot (at start, or sent by the leader) replaces the image; the local
-        replicas are reconciled against it in full once caught up."""
-        self.image = build_image_from_bytes(_decode_snapshot(data), end_offset - 1)
+        """A snapshot the leader sent replaces the image."""
+        self.loader.snapshot_loaded(build_image_from_bytes(_decode_snapshot(data),
+                                                           end_offset - 1))
         self.applied_offset = end_offset
-        if self.reconciled:
-            self._apply(plan_full(self.local, self.image, self.broker_id))
-        self._maybe_reconcile()
+        self.version += 1
 
-    def _maybe_reconcile(self) -> None:
-        if not self.reconciled and self.applied_offset >= self.catch_up_to:
-            self._apply(plan_full(self.local, self.image, self.broker_id))
-            self.reconciled = True
+    def check_caught_up(self) -> None:
+        """A fetch answered (the high watermark is known): maybe publish now."""
+        if not self.loader.caught_up and self.loader.check_caught_up():
+            self.version += 1
+
+    # ImagePublisher
+    def publish_full(self, image: BrokerImage) -> None:
+        self._apply(plan_full(self.disk.replicas, image, self.broker_id))
+        self.disk.offset = image.offset
+
+    def publish_delta(self, previous: BrokerImage, image: BrokerImage,
+                      changes: ImageChanges) -> None:
+        self._apply(plan_delta(previous, image, changes.changed_partitions,
+                               changes.removed_topics, self.broker_id))
 
     def _apply(self, plan: Plan) -> None:
         for delete in plan.deletes:
-            self.local.pop(delete.dir_name, None)
+            self.disk.replicas.pop(delete.dir_name, None)
         for change in (*plan.leaders, *plan.followers):
-            self.local[change.replica.dir_name] = change.replica
+            self.disk.replicas[change.replica.dir_name] = change.replica
 
     def check(self, want: MetadataImage) -> str | None:
         """What is wrong against the controller's image at the same offset, if anything:
         the image always; the local replicas once caught up."""
+        image = self.loader.image
+        if image.offset != self.applied_offset - 1:
+            return f"its image is at {image.offset}, its log applied to {self.applied_offset}"
         view = (want.features, want.brokers,
                 tuple((t.name, t.topic_id, t.partitions) for t in want.topics), want.configs)
-        if self.image.comparable() != view:
+        if image.comparable() != view:
             return "its image differs from a replay of the committed log"
         if not self.reconciled:
             return None  # catching up: its local replicas are not reconciled yet
         desired = {replica_dir_name(topic.name, index): part.leader == self.broker_id
-                   for topic, index, part in self.image.iter_partitions()
+                   for topic, index, part in image.iter_partitions()
                    if self.broker_id in part.replicas}
-        local = {name: r.role is ReplicaRole.LEADER for name, r in self.local.items()}
+        local = {name: r.role is ReplicaRole.LEADER for name, r in self.disk.replicas.items()}
         if local != desired:
             return f"its local replicas {sorted(local)} differ from its assignment {sorted(desired)}"
         return None
@@ -224,7 +249,10 @@ class SystemCluster(Cluster):
         self.outcomes: Counter[str] = Counter()
         self.brokers: dict[int, LifecycleMachine] = {}
         # Each broker node's local replica store: it outlives crashes.
-        self.broker_disks: dict[int, dict[str, LocalReplica]] = {}
+        self.broker_disks: dict[int, BrokerDisk] = {}
+        # Per observer: the highest high watermark a fetch response brought its
+        # current process (the driver's `fetched_high_watermark`).
+        self.fetched_hw: dict[int, int] = {}
         self.reverts = 0
         # Linearizability of writes: the highest committed offset of an acknowledged
         # write, and for each request sent, that offset when it was sent.
@@ -248,10 +276,11 @@ class SystemCluster(Cluster):
             # A broker restarts from its local state (its disk survives the crash).
             observers = sorted(n for n in self.nodes if n not in self.voters)
             broker_id = BROKERS[observers.index(node.id) % len(BROKERS)]
-            node.sm = BrokerSM(broker_id, self.broker_disks.setdefault(node.id, {}),
-                               catch_up_to=self.history.committed_end)
+            self.fetched_hw[node.id] = -1  # a new process has had no fetch answered
+            node.sm = BrokerSM(broker_id, self.broker_disks.setdefault(node.id, BrokerDisk()),
+                               lambda: self.fetched_hw[node.id])
             if data is not None:
-                node.sm.load(start.end_offset, data)
+                node.sm.start(start.end_offset, data)
             return
         node.sm = ControllerSM(self, node)
         if data is not None:
@@ -352,6 +381,19 @@ class SystemCluster(Cluster):
                 and node.tick_token != token and self._controller(node) is not None:
             # The controller's timers run with the node's (fencing, orphans, parked).
             self._ev_ctick(node_id, incarnation)
+
+    def _ev_msg(self, message: Message) -> None:
+        node = self.nodes[message.dst]
+        if isinstance(message, FetchResponse) and message.error is Errors.NONE \
+                and node.raft is not None and isinstance(node.sm, BrokerSM):
+            # What the driver does for its loader: note the high watermark first.
+            self.fetched_hw[node.id] = max(self.fetched_hw[node.id], message.high_watermark)
+            super()._ev_msg(message)
+            if isinstance(node.sm, BrokerSM):
+                node.sm.check_caught_up()
+                self._check_node(node)
+            return
+        super()._ev_msg(message)
 
     def _ev_propose(self) -> None:
         """A client request: a random admin write or read, to a controller."""
@@ -507,6 +549,9 @@ class SystemCluster(Cluster):
         machine = self._controller(node)
         sm = node.sm
         if isinstance(sm, BrokerSM) and node.raft is not None:
+            if sm.checked == sm.version:
+                return
+            sm.checked = sm.version
             want = self.oracle_images.get(sm.applied_offset)
             problem = "no committed end there" if want is None else sm.check(want)
             if problem is not None:

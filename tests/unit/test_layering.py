@@ -25,7 +25,7 @@ FORBIDDEN = {"asyncio", "grpc", "socket", "time", "random", "threading", "select
 
 # The pure cores: the Raft protocol, the timeline structures, the control managers
 # (they generate records; replay is the only mutator), the controller's state
-# machine, and the broker's image, delta, reconciler and lifecycle machine.
+# machine, and the broker's image, delta, loader, reconciler and lifecycle machine.
 def _every_module(package: str) -> list[str]:
     directory = ROOT.joinpath(*package.split("."))
     return [package] + [f"{package}.{p.stem}" for p in sorted(directory.glob("*.py"))
@@ -37,9 +37,9 @@ CORES = {
     "timeline": _every_module("timeline"),
     "control managers": ["controller.metadata"],
     "controller core": ["controller.quorum_controller.machine"],
-    "broker image, reconciler and lifecycle": ["broker_agent.image", "broker_agent.delta",
-                                               "broker_agent.reconciler",
-                                               "broker_agent.lifecycle_machine"],
+    "broker image, loader, reconciler and lifecycle": [
+        "broker_agent.image", "broker_agent.delta", "broker_agent.loader",
+        "broker_agent.reconciler", "broker_agent.lifecycle_machine"],
 }
 
 

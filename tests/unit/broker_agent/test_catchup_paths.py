@@ -12,7 +12,7 @@ import pytest
 from broker_agent.agent import BrokerAgent
 from broker_agent.bulk import gc_paused
 from broker_agent.delta import DeltaReplayError, build_image_from_bytes
-from broker_agent.loader import read_snapshot_image
+from broker_agent.snapshot_load import read_snapshot_image
 from broker_agent.local_state import (
     STATE_FILE,
     LocalPartitionStore,

@@ -7,6 +7,7 @@ from pathlib import Path
 from broker_agent.delta import ImageChanges
 from broker_agent.image import MetadataImage
 from broker_agent.loader import MetadataLoader
+from broker_agent.snapshot_load import LoaderListener
 from controller.logformat import EMPTY_ORIGIN, RecordBatch, SnapshotId
 from controller.records import MetadataRecord, encode_record
 from controller.storage import snapshot_file as sf
@@ -53,7 +54,7 @@ def test_snapshot_replaces_the_image(tmp_path: Path) -> None:
     writer = sf.SnapshotWriter(tmp_path, SnapshotId(10, 1))
     writer.append([encode_record(topic("a", "A")), encode_record(partition("A", 0, (1,)))])
     path = writer.freeze()
-    loader.on_snapshot_loaded(SnapshotId(10, 1), path)
+    LoaderListener(loader).on_snapshot_loaded(SnapshotId(10, 1), path)
     assert loader.caught_up and out.events == [("full", 9)]
     assert loader.image.topic_by_name("a") is not None
     # Batches the snapshot covers are skipped.
