@@ -51,10 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from broker_agent.agent import BrokerAgent
 from broker_agent.delta import MetadataDelta
 from broker_agent.image import MetadataImage, topic_image
-from broker_agent.snapshot_load import read_snapshot_image
 from broker_agent.local_state import WRITE_THREADS, LocalPartitionStore, syncfs
 from broker_agent.pmap import PersistentMap
 from broker_agent.reconciler import plan_delta, plan_full
+from broker_agent.snapshot_load import read_snapshot_image
 from controller.logformat import SnapshotId
 from controller.records import encode_record, make_record
 from controller.records import metadata_pb2 as pb

@@ -19,8 +19,8 @@ from broker_agent.agent import BrokerAgent
 from broker_agent.config import BrokerConfig
 from broker_agent.lifecycle import BrokerLifecycle
 from broker_agent.loader import MetadataLoader
-from broker_agent.snapshot_load import LoaderListener, monotonic_ms
 from broker_agent.local_state import LocalPartitionStore
+from broker_agent.snapshot_load import LoaderListener, monotonic_ms
 from broker_agent.status import BrokerStatusView, add_status_service
 from controller.quorum.driver import RaftDriver
 from controller.rpc import add_health_and_reflection, bind, create_server
