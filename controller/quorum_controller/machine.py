@@ -122,6 +122,11 @@ class ControllerMachine:
         return self._committed_next
 
     @property
+    def last_committed_epoch(self) -> int:
+        """The Raft epoch of the last committed batch (a snapshot there is named by it)."""
+        return self._last_committed_epoch
+
+    @property
     def replayed_offset(self) -> int:
         return self._replayed_next
 

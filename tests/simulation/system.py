@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from broker_agent.delta import ImageChanges, build_image_from_bytes
@@ -59,10 +59,11 @@ from controller.quorum.errors import NotLeaderError, ProposalRejectedError
 from controller.quorum_controller.events import Answer, Fail, Mode, Request
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.ports import ControllerSettings
+from controller.quorum_controller.snapshots import iter_image_chunks
 from controller.raft import Role
 from controller.raft.messages import Errors, FetchResponse, Message
 from controller.raft.ready import ProposeError
-from controller.records import decode_record, encode_record
+from controller.records import decode_record
 from controller.records.domain import Listener
 from tests.simulation.cluster import Cluster
 from tests.simulation.invariants import InvariantViolation
@@ -123,6 +124,62 @@ class SimAccess:
         return result.base_offset
 
 
+class SimSnapshots:
+    """The controller's `SnapshotPolicy`, driven the way `SnapshotScheduler` drives it:
+    a job starts every `interval_bytes` of committed records (or when a fault asks),
+    pins the registry snapshot at its offset, writes the image from the timeline *at
+    that offset* a few records per controller tick while newer writes go on
+    (`iter_image_chunks`, the real encoder), then takes a disk delay to land. A crash
+    before it lands loses it (the temp file of a real writer), so the log must not have
+    been compacted below it."""
+
+    def __init__(self, interval_bytes: int, chunk_records: int) -> None:
+        self.interval_bytes = interval_bytes
+        self.chunk_records = chunk_records
+        self.bytes_since = 0
+        # (last offset, epoch, chunks still to write, records written so far)
+        self.job: tuple[int, int, Iterator[list[bytes]] | None, list[bytes]] | None = None
+        self.finishing = False
+        self.started = 0
+
+    def committed(self, batch_bytes: int, committed_next: int, epoch: int) -> bool:
+        self.bytes_since += batch_bytes
+        if self.bytes_since >= self.interval_bytes and committed_next > 0:
+            return self.start(committed_next - 1, epoch)
+        return False
+
+    def start(self, last_offset: int, epoch: int) -> bool:
+        if self.job is not None or self.finishing:
+            return False
+        self.bytes_since = 0
+        self.job = (last_offset, epoch, None, [])
+        self.started += 1
+        return True
+
+    @property
+    def pinned_offset(self) -> int | None:
+        return None if self.job is None else self.job[0]
+
+    def reset(self) -> None:
+        self.job = None
+        self.bytes_since = 0
+
+    def step(self, state: MetadataState) -> tuple[SnapshotId, bytes] | None:
+        """One chunk; the snapshot's id and bytes once every record is written."""
+        assert self.job is not None
+        last, epoch, chunks, written = self.job
+        if chunks is None:
+            chunks = iter_image_chunks(state, last, self.chunk_records)
+            self.job = (last, epoch, chunks, written)
+        chunk = next(chunks, None)
+        if chunk is not None:
+            written.extend(chunk)
+            return None
+        self.job = None
+        self.finishing = True
+        return SnapshotId(last + 1, epoch), _encode_snapshot(written)
+
+
 class ControllerSM(StateMachine):
     """A voter's state machine: the real controller."""
 
@@ -137,6 +194,9 @@ class ControllerSM(StateMachine):
             settings, rng=random.Random(cluster.seed * 7919 + node.id * 13 + node.incarnation))
         self.checked: tuple[int, Mode] | None = None
         self.last_mode = Mode.STANDBY
+        self.snapshots = SimSnapshots(cluster.snapshot_interval_bytes,
+                                      cluster.snapshot_chunk_records)
+        self.machine.snapshots = self.snapshots
 
     @property  # type: ignore[override]
     def applied_offset(self) -> int:
@@ -258,6 +318,12 @@ class SystemCluster(Cluster):
         # write, and for each request sent, that offset when it was sent.
         self.max_acked_offset = -1
         self.acked_before_send: dict[str, int] = {}
+        self.snapshots_written = 0
+        self.snapshots_lost = 0
+        # Their own generator: the base class's draws (and so its seeds) stay as they were.
+        choices = random.Random(seed * 104729 + 17)
+        self.snapshot_interval_bytes = choices.choice((400, 1500, 6000))
+        self.snapshot_chunk_records = choices.choice((2, 8, 64))
         super().__init__(seed, duration_ms, settle_ms)
         for broker_id in BROKERS:
             self.brokers[broker_id] = LifecycleMachine(
@@ -324,23 +390,57 @@ class SystemCluster(Cluster):
         self.oracle_images[batch.next_offset] = self.oracle.to_image()
 
     def _compact(self, node: SimNode) -> None:
-        machine = self._controller(node)
-        if machine is None:
+        """A compaction fault: a controller starts a snapshot job now (if none runs),
+        at its committed offset; brokers take the Raft simulation's path."""
+        sm = node.sm
+        if not isinstance(sm, ControllerSM):
             super()._compact(node)
             return
-        raft = node.raft
-        assert raft is not None
-        end = machine.committed_offset
-        if end > min(raft.high_watermark, raft.flushed_offset) or end <= node.log.start_offset:
+        end = sm.machine.committed_offset
+        if end > node.log.start_offset:
+            sm.snapshots.start(end - 1, sm.machine.last_committed_epoch)
+
+    def _snapshot_step(self, node: SimNode, sm: ControllerSM) -> None:
+        """One step of a running snapshot job (on the controller's tick, as the real
+        scheduler runs one step per node-task turn)."""
+        done = sm.snapshots.step(sm.machine.state)
+        if done is None:
             return
-        last = max((b for b in self.history.committed.values() if b.base_offset < end),
-                   key=lambda b: b.base_offset)
-        assert last.next_offset == end, (last, end)
-        snapshot_id = SnapshotId(end, last.epoch)
-        records = [encode_record(r) for r in machine.state.snapshot_records(epoch=end - 1)]
-        node.store.put(snapshot_id, _encode_snapshot(records))
-        raft.compact(snapshot_id, self.now_ms)
-        self._after_event(node)
+        sm.machine.release_history()  # the job no longer reads the timeline
+        snapshot_id, data = done
+        # Footer, fsync, rename: a disk delay during which a crash loses the file.
+        delay = self.rng.randint(1, 4 * self.disk_max_ms)
+        self._at(self.now_ms + delay, "snapshot_written", node.id, node.incarnation,
+                 snapshot_id, data)
+        if self.now_ms < self.duration_ms - self.settle_ms and self.rng.random() < 0.1:
+            # The fault this exists for: the power goes while the file is being made.
+            self._at(self.now_ms + self.rng.randint(0, delay - 1), "crash_node", node.id,
+                     node.incarnation)
+
+    def _ev_crash_node(self, node_id: int, incarnation: int) -> None:
+        node = self.nodes[node_id]
+        if node.raft is None or node.incarnation != incarnation:
+            return
+        self._crash(node)
+        self._at(self.now_ms + self.rng.randint(20, 500), "restart", node.id)
+
+    def _ev_snapshot_written(self, node_id: int, incarnation: int, snapshot_id: SnapshotId,
+                             data: bytes) -> None:
+        node = self.nodes[node_id]
+        if node.raft is None or node.incarnation != incarnation:
+            self.snapshots_lost += 1  # crashed mid-write: the temp file is garbage
+            return
+        sm = node.sm
+        assert isinstance(sm, ControllerSM)
+        sm.snapshots.finishing = False
+        node.store.put(snapshot_id, data)
+        self.snapshots_written += 1
+        raft = node.raft
+        end = snapshot_id.end_offset
+        # As the real driver: a follower whose flush lags the commit skips this one.
+        if node.log.start_offset < end <= min(raft.high_watermark, raft.flushed_offset):
+            raft.compact(snapshot_id, self.now_ms)
+            self._after_event(node)
 
     # ------------------------------------------------------------ events
 
@@ -351,6 +451,10 @@ class SystemCluster(Cluster):
                 or machine is None:
             return
         machine.tick(SimAccess(self, node), self.now_ms)
+        sm = node.sm
+        assert isinstance(sm, ControllerSM)
+        if sm.snapshots.job is not None:
+            self._snapshot_step(node, sm)
         self._answers(node)
         self._check_fencing(node, machine)
         self._after_event(node)

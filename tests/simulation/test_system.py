@@ -67,6 +67,8 @@ def test_seeds(seeds: range) -> None:
         _coverage["broker_restarts"] += sum(max(0, n.incarnation - 1)
                                             for n in cluster.nodes.values() if not n.is_voter)
         _coverage["unknown_outcomes"] += cluster.outcomes["ControllerTimeoutError"]
+        _coverage["snapshots_written"] += cluster.snapshots_written
+        _coverage["snapshots_lost_in_crash"] += cluster.snapshots_lost
 
 
 def test_the_paths_were_exercised() -> None:
@@ -84,6 +86,8 @@ def test_the_paths_were_exercised() -> None:
     assert _coverage["brokers_reconciled"] > seeds, _coverage
     assert _coverage["broker_restarts"] > seeds // 10, _coverage  # from their local state
     assert _coverage["unknown_outcomes"] > seeds // 10, _coverage  # orphaned writes
+    assert _coverage["snapshots_written"] > 2 * seeds, _coverage  # chunked, while writing
+    assert _coverage["snapshots_lost_in_crash"] > seeds // 10, _coverage  # crash mid-write
 
 
 def _first_failure(seeds: range) -> str | None:
@@ -145,3 +149,15 @@ def test_a_controller_that_never_fences_is_caught(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(ClusterControlManager, "fence_stale_brokers", never)
     failure = _first_failure(range(100))
     assert failure is not None and "not fenced" in failure, failure
+
+
+def test_a_snapshot_reading_history_already_dropped_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A controller that dropped the timeline history a running snapshot job still
+    reads (ignoring `SnapshotPolicy.pinned_offset`) would fail a seed."""
+    def release(self: ControllerMachine) -> None:
+        self.registry.delete_snapshots_up_to(self._committed_next - 1)
+
+    monkeypatch.setattr(ControllerMachine, "release_history", release)
+    failure = _first_failure(range(50))
+    assert failure is not None and "no live snapshot" in failure, failure
