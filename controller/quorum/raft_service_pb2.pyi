@@ -310,11 +310,14 @@ class FetchRequest(_message.Message):
     LAST_FETCHED_EPOCH_FIELD_NUMBER: _builtins.int
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
+    READ_BARRIER_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     fetch_offset: _builtins.int
     last_fetched_epoch: _builtins.int
     high_watermark: _builtins.int
     max_wait_ms: _builtins.int
+    read_barrier: _builtins.int
+    """The highest ReadIndex barrier this leader sent us in this epoch (controller/raft/reads.py)."""
     @_builtins.property
     def header(self) -> Global___Header: ...
     def __init__(
@@ -326,10 +329,11 @@ class FetchRequest(_message.Message):
         last_fetched_epoch: _builtins.int = ...,
         high_watermark: _builtins.int = ...,
         max_wait_ms: _builtins.int = ...,
+        read_barrier: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "header", b"header", "high_watermark", b"high_watermark", "last_fetched_epoch", b"last_fetched_epoch", "max_wait_ms", b"max_wait_ms", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "header", b"header", "high_watermark", b"high_watermark", "last_fetched_epoch", b"last_fetched_epoch", "max_wait_ms", b"max_wait_ms", "read_barrier", b"read_barrier", "seq", b"seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -350,6 +354,7 @@ class FetchResponse(_message.Message):
     BATCHES_FIELD_NUMBER: _builtins.int
     DIVERGING_FIELD_NUMBER: _builtins.int
     SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    READ_BARRIER_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     error: Global___Error.ValueType
     leader_id: _builtins.int
@@ -357,6 +362,8 @@ class FetchResponse(_message.Message):
     last_fetched_epoch: _builtins.int
     high_watermark: _builtins.int
     log_start_offset: _builtins.int
+    read_barrier: _builtins.int
+    """The leader's current ReadIndex barrier; followers echo it in their next fetch."""
     @_builtins.property
     def header(self) -> Global___Header: ...
     @_builtins.property
@@ -385,10 +392,11 @@ class FetchResponse(_message.Message):
         batches: _abc.Iterable[_builtins.bytes] | None = ...,
         diverging: Global___EpochEndOffset | None = ...,
         snapshot_id: Global___SnapshotId | None = ...,
+        read_barrier: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_leader_id", b"_leader_id", "diverging", b"diverging", "header", b"header", "leader_id", b"leader_id", "snapshot_id", b"snapshot_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_leader_id", b"_leader_id", "batches", b"batches", "diverging", b"diverging", "error", b"error", "fetch_offset", b"fetch_offset", "header", b"header", "high_watermark", b"high_watermark", "last_fetched_epoch", b"last_fetched_epoch", "leader_id", b"leader_id", "log_start_offset", b"log_start_offset", "seq", b"seq", "snapshot_id", b"snapshot_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_leader_id", b"_leader_id", "batches", b"batches", "diverging", b"diverging", "error", b"error", "fetch_offset", b"fetch_offset", "header", b"header", "high_watermark", b"high_watermark", "last_fetched_epoch", b"last_fetched_epoch", "leader_id", b"leader_id", "log_start_offset", b"log_start_offset", "read_barrier", b"read_barrier", "seq", b"seq", "snapshot_id", b"snapshot_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__leader_id: _TypeAlias = _typing.Literal["leader_id"]  # noqa: Y015
     _WhichOneofArgType__leader_id: _TypeAlias = _typing.Literal["_leader_id", b"_leader_id"]  # noqa: Y015

@@ -149,14 +149,15 @@ def to_pb(m: Message, cache: StoredBatchCache | None = None) -> PbMessage:
         case FetchRequest():
             return pb.FetchRequest(header=h, seq=m.seq, fetch_offset=m.fetch_offset,
                                    last_fetched_epoch=m.last_fetched_epoch,
-                                   high_watermark=m.high_watermark, max_wait_ms=m.max_wait_ms)
+                                   high_watermark=m.high_watermark, max_wait_ms=m.max_wait_ms,
+                                   read_barrier=m.read_barrier)
         case FetchResponse():
             enc = cache.encode if cache is not None else encode_batch
             out = pb.FetchResponse(
                 header=h, seq=m.seq, error=_ERROR_TO_PB[m.error], leader_id=m.leader_id,
                 fetch_offset=m.fetch_offset, last_fetched_epoch=m.last_fetched_epoch,
                 high_watermark=m.high_watermark, log_start_offset=m.log_start_offset,
-                batches=[enc(b) for b in m.batches])
+                batches=[enc(b) for b in m.batches], read_barrier=m.read_barrier)
             if m.diverging is not None:
                 out.diverging.epoch = m.diverging.epoch
                 out.diverging.end_offset = m.diverging.end_offset
@@ -259,7 +260,8 @@ def from_pb(p: PbMessage, cache: StoredBatchCache | None = None) -> Message:
                 last_fetched_epoch=_nonneg("last_fetched_epoch", p.last_fetched_epoch,
                                            _INT32_MAX),
                 high_watermark=_nonneg("high_watermark", p.high_watermark),
-                max_wait_ms=_nonneg("max_wait_ms", p.max_wait_ms, _INT32_MAX))
+                max_wait_ms=_nonneg("max_wait_ms", p.max_wait_ms, _INT32_MAX),
+                read_barrier=_nonneg("read_barrier", p.read_barrier))
         case pb.FetchResponse():
             outcomes = (p.error != pb.ERROR_NONE, p.HasField("diverging"),
                         p.HasField("snapshot_id"))
@@ -279,7 +281,8 @@ def from_pb(p: PbMessage, cache: StoredBatchCache | None = None) -> Message:
                 high_watermark=_nonneg("high_watermark", p.high_watermark),
                 log_start_offset=_nonneg("log_start_offset", p.log_start_offset),
                 batches=_batches(p, cache), diverging=diverging,
-                snapshot_id=_snapshot_id(p.snapshot_id) if p.HasField("snapshot_id") else None)
+                snapshot_id=_snapshot_id(p.snapshot_id) if p.HasField("snapshot_id") else None,
+                read_barrier=_nonneg("read_barrier", p.read_barrier))
         case pb.FetchSnapshotRequest():
             if not p.HasField("snapshot_id"):
                 raise WireError("FetchSnapshotRequest has no snapshot_id")

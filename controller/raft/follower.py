@@ -61,6 +61,7 @@ class FollowerMixin(NodeState):
                 last_fetched_epoch=self.log.last_epoch,
                 high_watermark=self.high_watermark,
                 max_wait_ms=self.config.fetch_max_wait_ms,
+                read_barrier=self.read_barrier_seen,
             )
         )
 
@@ -93,6 +94,8 @@ class FollowerMixin(NodeState):
             self.fetch_failures += 1
             self.next_fetch_ms = self.now_ms + self.config.fetch_max_wait_ms
             return
+        # Our leader, in our epoch, sent this after raising the barrier (reads.py).
+        self.read_barrier_seen = max(self.read_barrier_seen, resp.read_barrier)
         if (resp.fetch_offset, resp.last_fetched_epoch) != (
             self.log.end_offset,
             self.log.last_epoch,

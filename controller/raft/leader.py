@@ -54,6 +54,29 @@ class LeaderMixin(NodeState):
         self.proposed_since_ready = True
         return ProposeResult(base_offset=base, epoch=self.epoch)
 
+    # ------------------------------------------------------------------ reads
+
+    def read_index(self, read_id: int, now_ms: int) -> ProposeError | None:
+        """A linearizable read (ReadIndex, reads.py): None when accepted; it comes back
+        in `Ready.reads` with its index once a majority confirmed our leadership, or
+        never if we lose it first (the caller fails its reads on a leader change)."""
+        self.now_ms = max(self.now_ms, now_ms)
+        if self.role is not Role.LEADER:
+            return ProposeError.NOT_LEADER
+        state = self._leading()
+        # Every entry of an older epoch commits with our LeaderChange batch.
+        index = max(self.high_watermark, state.epoch_start_offset + 1)
+        if not state.reads.add(read_id, index):
+            return ProposeError.BUSY
+        self._confirm_reads()
+        # Parked fetches carry the new barrier out at the next ready().
+        self.proposed_since_ready = True
+        return None
+
+    def _confirm_reads(self) -> None:
+        if self.role is Role.LEADER:
+            self._confirmed_reads.extend(self._leading().reads.confirmed())
+
     # ------------------------------------------------------------------ Fetch
 
     def fetch_error(self, req: FetchRequest, error: Errors) -> None:
@@ -78,6 +101,8 @@ class LeaderMixin(NodeState):
     def on_fetch_request(self, req: FetchRequest) -> None:
         """A fetch in our epoch (the caller settled epochs and roles)."""
         state = self._leading()
+        state.reads.echoed(req.src, req.read_barrier)
+        self._confirm_reads()
         check, diverging = check_fetch_position(self.log, req.fetch_offset, req.last_fetched_epoch)
         if check is FetchCheck.VALID:
             state.record_fetch(req.src, req.fetch_offset, self.now_ms)
@@ -128,6 +153,7 @@ class LeaderMixin(NodeState):
                 batches=batches,
                 diverging=diverging,
                 snapshot_id=snapshot_id,
+                read_barrier=self._leading().reads.barrier_for_response(),
             )
         )
 
@@ -138,9 +164,12 @@ class LeaderMixin(NodeState):
             return
         state = self._leading()
         end = self.log.end_offset
+        # A barrier no response carried yet: reads wait on it, so it is news.
+        barrier_news = not state.reads.current_sent
         for replica, parked in list(state.parked.items()):
             req = parked.request
-            news = req.fetch_offset < end or req.high_watermark != self.high_watermark
+            news = req.fetch_offset < end or req.high_watermark != self.high_watermark \
+                or barrier_news
             if (news and not due_only) or self.now_ms >= parked.deadline_ms:
                 del state.parked[replica]
                 self._answer_fetch(req)

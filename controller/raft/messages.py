@@ -105,6 +105,8 @@ class FetchRequest(_Envelope):
     last_fetched_epoch: int
     high_watermark: int
     max_wait_ms: int
+    # The highest ReadIndex barrier received from this leader in this epoch (reads.py).
+    read_barrier: int = 0
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -124,6 +126,8 @@ class FetchResponse(_Envelope):
     batches: tuple[RecordBatch, ...] = ()
     diverging: EpochEndOffset | None = None
     snapshot_id: SnapshotId | None = None
+    # The leader's current ReadIndex barrier (reads.py); followers echo it.
+    read_barrier: int = 0
 
 
 @attrs.frozen(slots=True, kw_only=True)

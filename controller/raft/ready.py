@@ -8,6 +8,7 @@ import attrs
 
 from controller.logformat import LeaderAndEpoch, QuorumState, RecordBatch, SnapshotId
 from controller.raft.messages import Message
+from controller.raft.reads import ReadState
 from controller.raft.roles import Role
 
 
@@ -33,6 +34,8 @@ class Ready:
     5. `snapshot_to_load`: the store has received every chunk of this snapshot;
        make it durable, load it into the state machine (replacing its state), then
        call `RaftNode.snapshot_loaded(snapshot_to_load)`.
+    6. `reads`: reads (`RaftNode.read_index`) a majority confirmed; answer each once
+       the state machine has applied up to its index.
 
     `role` and `leader` are set when they changed (for routing clients, metrics
     and the active controller's take-over/revert); `high_watermark` when it
@@ -47,6 +50,7 @@ class Ready:
     role: Role | None = None
     leader: LeaderAndEpoch | None = None
     snapshot_to_load: SnapshotId | None = None
+    reads: tuple[ReadState, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -60,6 +64,8 @@ class ProposeError(enum.Enum):
     NOT_LEADER = "not_leader"
     TOO_LARGE = "too_large"
     EMPTY = "empty"
+    # Too many linearizable reads wait for confirmation (`reads.MAX_PENDING_READS`).
+    BUSY = "busy"
 
 
 @attrs.frozen(slots=True, kw_only=True)

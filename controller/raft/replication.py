@@ -11,6 +11,7 @@ import attrs
 from controller.logformat import EpochEndOffset
 from controller.raft.log import RaftLog
 from controller.raft.messages import FetchRequest
+from controller.raft.reads import ReadBarriers
 
 
 class FetchCheck(enum.Enum):
@@ -109,6 +110,11 @@ class LeaderState:
     # Observer id -> (last valid fetch offset or -1, last fetch ms). Only reported
     # (replica_progress); nothing the leader decides reads it.
     observer_fetches: dict[int, tuple[int, int]] = attrs.field(factory=dict)
+    # Linearizable reads waiting for a majority to confirm our leadership.
+    reads: ReadBarriers = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.reads = ReadBarriers(self.node_id, self.voters)
 
     def record_fetch(self, replica_id: int, fetch_offset: int | None, now_ms: int) -> None:
         if replica_id not in self.voters:

@@ -29,6 +29,7 @@ from controller.raft.messages import (
     Message,
     VoteRequest,
 )
+from controller.raft.reads import ReadState
 from controller.raft.ready import Ready
 from controller.raft.replication import LeaderState, ReplicaProgress
 from controller.raft.roles import Role, check_transition
@@ -101,12 +102,16 @@ class NodeState:
         self.fetch_inflight: tuple[int, int] | None = None
         self.next_fetch_ms = now_ms
         self.fetch_failures = 0
+        # The highest ReadIndex barrier our leader sent us in this epoch (0: none);
+        # echoed in every fetch (reads.py). Reset on every role change.
+        self.read_barrier_seen = 0
         self.snapshot_fetch: SnapshotFetch | None = None
         self.snapshot_to_load: SnapshotId | None = None
         self._snapshot_load_reported = False
 
         # --- the Ready being accumulated ---------------------------------------
         self._messages: list[Message] = []
+        self._confirmed_reads: list[ReadState] = []
         # Proposals appended since the last Ready: parked fetches are answered once,
         # when the Ready is built, so every batch proposed in between goes out in one
         # FetchResponse per follower (one replication round) instead of the first
@@ -235,6 +240,7 @@ class NodeState:
             self.leader_state = None
         self.tally = None
         self.fetch_inflight = None
+        self.read_barrier_seen = 0
         self.role = target
 
     def become_follower(self, epoch: int, leader_id: int | None) -> None:
@@ -393,6 +399,8 @@ class NodeState:
 
         messages = tuple(self._messages)
         self._messages.clear()
+        reads = tuple(self._confirmed_reads)
+        self._confirmed_reads.clear()
         return Ready(
             quorum_state=persist,
             flush_to_offset=flush_to,
@@ -402,4 +410,5 @@ class NodeState:
             role=role,
             leader=leader,
             snapshot_to_load=load,
+            reads=reads,
         )

@@ -19,6 +19,7 @@ from typing import Any
 
 from controller.raft import RaftNode, RecordBatch, Role, SnapshotId
 from controller.raft.messages import Message, VoteRequest, VoteResponse
+from controller.raft.reads import ReadState
 from tests.simulation.invariants import History, InvariantViolation, same_batch
 from tests.simulation.nodes import SimLog, SimNode, StateMachine
 
@@ -54,6 +55,11 @@ class Cluster:
         self.zombie_resumes = 0
         self.committed_cuts = 0
         self.steps = 0
+        # Linearizable reads (RaftNode.read_index): read id -> the highest commit point
+        # any node knew when it was asked; its confirmed index must not be below it.
+        self.next_read = 0
+        self.reads_pending: dict[int, int] = {}
+        self.reads_confirmed = 0
         late_observer = max(self.nodes)
         for node in self.nodes.values():
             if node.id == late_observer and n_observers > 0:
@@ -61,6 +67,7 @@ class Cluster:
             else:
                 self._start(node)
         self._at(self.rng.randint(5, 30), "propose")
+        self._at(self.rng.randint(5, 30), "read")
         self._schedule_faults()
 
     # ------------------------------------------------------------ scheduling
@@ -212,6 +219,31 @@ class Cluster:
             node.held.append(("propose", (records,)))
             return
         self._propose(node, records)
+
+    def _ev_read(self) -> None:
+        """A linearizable read at a node (the leader, mostly)."""
+        self._at(self.now_ms + self.rng.randint(5, 60), "read")
+        up = [n for n in self.nodes.values() if n.raft is not None and not n.paused]
+        leaders = [n for n in up if n.raft is not None and n.raft.role is Role.LEADER]
+        pool = leaders if leaders and self.rng.random() < 0.9 else up
+        if not pool:
+            return
+        node = self.rng.choice(pool)
+        assert node.raft is not None
+        self.next_read += 1
+        if node.raft.read_index(self.next_read, self.now_ms) is None:
+            self.reads_pending[self.next_read] = max(
+                n.raft.high_watermark for n in self.nodes.values() if n.raft is not None)
+        self._after_event(node)
+
+    def _check_read(self, node: SimNode, read: ReadState) -> None:
+        """A confirmed read sees everything committed before it was asked."""
+        floor = self.reads_pending.pop(read.read_id)
+        self.reads_confirmed += 1
+        if read.index < floor:
+            raise InvariantViolation(
+                f"node {node.id} confirmed read {read.read_id} at index {read.index}, below "
+                f"{floor}, committed before the read was asked: a stale read")
 
     def _propose(self, node: SimNode, records: tuple[bytes, ...]) -> None:
         assert node.raft is not None
@@ -381,6 +413,9 @@ class Cluster:
             # 4. Committed batches.
             for batch in ready.committed:
                 self._check_apply(node, batch)
+            # 6. Confirmed reads (answered at their index by a state machine on top).
+            for read in ready.reads:
+                self._check_read(node, read)
             if ready.role is Role.LEADER:
                 self.history.note_leader(node.id, raft.epoch)
             self._on_ready(node, ready)

@@ -14,7 +14,9 @@ from collections import Counter
 
 import pytest
 
+from controller.raft.reads import ReadBarriers, ReadState
 from tests.simulation.cluster import run_seed
+from tests.simulation.invariants import InvariantViolation
 
 DEFAULT_SEEDS = 3000
 CHUNK = 100
@@ -45,6 +47,7 @@ def test_seeds(seeds: range) -> None:
         _coverage["restarts"] += sum(max(0, n.incarnation - 1) for n in cluster.nodes.values())
         _coverage["truncations"] += cluster.truncations
         _coverage["zombie_resumes"] += cluster.zombie_resumes
+        _coverage["reads_confirmed"] += cluster.reads_confirmed
 
 
 def test_the_faults_were_exercised() -> None:
@@ -58,3 +61,25 @@ def test_the_faults_were_exercised() -> None:
     assert _coverage["truncations"] > seeds // 4, _coverage  # divergent tails get cut
     assert _coverage["committed_offsets"] > 50 * seeds, _coverage
     assert _coverage["zombie_resumes"] > seeds // 20, _coverage  # paused leaders came back
+    assert _coverage["reads_confirmed"] > 20 * seeds, _coverage  # ReadIndex answered
+
+
+def test_a_leader_serving_reads_without_confirmation_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader that confirmed reads at once, on its own word (what serving reads from
+    committed state without ReadIndex amounts to), would answer stale reads when it is
+    cut off and a newer leader commits: some seed must show it."""
+    def at_once(self: ReadBarriers) -> list[ReadState]:
+        out = [ReadState(read_id, index) for _, read_id, index in self.pending]
+        self.pending.clear()
+        return out
+
+    monkeypatch.setattr(ReadBarriers, "confirmed", at_once)
+    failure = None
+    for seed in range(300):
+        try:
+            run_seed(seed)
+        except InvariantViolation as exc:
+            failure = str(exc)
+            break
+    assert failure is not None and "stale read" in failure, failure
