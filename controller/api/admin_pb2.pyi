@@ -62,6 +62,35 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _ReadConsistency:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReadConsistencyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReadConsistency.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    READ_CONSISTENCY_LINEARIZABLE: _ReadConsistency.ValueType  # 0
+    """The default. The active controller confirms with a majority of the quorum that it
+    still leads (ReadIndex), then reads at a committed offset no lower than the one
+    when the read arrived: the read sees every write acknowledged before it was sent.
+    """
+    READ_CONSISTENCY_STALE: _ReadConsistency.ValueType  # 1
+    """Any controller, standbys included, reads its own committed state at once. Faster
+    and available without a leader, but possibly behind: see the read offset.
+    """
+
+class ReadConsistency(_ReadConsistency, metaclass=_ReadConsistencyEnumTypeWrapper): ...
+
+READ_CONSISTENCY_LINEARIZABLE: ReadConsistency.ValueType  # 0
+"""The default. The active controller confirms with a majority of the quorum that it
+still leads (ReadIndex), then reads at a committed offset no lower than the one
+when the read arrived: the read sees every write acknowledged before it was sent.
+"""
+READ_CONSISTENCY_STALE: ReadConsistency.ValueType  # 1
+"""Any controller, standbys included, reads its own committed state at once. Faster
+and available without a leader, but possibly behind: see the read offset.
+"""
+Global___ReadConsistency: _TypeAlias = ReadConsistency  # noqa: Y015
+
 class _ResourceType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -264,6 +293,7 @@ class RequestHeader(_message.Message):
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     PRINCIPAL_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """A caller-chosen id (e.g. a uuid) to find this request's records in the log."""
     @_builtins.property
@@ -282,15 +312,20 @@ class RequestHeader(_message.Message):
         the client declares. Kept so old clients still decode.
         """
 
+    consistency: Global___ReadConsistency.ValueType
+    """How a read is served (writes ignore it). Every successful read answers with the
+    committed end offset it read at in trailing metadata `x-metakraft-read-offset`.
+    """
     def __init__(
         self,
         *,
         request_id: _builtins.str = ...,
         principal: _builtins.str = ...,
+        consistency: Global___ReadConsistency.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency", b"consistency", "principal", b"principal", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -19,9 +19,10 @@ from controller import rpc
 from controller.api import admin_pb2 as apb
 from controller.api.access import OPEN, Access
 from controller.api.broker_service import BrokerLifecycleService
+from controller.api.convert import MalformedRequestError
 from controller.api.handlers import guarded, register_service, servicer_handlers
 from controller.api.rpcs import ADMIN_RPCS, AdminRpc, Call
-from controller.api.seam import ControllerFacade, Origin
+from controller.api.seam import ControllerFacade, Origin, ReadConsistency
 from controller.api.stream import Context, RawHandler
 
 
@@ -35,7 +36,8 @@ def admin_handler(spec: AdminRpc, facade: ControllerFacade, access: Access) -> R
             caller = access.caller(context)
             header = getattr(request, "header", None)
             origin = Origin(caller.principal, caller.address,
-                            header.request_id if header is not None else "")
+                            header.request_id if header is not None else "",
+                            _consistency(header))
             call = Call(caller, access, origin)
             spec.authorize(request, call)
             return await spec.handle(facade, request, call)
@@ -43,6 +45,15 @@ def admin_handler(spec: AdminRpc, facade: ControllerFacade, access: Access) -> R
         return await guarded(context, spec.name, body)
 
     return handle
+
+
+def _consistency(header: apb.RequestHeader | None) -> ReadConsistency:
+    value = 0 if header is None else header.consistency
+    if value == apb.READ_CONSISTENCY_LINEARIZABLE:
+        return ReadConsistency.LINEARIZABLE
+    if value == apb.READ_CONSISTENCY_STALE:
+        return ReadConsistency.STALE
+    raise MalformedRequestError(f"unknown read consistency {value} (0: linearizable, 1: stale)")
 
 
 def add_api_services(

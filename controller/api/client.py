@@ -43,9 +43,9 @@ from controller.api import acl_convert as acv
 from controller.api import admin_pb2 as apb
 from controller.api import admin_pb2_grpc as apb_grpc
 from controller.api import convert as cv
-from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY
+from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY, READ_OFFSET_KEY
 from controller.api.rpcs import ADMIN_RPCS_BY_NAME
-from controller.api.seam import ClusterDescription, QuorumDescription
+from controller.api.seam import ClusterDescription, QuorumDescription, ReadConsistency
 from controller.api.stream_client import AdminStream, StreamItemError
 from controller.metadata import (
     AlterConfigsResource,
@@ -83,6 +83,12 @@ _FREE_REDIRECTS = 3
 _RESPONSE_CLASSES = {
     m.name: message_factory.GetMessageClass(m.output_type)
     for m in apb.DESCRIPTOR.services_by_name["Admin"].methods
+}
+
+
+_CONSISTENCY_TO_PB = {
+    ReadConsistency.LINEARIZABLE: apb.READ_CONSISTENCY_LINEARIZABLE,
+    ReadConsistency.STALE: apb.READ_CONSISTENCY_STALE,
 }
 
 
@@ -172,6 +178,7 @@ class AdminClient:
         connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
         limits: rpc.RpcLimits | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        consistency: ReadConsistency = ReadConsistency.LINEARIZABLE,
     ) -> None:
         if timeout_ms <= 0 or connect_timeout_ms <= 0:
             raise ValueError("timeouts must be positive")
@@ -196,6 +203,10 @@ class AdminClient:
         self.leader_id: int | None = None
         # The request id of the last call (to look for in the log after an unknown outcome).
         self.last_request_id = ""
+        # How reads are served (STALE: any controller answers at once, maybe behind),
+        # and the committed end offset the last read was served at.
+        self.consistency = consistency
+        self.last_read_offset: int | None = None
 
     def close(self) -> None:
         for stream in self._streams.values():
@@ -261,17 +272,20 @@ class AdminClient:
         stream = self._streams.get(address)
         return stream is not None and stream.usable()
 
-    def _send(self, target: str, method: str, request: Any, timeout_s: float) -> Any:
+    def _send(self, target: str, method: str, request: Any,
+              timeout_s: float) -> tuple[Any, dict[str, str]]:
+        """The response and the call's trailing metadata."""
         if target in self._unary_only:
             stub = self._stubs.get(target)
             if stub is None:
                 stub = self._stubs[target] = apb_grpc.AdminStub(self._channel(target))
-            return getattr(stub, method)(request, timeout=timeout_s)
+            response, call = getattr(stub, method).with_call(request, timeout=timeout_s)
+            return response, {str(k): str(v) for k, v in call.trailing_metadata() or ()}
         stream = self._streams.get(target)
         if stream is None:
             stream = self._streams[target] = AdminStream(self._channel(target))
         payload = stream.call(method, request.SerializeToString(), timeout_s)
-        return _RESPONSE_CLASSES[method].FromString(payload)
+        return _RESPONSE_CLASSES[method].FromString(payload), stream.last_trailing
 
     def _target(self) -> str:
         if self.leader_address is not None:
@@ -283,6 +297,9 @@ class AdminClient:
         request_id = uuid.uuid4().hex
         self.last_request_id = request_id
         request.header.request_id = request_id
+        if not write:
+            request.header.consistency = _CONSISTENCY_TO_PB[self.consistency]
+            self.last_read_offset = None
         deadline = time.monotonic() + self._timeout_ms / 1000
         backoff_ms = _BACKOFF_FIRST_MS
         redirects = 0
@@ -311,9 +328,13 @@ class AdminClient:
                 self._drop(target)
             else:
                 try:
-                    response = self._send(target, method, request, remaining)
-                    self.leader_address = target
+                    response, trailing = self._send(target, method, request, remaining)
+                    if self.consistency is ReadConsistency.LINEARIZABLE or write:
+                        self.leader_address = target  # only the active one answers these
                     self._connected.add(target)
+                    offset = trailing.get(READ_OFFSET_KEY, "")
+                    if offset.isdigit():
+                        self.last_read_offset = int(offset)
                     return response
                 except StreamItemError as item:
                     problem = f"{target}: {item.code.name}: {item.details}"

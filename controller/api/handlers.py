@@ -23,6 +23,7 @@ from controller import rpc
 from controller.api.access import PermissionDeniedError, UnauthenticatedError
 from controller.api.convert import MalformedRequestError
 from controller.api.seam import (
+    READ_OFFSET,
     ControllerBusyError,
     ControllerTimeoutError,
     NotControllerError,
@@ -36,6 +37,8 @@ LEADER_ID_KEY = "x-metakraft-leader-id"
 LEADER_ADDRESS_KEY = "x-metakraft-leader-address"
 # Trailing metadata of an UNAVAILABLE "busy" answer: the request was not accepted.
 BUSY_KEY = "x-metakraft-busy"
+# Trailing metadata of a successful read: the committed end offset it read at.
+READ_OFFSET_KEY = "x-metakraft-read-offset"
 
 _Resp = TypeVar("_Resp", bound=pb_message.Message)
 
@@ -44,8 +47,13 @@ async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_R
     """Run one handler body; map every failure to a status. Never lets an exception
     escape as a crash: an unexpected one is logged with an id and answered INTERNAL."""
     trailing: tuple[tuple[str, str], ...] = ()
+    READ_OFFSET.set(None)  # this task's own: set again by a read the body makes
     try:
-        return await body()
+        response = await body()
+        read_offset = READ_OFFSET.get()
+        if read_offset is not None:
+            context.set_trailing_metadata(((READ_OFFSET_KEY, str(read_offset)),))
+        return response
     except MalformedRequestError as exc:
         code, details = grpc.StatusCode.INVALID_ARGUMENT, f"malformed {method} request: {exc}"
     except PermissionDeniedError as exc:

@@ -22,6 +22,8 @@ Anything else is a bug: the service answers INTERNAL and logs it with an error i
 
 from __future__ import annotations
 
+import contextvars
+import enum
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -63,9 +65,21 @@ from controller.security.acl import AclBinding, AclFilter
 # -- values the managers do not have -------------------------------------------------
 
 
+class ReadConsistency(enum.Enum):
+    # The default: the active controller confirms with a majority that it still
+    # leads (ReadIndex), then answers at a committed offset at least that of the
+    # moment the read arrived. Sees every write acknowledged before it was sent.
+    LINEARIZABLE = "linearizable"
+    # Any controller, standbys included, answers at once from its own committed
+    # state: possibly behind; the answer says at which offset it was read.
+    STALE = "stale"
+
+
+
 @attrs.frozen
 class Origin:
-    """Who sent a request: recorded as the origin of the batch it produces."""
+    """Who sent a request (recorded as the origin of the batch it produces), and how
+    they want it read."""
 
     # The authenticated principal (User:ANONYMOUS on a plaintext listener).
     principal: str
@@ -73,6 +87,16 @@ class Origin:
     client_address: str
     # The caller's request id, "" when it gave none.
     request_id: str = ""
+    # Reads only: linearizable (the default) or stale (any controller, at once).
+    consistency: ReadConsistency = ReadConsistency.LINEARIZABLE
+
+
+# The committed end offset the current task's last read was served at (None: no read
+# yet). `QuorumController.read` sets it; the API handler returns it to the caller in
+# trailing metadata (`x-metakraft-read-offset`). A context variable, so concurrent
+# requests (each its own task) never see each other's.
+READ_OFFSET: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "metakraft_read_offset", default=None)
 
 
 @attrs.frozen

@@ -42,6 +42,8 @@ class Context(Protocol):
         trailing_metadata: Sequence[tuple[str, str]] = (),
     ) -> NoReturn: ...
 
+    def set_trailing_metadata(self, trailing_metadata: Sequence[tuple[str, str]]) -> None: ...
+
 
 # A unary method behind our own request decoding: raw request bytes in, message out.
 RawHandler = Callable[[bytes, Context], Awaitable[Any]]
@@ -66,6 +68,8 @@ class ItemContext:
     def __init__(self, peer: str, auth: Mapping[str, Sequence[bytes]]) -> None:
         self._peer = peer
         self._auth = auth
+        # What a successful answer carries as its unary call's trailing metadata.
+        self.trailing: Sequence[tuple[str, str]] = ()
 
     def peer(self) -> str:
         return self._peer
@@ -80,6 +84,9 @@ class ItemContext:
         trailing_metadata: Sequence[tuple[str, str]] = (),
     ) -> NoReturn:
         raise ItemAborted(code, details, trailing_metadata)
+
+    def set_trailing_metadata(self, trailing_metadata: Sequence[tuple[str, str]]) -> None:
+        self.trailing = tuple(trailing_metadata)
 
 
 def _status(
@@ -96,7 +103,7 @@ class StreamMultiplexer:
     def __init__(self, unary: Mapping[str, RawHandler]) -> None:
         self._unary = dict(unary)
 
-    async def answer(self, item: apb.StreamRequest, context: Context) -> apb.StreamResponse:
+    async def answer(self, item: apb.StreamRequest, context: ItemContext) -> apb.StreamResponse:
         """One item's answer; never raises (but is cancellable)."""
         handler = self._unary.get(item.method)
         if handler is None:
@@ -120,7 +127,8 @@ class StreamMultiplexer:
                 f"the controller did not answer {item.method} within {item.timeout_ms} ms; "
                 "a write may still be applied: check its effect before retrying",
             )
-        return apb.StreamResponse(id=item.id, payload=response.SerializeToString())
+        return apb.StreamResponse(id=item.id, payload=response.SerializeToString(),
+                                  trailing=dict(context.trailing))
 
     async def serve(self, requests: AsyncIterator[bytes], context: Any) -> None:
         """The ``Stream`` handler (raw request bytes; answers written on ``context``)."""

@@ -103,6 +103,8 @@ class AdminStream:
         self._watchdog = _Watchdog(self._call)
         self._next_id = 0
         self.broken = False
+        # The trailing metadata of the last answer that was OK (e.g. a read's offset).
+        self.last_trailing: dict[str, str] = {}
 
     def usable(self) -> bool:
         """False once the stream ended (its server went away, or it failed)."""
@@ -147,6 +149,7 @@ class AdminStream:
             raise StreamItemError(
                 status_code(answer.status_code), answer.status_details, dict(answer.trailing)
             )
+        self.last_trailing = dict(answer.trailing)
         return answer.payload
 
     def close(self) -> None:

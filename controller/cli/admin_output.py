@@ -37,6 +37,7 @@ from controller.api.client import (
     RequestFailedError,
     parse_bootstrap,
 )
+from controller.api.seam import ReadConsistency
 from controller.metadata import ApiError
 from controller.security.tls import TlsCredentials, parse_tls_table
 from controller.toml_config import ConfigError, reject_unknown
@@ -57,6 +58,7 @@ class AdminOptions:
     timeout_ms: int
     # The client certificate from --command-config; None: plaintext.
     tls: TlsCredentials | None
+    consistency: ReadConsistency = ReadConsistency.LINEARIZABLE
 
     @property
     def json(self) -> bool:
@@ -113,17 +115,28 @@ def admin_options(command: F) -> F:
         show_default=True,
         help="Give up after this long, retries included.",
     )
+    @click.option(
+        "--consistency",
+        type=click.Choice([c.value for c in ReadConsistency]),
+        default=ReadConsistency.LINEARIZABLE.value,
+        show_default=True,
+        help="Reads only. linearizable: the active controller confirms with the quorum "
+        "that it still leads, so the answer includes every write acknowledged before. "
+        "stale: any controller answers at once from what it has committed (may be "
+        "behind; works without a leader); the offset read at is printed on stderr.",
+    )
     @command_config_option
     @functools.wraps(command)
     def wrapper(
-        *args: Any, bootstrap: str, output: str, timeout_ms: int,
+        *args: Any, bootstrap: str, output: str, timeout_ms: int, consistency: str,
         command_config: Path | None, **kwargs: Any
     ) -> Any:
         try:
             addresses = tuple(parse_bootstrap([bootstrap]))
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--bootstrap") from exc
-        opts = AdminOptions(addresses, output, timeout_ms, load_command_config(command_config))
+        opts = AdminOptions(addresses, output, timeout_ms, load_command_config(command_config),
+                            ReadConsistency(consistency))
         return command(*args, opts=opts, **kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -133,8 +146,12 @@ def run_admin(opts: AdminOptions, action: Callable[[AdminClient], int]) -> None:
     """Run ``action`` with a client; turn client errors into messages and exit codes."""
     code = EXIT_OK
     try:
-        with AdminClient(opts.bootstrap, timeout_ms=opts.timeout_ms, tls=opts.tls) as client:
+        with AdminClient(opts.bootstrap, timeout_ms=opts.timeout_ms, tls=opts.tls,
+                         consistency=opts.consistency) as client:
             code = action(client)
+            if opts.consistency is ReadConsistency.STALE and client.last_read_offset is not None:
+                click.echo(f"(stale read at committed offset {client.last_read_offset})",
+                           err=True)
     except (ControllerUnreachableError, ControllerOverloadedError) as exc:
         click.echo(f"error: {exc}", err=True)
         code = EXIT_UNREACHABLE

@@ -59,6 +59,7 @@ from controller.raft.messages import (
     Response,
 )
 from controller.raft.node import RaftNode
+from controller.raft.reads import ReadState
 from controller.raft.ready import ProposeError, Ready
 from controller.raft.replication import ReplicaProgress
 from controller.raft.roles import Role
@@ -94,6 +95,10 @@ class CommitListener:
 
     def on_snapshot_loaded(self, snapshot_id: SnapshotId, path: Path) -> None:
         """A snapshot fetched from the leader replaces the state up to its end."""
+
+    def on_reads_confirmed(self, reads: Sequence[ReadState]) -> None:
+        """Reads asked with `NodeTaskAccess.read_index` that a majority confirmed,
+        after every batch committed so far was handed to `on_commit`."""
 
 
 class NodeTaskAccess:
@@ -138,6 +143,17 @@ class NodeTaskAccess:
             raise ProposalRejectedError(f"proposal refused: {result.error.value}")
         assert result.base_offset is not None
         return result.base_offset
+
+    def read_index(self, read_id: int) -> None:
+        """Start confirming a linearizable read (ReadIndex); it comes back through
+        `CommitListener.on_reads_confirmed`. Raises `NotLeaderError`, or
+        `ProposalRejectedError` when too many reads wait."""
+        node = self._node()
+        error = node.read_index(read_id, self._driver._clock_ms())
+        if error is ProposeError.NOT_LEADER:
+            raise NotLeaderError(node.advertised_leader_id(), node.epoch)
+        if error is not None:
+            raise ProposalRejectedError(f"read refused: {error.value} (too many reads waiting)")
 
 
 @attrs.frozen(slots=True)
@@ -614,6 +630,8 @@ class RaftDriver:
             self.listener.on_snapshot_loaded(sid, path)
             node.snapshot_loaded(sid, self._clock_ms())
             self._applied_offset = max(self._applied_offset, sid.end_offset)
+        if ready.reads:
+            self.listener.on_reads_confirmed(ready.reads)
 
     def _send(self, message: Message) -> None:
         if not isinstance(message, REQUEST_TYPES):

@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from controller.api.seam import (
+    READ_OFFSET,
     ControllerBusyError,
     ControllerTimeoutError,
     NotControllerError,
+    ReadConsistency,
 )
 from controller.logformat import SnapshotId
 from controller.logformat.batch import BatchOrigin, RecordBatch
@@ -45,6 +47,7 @@ from controller.quorum_controller.metrics import ControllerMetrics, StateCounts
 from controller.quorum_controller.ports import ControllerSettings, NodeAccess, QuorumPort
 from controller.quorum_controller.snapshots import SnapshotScheduler, iter_snapshot_bytes
 from controller.quorum_controller.turns import RequestQueue
+from controller.raft.reads import ReadState
 from controller.storage import snapshot_file as sf
 from timeline import SnapshotRegistry
 
@@ -57,7 +60,7 @@ class QuorumController(CommitListener):
         self.machine = ControllerMachine(settings, rng=rng)
         self._ids = itertools.count(1)
         # Futures of the requests the machine has not answered yet, by request id.
-        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._waiting: dict[int, asyncio.Future[Answer]] = {}
         self._events = RequestQueue(self._run_request)
         self._tick_queued = False
         self._quorum: QuorumPort | None = None
@@ -172,20 +175,25 @@ class QuorumController(CommitListener):
 
     async def write(self, name: str, generate: Generate, origin: BatchOrigin) -> Any:
         """Run a write on the active controller; its response once committed."""
-        return await self._submit(Request(next(self._ids), name, self._clock_ms(),
-                                          generate=generate, origin=origin))
+        answer = await self._submit(Request(next(self._ids), name, self._clock_ms(),
+                                            generate=generate, origin=origin))
+        return answer.value
 
-    async def read(self, name: str, query: Query) -> Any:
-        """Run a read on the active controller at the committed offset."""
-        return await self._submit(Request(next(self._ids), name, self._clock_ms(),
-                                          query=query))
+    async def read(self, name: str, query: Query,
+                   consistency: ReadConsistency = ReadConsistency.LINEARIZABLE) -> Any:
+        """Run a read at a committed offset: linearizable on the active controller
+        (ReadIndex), or stale on this one at once. Sets `READ_OFFSET` to the offset."""
+        answer = await self._submit(Request(next(self._ids), name, self._clock_ms(),
+                                            query=query, consistency=consistency))
+        READ_OFFSET.set(answer.read_offset)
+        return answer.value
 
-    async def _submit(self, req: Request) -> Any:
+    async def _submit(self, req: Request) -> Answer:
         if self.queued_events >= self.settings.max_queued_events:
             raise ControllerBusyError(
                 f"the controller has {self.queued_events} requests queued "
                 f"(limit {self.settings.max_queued_events}); retry later")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         try:
             self._events.put(req)
         except DriverStoppedError:
@@ -212,7 +220,7 @@ class QuorumController(CommitListener):
             if isinstance(out, Answer):
                 if out.commit_ms is not None and self.metrics is not None:
                     self.metrics.commit_latency.observe(out.commit_ms / 1e3)
-                future.set_result(out.value)
+                future.set_result(out)
             else:
                 future.set_exception(out.error)
 
@@ -245,6 +253,10 @@ class QuorumController(CommitListener):
     def on_commit(self, batches: Sequence[RecordBatch]) -> None:
         if self.machine.committed(batches, self._clock_ms()):
             self.request_tick()
+        self._settle()
+
+    def on_reads_confirmed(self, reads: Sequence[ReadState]) -> None:
+        self.machine.reads_confirmed((r.read_id, r.index) for r in reads)
         self._settle()
 
     def on_snapshot_loaded(self, snapshot_id: SnapshotId, path: Path) -> None:

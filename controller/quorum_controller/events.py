@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from controller.api.seam import ReadConsistency
 from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin
 from controller.metadata import ControllerResult
 
@@ -49,6 +50,7 @@ class Request:
     generate: Generate | None = None
     query: Query | None = None
     origin: BatchOrigin = EMPTY_ORIGIN
+    consistency: ReadConsistency = ReadConsistency.LINEARIZABLE
     # Set while parked waiting for this node to become active.
     deadline_ms: int = 0
 
@@ -59,11 +61,13 @@ class Request:
 @attrs.frozen(slots=True)
 class Answer:
     """Answer request `request_id` with `value`. `commit_ms`: how long its batch took
-    from append to commit (None: a read, or a write that appended nothing)."""
+    from append to commit (None: a read, or a write that appended nothing).
+    `read_offset`: for a read, the committed end offset it read at."""
 
     request_id: int
     value: Any
     commit_ms: int | None = None
+    read_offset: int | None = None
 
 
 @attrs.frozen(slots=True)
@@ -75,3 +79,6 @@ class Fail:
 
 
 Instruction = Answer | Fail
+
+__all__ = ["MODE_TRANSITIONS", "Answer", "Fail", "Generate", "Instruction", "Mode", "Query",
+           "ReadConsistency", "Request", "RequestTooLargeError"]

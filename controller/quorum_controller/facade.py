@@ -132,7 +132,8 @@ class ControllerApi:
 
     async def list_topics(self, *, origin: Origin) -> tuple[TopicListing, ...]:
         result: tuple[TopicListing, ...] = await self.controller.read(
-            "list_topics", lambda epoch: self._state.replication.list_topics(epoch))
+            "list_topics", lambda epoch: self._state.replication.list_topics(epoch),
+            origin.consistency)
         return result
 
     async def describe_topics(self, names: Sequence[str] | None, *,
@@ -143,16 +144,22 @@ class ControllerApi:
             assert items is not None
             return tuple(TopicDescription(n, error) for n in items)
         result: tuple[TopicDescription, ...] = await self.controller.read(
-            "describe_topics", lambda epoch: self._state.replication.describe_topics(items, epoch))
+            "describe_topics", lambda epoch: self._state.replication.describe_topics(items, epoch),
+            origin.consistency)
         return result
 
     # ---------------------------------------------------------------- cluster
 
     async def describe_cluster(self, *, origin: Origin) -> ClusterDescription:
-        node_id = self.controller.settings.node_id
+        def describe(epoch: int) -> ClusterDescription:
+            # The active controller as the answering one knows it (a stale read on a
+            # standby names the leader it follows; -1 while there is none).
+            leader = self.controller.leader_id
+            return ClusterDescription(self.cluster_id, -1 if leader is None else leader,
+                                      self._state.cluster.brokers(epoch))
+
         result: ClusterDescription = await self.controller.read(
-            "describe_cluster", lambda epoch: ClusterDescription(
-                self.cluster_id, node_id, self._state.cluster.brokers(epoch)))
+            "describe_cluster", describe, origin.consistency)
         return result
 
     async def unregister_broker(self, broker_id: int, *, origin: Origin) -> ApiError:
@@ -163,8 +170,9 @@ class ControllerApi:
 
     async def describe_quorum(self, *, origin: Origin) -> QuorumDescription:
         def describe(_epoch: int) -> QuorumDescription:
-            # Reads run only on the active controller, which leads: `replicas` is the
-            # Raft leader's view (fetch offsets and times on the node's wall clock).
+            # On the active controller `replicas` is the Raft leader's view (fetch
+            # offsets and times on the node's wall clock); a stale read on a standby
+            # knows only its own log end.
             status = self._quorum.status()
             leader = -1 if status.leader_id is None else status.leader_id
             if not status.replicas:
@@ -179,7 +187,8 @@ class ControllerApi:
                 tuple(states[p.replica_id] for p in status.replicas if p.is_voter),
                 tuple(states[p.replica_id] for p in status.replicas if not p.is_voter))
 
-        result: QuorumDescription = await self.controller.read("describe_quorum", describe)
+        result: QuorumDescription = await self.controller.read(
+            "describe_quorum", describe, origin.consistency)
         return result
 
     # ---------------------------------------------------------------- configs
@@ -201,7 +210,8 @@ class ControllerApi:
         if error is not None:
             return tuple(DescribeConfigsResult(r, error) for r in items)
         result: tuple[DescribeConfigsResult, ...] = await self.controller.read(
-            "describe_configs", lambda epoch: self._state.configs.describe_configs(items, epoch))
+            "describe_configs", lambda epoch: self._state.configs.describe_configs(items, epoch),
+            origin.consistency)
         return result
 
     # ---------------------------------------------------------------- partitions
@@ -225,7 +235,7 @@ class ControllerApi:
                          if wanted is None or (r.topic, r.partition) in wanted)
 
         result: tuple[OngoingReassignment, ...] = await self.controller.read(
-            "list_partition_reassignments", query)
+            "list_partition_reassignments", query, origin.consistency)
         return result
 
     async def elect_leaders(self, partitions: Sequence[TopicPartition] | None,
@@ -242,7 +252,8 @@ class ControllerApi:
 
     async def describe_features(self, *, origin: Origin) -> tuple[FeatureDescription, ...]:
         result: tuple[FeatureDescription, ...] = await self.controller.read(
-            "describe_features", lambda epoch: self._state.features.describe(epoch))
+            "describe_features", lambda epoch: self._state.features.describe(epoch),
+            origin.consistency)
         return result
 
     async def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool,
@@ -267,7 +278,8 @@ class ControllerApi:
     async def describe_acls(self, acl_filter: AclFilter, *, origin: Origin
                             ) -> DescribeAclsResult:
         result: DescribeAclsResult = await self.controller.read(
-            "describe_acls", lambda epoch: self._state.access.describe_acls(acl_filter, epoch))
+            "describe_acls", lambda epoch: self._state.access.describe_acls(acl_filter, epoch),
+            origin.consistency)
         return result
 
     async def delete_acls(self, filters: Sequence[AclFilter], *,

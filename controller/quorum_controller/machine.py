@@ -25,7 +25,11 @@ Losing leadership (a leader-change stimulus, the node's role at the next
 stimulus, or a commit that is not what we appended) reverts the timeline to the
 committed offset, drops soft state, answers parked requests "not controller", and
 leaves appended requests in the purgatory to learn their real fate (purgatory.py).
-Reads run on the active leader at the committed offset.
+Reads are linearizable by default: the active controller asks the Raft node to
+confirm its leadership (ReadIndex, controller/raft/reads.py) and answers once a
+majority confirmed and its committed state reached the read's index. A STALE read
+is answered at once, in any mode, from this node's committed state. Either way the
+answer names the committed offset it was read at.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from controller.api.seam import ControllerTimeoutError, NotControllerError
+from controller.api.seam import ControllerBusyError, ControllerTimeoutError, NotControllerError
 from controller.logformat.batch import (
     EMPTY_ORIGIN,
     MAX_APPEND_BYTES,
@@ -53,6 +57,7 @@ from controller.quorum_controller.events import (
     Fail,
     Instruction,
     Mode,
+    ReadConsistency,
     Request,
     RequestTooLargeError,
 )
@@ -103,6 +108,9 @@ class ControllerMachine:
         self._uncommitted: dict[int, BatchKey] = {}
         self._last_key: BatchKey | None = None
         self._purgatory = Purgatory()
+        # Linearizable reads the Raft node is confirming, by request id: the request,
+        # and its read index once a majority confirmed our leadership (None before).
+        self._reads: dict[int, tuple[Request, int | None]] = {}
         self._parked: deque[Request] = deque()
         # Requests whose callers gave up (never dispatched once parked).
         self._forgotten: set[int] = set()
@@ -147,7 +155,7 @@ class ControllerMachine:
 
     @property
     def waiting_responses(self) -> int:
-        return len(self._purgatory)
+        return len(self._purgatory) + len(self._reads)
 
     def not_controller(self) -> NotControllerError:
         leader = self._leader_id if self._leader_id != self.settings.node_id else None
@@ -162,6 +170,9 @@ class ControllerMachine:
     def request(self, req: Request, node: NodeAccess, now_ms: int) -> None:
         """An admin request, run now (on the Raft node's turn)."""
         self._sync_leadership(node, now_ms)
+        if req.query is not None and req.consistency is ReadConsistency.STALE:
+            self._serve_read(req)  # from our committed state, whatever our mode
+            return
         if self._mode is Mode.ACTIVE:
             self._dispatch(req, node, now_ms)
         elif self._mode is Mode.PENDING:
@@ -174,6 +185,16 @@ class ControllerMachine:
         """The caller of `request_id` gave up: if it is still parked, never run it."""
         if any(r.id == request_id for r in self._parked):
             self._forgotten.add(request_id)
+        self._reads.pop(request_id, None)
+
+    def reads_confirmed(self, reads: Iterable[tuple[int, int]]) -> None:
+        """The Raft node confirmed these (read id, read index) pairs (`Ready.reads`):
+        each is answered once the committed state reaches its index."""
+        for read_id, index in reads:
+            entry = self._reads.get(read_id)
+            if entry is not None:  # else failed meanwhile (leadership lost) or forgotten
+                self._reads[read_id] = (entry[0], index)
+        self._serve_confirmed_reads()
 
     def tick(self, node: NodeAccess, now_ms: int) -> None:
         """Timers: catch up with the node's role, expire orphans and parked requests,
@@ -247,6 +268,8 @@ class ControllerMachine:
             self.registry.create_snapshot(unsnapped)
         if batches:
             self.release_history()
+            if self._reads:
+                self._serve_confirmed_reads()
         return tick_soon
 
     def load_snapshot(self, end_offset: int, epoch: int, records: Iterable[bytes]) -> None:
@@ -273,6 +296,7 @@ class ControllerMachine:
     def shut_down(self) -> None:
         """The controller stops: every waiting request gets an answer."""
         self._purgatory.fail_all()
+        self._fail_reads(NotControllerError(None, None))
         for req in self._parked:
             self._fail(req.id, NotControllerError(None, None))
         self._parked.clear()
@@ -287,9 +311,10 @@ class ControllerMachine:
 
     # ------------------------------------------------------------------ answers
 
-    def _answer(self, request_id: int | None, value: Any, commit_ms: int | None = None) -> None:
+    def _answer(self, request_id: int | None, value: Any, commit_ms: int | None = None,
+                read_offset: int | None = None) -> None:
         if request_id is not None:
-            self._out.append(Answer(request_id, value, commit_ms))
+            self._out.append(Answer(request_id, value, commit_ms, read_offset))
 
     def _fail(self, request_id: int | None, error: BaseException) -> None:
         if request_id is not None:
@@ -299,13 +324,7 @@ class ControllerMachine:
 
     def _dispatch(self, req: Request, node: NodeAccess, now_ms: int) -> None:
         if req.query is not None:
-            try:
-                result = req.query(self._committed_next - 1)
-            except Exception as exc:
-                logger.exception("event=read_failed name=%s", req.name)
-                self._fail(req.id, exc)
-                return
-            self._answer(req.id, result)
+            self._start_read(req, node, now_ms)
             return
         assert req.generate is not None
         try:
@@ -392,6 +411,45 @@ class ControllerMachine:
 
         self._purgatory.add(Waiter(key, success, lost, unknown))
 
+    # ------------------------------------------------------------------ reads
+
+    def _start_read(self, req: Request, node: NodeAccess, now_ms: int) -> None:
+        """A linearizable read: ask the node to confirm our leadership first."""
+        try:
+            node.read_index(req.id)
+        except NotLeaderError as exc:
+            self._lose_leadership(exc.leader_id, now_ms)
+            self._fail(req.id, self.not_controller())
+            return
+        except ProposalRejectedError as exc:
+            self._fail(req.id, ControllerBusyError(f"{req.name}: {exc}; retry later"))
+            return
+        self._reads[req.id] = (req, None)
+
+    def _serve_confirmed_reads(self) -> None:
+        due = [rid for rid, (_, index) in self._reads.items()
+               if index is not None and index <= self._committed_next]
+        for rid in due:
+            self._serve_read(self._reads.pop(rid)[0])
+
+    def _serve_read(self, req: Request) -> None:
+        """Answer a read from the committed state (a registry snapshot exists at
+        `committed_next - 1`: the invariant of `__init__`)."""
+        assert req.query is not None
+        offset = self._committed_next
+        try:
+            result = req.query(offset - 1)
+        except Exception as exc:
+            logger.exception("event=read_failed name=%s", req.name)
+            self._fail(req.id, exc)
+            return
+        self._answer(req.id, result, read_offset=offset)
+
+    def _fail_reads(self, error: BaseException) -> None:
+        reads, self._reads = self._reads, {}
+        for rid in reads:
+            self._fail(rid, error)
+
     # ------------------------------------------------------------------ commits
 
     def _replay_committed(self, batch: RecordBatch) -> None:
@@ -465,6 +523,8 @@ class ControllerMachine:
         self._uncommitted.clear()
         self._last_key = None
         self._purgatory.orphan(now_ms + self.settings.orphan_timeout_ms)
+        # A read changes nothing: "not controller" is always safe to retry elsewhere.
+        self._fail_reads(self.not_controller())
         parked, self._parked = self._parked, deque()
         self._forgotten.clear()
         for req in parked:

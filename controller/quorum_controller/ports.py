@@ -37,6 +37,12 @@ class NodeAccess(Protocol):
         `controller.quorum.errors.NotLeaderError` or `ProposalRejectedError`."""
         ...
 
+    def read_index(self, read_id: int) -> None:
+        """Ask the node to confirm its leadership for a linearizable read (ReadIndex);
+        the confirmation comes back as `ControllerMachine.reads_confirmed`. Raises
+        `NotLeaderError`, or `ProposalRejectedError` when too many reads wait."""
+        ...
+
 
 class QuorumPort(Protocol):
     @property

@@ -56,12 +56,13 @@ from controller.metadata import (
     TopicPartition,
 )
 from controller.quorum.errors import NotLeaderError, ProposalRejectedError
-from controller.quorum_controller.events import Answer, Fail, Mode, Request
+from controller.quorum_controller.events import Answer, Fail, Mode, ReadConsistency, Request
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.ports import ControllerSettings
 from controller.quorum_controller.snapshots import iter_image_chunks
 from controller.raft import Role
 from controller.raft.messages import Errors, FetchResponse, Message
+from controller.raft.reads import ReadState
 from controller.raft.ready import ProposeError
 from controller.records import decode_record
 from controller.records.domain import Listener
@@ -122,6 +123,15 @@ class SimAccess:
             raise ProposalRejectedError(result.error.value)
         assert result.base_offset is not None
         return result.base_offset
+
+    def read_index(self, read_id: int) -> None:
+        raft = self._node.raft
+        assert raft is not None
+        error = raft.read_index(read_id, self._cluster.now_ms)
+        if error is ProposeError.NOT_LEADER:
+            raise NotLeaderError(raft.advertised_leader_id(), raft.epoch)
+        if error is not None:
+            raise ProposalRejectedError(error.value)
 
 
 class SimSnapshots:
@@ -318,6 +328,11 @@ class SystemCluster(Cluster):
         # write, and for each request sent, that offset when it was sent.
         self.max_acked_offset = -1
         self.acked_before_send: dict[str, int] = {}
+        # Linearizability of reads: the highest end offset a linearizable read was
+        # answered at, and per read sent: (its query on any state, the least end
+        # offset it may be answered at, whether it must be linearizable).
+        self.max_read_offset = 0
+        self.reads: dict[int, tuple[Callable[[MetadataState], Any], int, bool]] = {}
         self.snapshots_written = 0
         self.snapshots_lost = 0
         # Their own generator: the base class's draws (and so its seeds) stay as they were.
@@ -366,6 +381,16 @@ class SystemCluster(Cluster):
         if machine is not None and ready.leader is not None:
             machine.leader_changed(ready.leader.leader_id, ready.leader.epoch, self.now_ms)
             self._answers(node)
+        if machine is not None and ready.reads:
+            # After the Ready's commits, as the driver does (`on_reads_confirmed`).
+            machine.reads_confirmed((r.read_id, r.index) for r in ready.reads)
+            self._answers(node)
+
+    def _check_read(self, node: SimNode, read: ReadState) -> None:
+        """The controller's reads are checked where they are answered (`_check_read_answer`)."""
+
+    def _ev_read(self) -> None:
+        """The Raft simulation's bare reads: here clients read through the controllers."""
 
     def _check_apply(self, node: SimNode, batch: RecordBatch) -> None:
         if self.history.check_committed(node.id, batch):
@@ -387,6 +412,8 @@ class SystemCluster(Cluster):
                 f"write acknowledged before it was sent (at {floor}): not linearizable")
         if not batch.is_control:
             self.oracle.replay_encoded(batch.records, batch.base_offset)
+        # Reads check their answers against the oracle at their offset.
+        self.oracle.registry.create_snapshot(batch.last_offset)
         self.oracle_images[batch.next_offset] = self.oracle.to_image()
 
     def _compact(self, node: SimNode) -> None:
@@ -505,7 +532,11 @@ class SystemCluster(Cluster):
         node = self._pick_controller()
         if node is None:
             return
-        self._send_request(node, *self._random_request(node))
+        kind, generate, read = self._random_request(node)
+        if generate is None:
+            self._send_read(node, kind, read)
+        else:
+            self._send_request(node, kind, generate, None)
 
     def _ev_broker(self, broker_id: int) -> None:
         """One step of a broker's lifecycle: register or heartbeat the active
@@ -556,7 +587,7 @@ class SystemCluster(Cluster):
         state = machine.state
         topic = self.rng.choice(TOPICS)
         kind = self.rng.choice(("create", "create", "delete", "partitions", "config",
-                                "reassign", "elect", "describe", "list"))
+                                "reassign", "elect", "describe", "list", "configs"))
         if kind == "create":
             item = CreatableTopic(topic, self.rng.randint(1, 3), self.rng.randint(1, 3))
             return kind, lambda _o, _n: state.replication.create_topics(
@@ -581,11 +612,57 @@ class SystemCluster(Cluster):
         if kind == "elect":
             return kind, lambda _o, _n: state.replication.elect_leaders(
                 [TopicPartition(topic, 0)]), None
+        read: Callable[[MetadataState], Any]
         if kind == "describe":
-            return kind, None, lambda epoch: state.replication.describe_topics([topic], epoch)
-        return kind, None, lambda epoch: state.replication.list_topics(epoch)
+            def read(s: MetadataState) -> Any:
+                return lambda epoch: s.replication.describe_topics([topic], epoch)
+        elif kind == "configs":
+            resource = ConfigResource(ResourceType.TOPIC, topic)
 
-    def _send_request(self, node: SimNode, kind: str, generate: Any, query: Any) -> None:
+            def read(s: MetadataState) -> Any:
+                return lambda epoch: s.configs.describe_configs([resource], epoch)
+        else:
+            def read(s: MetadataState) -> Any:
+                return lambda epoch: s.replication.list_topics(epoch)
+        return kind, None, read
+
+    def _send_read(self, node: SimNode, kind: str, read: Callable[[MetadataState], Any]) -> None:
+        """A read: linearizable (the default) or, one in five, stale."""
+        machine = self._controller(node)
+        assert machine is not None
+        stale = self.rng.random() < 0.2
+        floor = 0 if stale else max(self.max_acked_offset + 1, self.max_read_offset)
+        self.reads[self.next_request + 1] = (read, floor, not stale)
+        consistency = ReadConsistency.STALE if stale else ReadConsistency.LINEARIZABLE
+        self._send_request(node, f"{kind}:stale" if stale else kind, None, read(machine.state),
+                           consistency)
+
+    def _check_read_answer(self, node: SimNode, answer: Answer) -> None:
+        """A read's answer is the oracle's at the offset it names, a committed one; a
+        linearizable read's offset covers every write acknowledged and every
+        linearizable read answered before it was sent (the log order is the
+        linearization order, so this is the whole check)."""
+        read, floor, linearizable = self.reads.pop(answer.request_id)
+        offset = answer.read_offset
+        if offset is None or offset > self.history.committed_end:
+            raise InvariantViolation(f"node {node.id} answered read {answer.request_id} at "
+                                     f"{offset}, not a committed offset")
+        if offset < floor:
+            raise InvariantViolation(
+                f"node {node.id} answered read {answer.request_id} at offset {offset}, below "
+                f"{floor} (acknowledged or read before it was sent): a stale read, not "
+                "linearizable")
+        if answer.value != read(self.oracle)(offset - 1):
+            raise InvariantViolation(f"node {node.id} answered read {answer.request_id} at "
+                                     f"{offset} unlike the committed log there")
+        if linearizable:
+            self.max_read_offset = max(self.max_read_offset, offset)
+            self.outcomes["linearizable_reads"] += 1
+        else:
+            self.outcomes["stale_reads"] += 1
+
+    def _send_request(self, node: SimNode, kind: str, generate: Any, query: Any,
+                      consistency: ReadConsistency = ReadConsistency.LINEARIZABLE) -> None:
         machine = self._controller(node)
         assert machine is not None and node.raft is not None
         self.next_request += 1
@@ -593,7 +670,8 @@ class SystemCluster(Cluster):
         self.pending[rid] = (kind, node.id)
         self.acked_before_send[str(rid)] = self.max_acked_offset
         machine.request(Request(rid, kind, self.now_ms, generate=generate, query=query,
-                                origin=BatchOrigin("User:sim", f"node-{node.id}", str(rid))),
+                                origin=BatchOrigin("User:sim", f"node-{node.id}", str(rid)),
+                                consistency=consistency),
                         SimAccess(self, node), self.now_ms)
         self._answers(node)
         self._after_event(node)
@@ -610,7 +688,9 @@ class SystemCluster(Cluster):
         sm.last_mode = machine.mode
         for out in machine.take_instructions():
             kind, _ = self.pending.pop(out.request_id, ("?", 0))
-            if isinstance(out, Answer):
+            if isinstance(out, Answer) and out.request_id in self.reads:
+                self._check_read_answer(node, out)
+            elif isinstance(out, Answer):
                 self._check_answer_committed(node, out.request_id, kind)
                 self.outcomes["ok"] += 1
                 if isinstance(out.value, tuple) and out.value \
@@ -619,6 +699,7 @@ class SystemCluster(Cluster):
                 self._broker_answer(kind, out.value)
             else:
                 assert isinstance(out, Fail)
+                self.reads.pop(out.request_id, None)
                 self.outcomes[type(out.error).__name__] += 1
                 if kind.startswith(("register:", "heartbeat:")):
                     self.brokers[int(kind.partition(":")[2])].unreachable()

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from controller.quorum_controller.events import Request
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.purgatory import Purgatory, Waiter
 from tests.simulation.invariants import InvariantViolation
@@ -69,6 +70,8 @@ def test_seeds(seeds: range) -> None:
         _coverage["unknown_outcomes"] += cluster.outcomes["ControllerTimeoutError"]
         _coverage["snapshots_written"] += cluster.snapshots_written
         _coverage["snapshots_lost_in_crash"] += cluster.snapshots_lost
+        _coverage["linearizable_reads"] += cluster.outcomes["linearizable_reads"]
+        _coverage["stale_reads"] += cluster.outcomes["stale_reads"]
 
 
 def test_the_paths_were_exercised() -> None:
@@ -88,6 +91,8 @@ def test_the_paths_were_exercised() -> None:
     assert _coverage["unknown_outcomes"] > seeds // 10, _coverage  # orphaned writes
     assert _coverage["snapshots_written"] > 2 * seeds, _coverage  # chunked, while writing
     assert _coverage["snapshots_lost_in_crash"] > seeds // 10, _coverage  # crash mid-write
+    assert _coverage["linearizable_reads"] > 10 * seeds, _coverage
+    assert _coverage["stale_reads"] > 4 * seeds, _coverage
 
 
 def _first_failure(seeds: range) -> str | None:
@@ -124,6 +129,19 @@ def test_a_missing_revert_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     failure = _first_failure(range(200))
     assert failure is not None and "differs from a replay of the committed log" in failure, \
         failure
+
+
+def test_reads_served_without_confirming_leadership_are_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller before ReadIndex: the active controller answered reads from its
+    committed state at once. A leader cut off from the other voters (but not from a
+    client) then answers reads that miss writes a newer leader acknowledged."""
+    def at_once(self: ControllerMachine, req: Request, node: object, now_ms: int) -> None:
+        self._serve_read(req)
+
+    monkeypatch.setattr(ControllerMachine, "_start_read", at_once)
+    failure = _first_failure(range(300))
+    assert failure is not None and "a stale read, not linearizable" in failure, failure
 
 
 def test_a_write_committed_before_one_acknowledged_earlier_is_caught() -> None:

@@ -19,6 +19,7 @@ from controller.quorum.driver import CommitListener, DriverStatus, NotLeaderErro
 from controller.quorum.service import DriverStoppedError
 from controller.quorum_controller.ports import NodeAccess
 from controller.raft.control import encode_leader_change
+from controller.raft.reads import ReadState
 
 
 class FakeNode:
@@ -75,6 +76,20 @@ class _Access:
         if self.leader_epoch is None:
             raise NotLeaderError(self.known_leader_id, c.epoch)
         return c.append(tuple(records), origin)
+
+    def read_index(self, read_id: int) -> None:
+        """One process, no network: leadership is confirmed on the next loop turn
+        (unless the leader resigned or lost it meanwhile), at the commit point now."""
+        c = self._node.cluster
+        if self.leader_epoch is None:
+            raise NotLeaderError(self.known_leader_id, c.epoch)
+        epoch, index = c.epoch, c.high_watermark
+
+        def confirm() -> None:
+            if c.epoch == epoch and not c.resigned and c.leader_id == self._node.node_id:
+                self._node.listener.on_reads_confirmed([ReadState(read_id, index)])
+
+        asyncio.get_running_loop().call_soon(confirm)
 
 
 class FakeQuorum:

@@ -19,6 +19,7 @@ from controller.quorum_controller.events import (
     Fail,
     Instruction,
     Mode,
+    ReadConsistency,
     Request,
 )
 from controller.quorum_controller.machine import ControllerMachine
@@ -68,6 +69,7 @@ class Node:
     def __init__(self, log: Log, node_id: int) -> None:
         self.log = log
         self.node_id = node_id
+        self.reads: list[int] = []  # read ids the machine asked to confirm
 
     @property
     def next_offset(self) -> int:
@@ -85,6 +87,11 @@ class Node:
         if self.leader_epoch is None:
             raise NotLeaderError(self.log.leader, self.log.epoch)
         return self.log.add(records, self.log.epoch, origin=origin)
+
+    def read_index(self, read_id: int) -> None:
+        if self.leader_epoch is None:
+            raise NotLeaderError(self.log.leader, self.log.epoch)
+        self.reads.append(read_id)
 
 
 class Harness:
@@ -146,6 +153,14 @@ class Harness:
             state.cluster.process_heartbeat(BrokerHeartbeatRequest(7, epoch, 1 << 40),
                                             now_ms=n))))
         self.commit()
+
+
+def list_topics(h: Harness, consistency: ReadConsistency = ReadConsistency.LINEARIZABLE
+                ) -> Request:
+    h.ids += 1
+    state = h.machine.state
+    return Request(h.ids, "list_topics", h.now, consistency=consistency,
+                   query=lambda epoch: tuple(t.name for t in state.replication.list_topics(epoch)))
 
 
 def replay_of(batches: Sequence[RecordBatch]) -> MetadataState:
@@ -257,3 +272,66 @@ def test_modes_change_only_through_the_table() -> None:
     h = Harness()
     with pytest.raises(AssertionError):
         h.machine._become(Mode.ACTIVE)  # STANDBY -> ACTIVE skips PENDING
+
+
+def test_a_linearizable_read_waits_for_confirmation_then_for_its_index() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    assert h.send(h.create("a")) == []
+    h.commit()
+    read = list_topics(h)
+    assert h.send(read) == [] and h.node.reads == [read.id]  # asked the node to confirm
+    # Meanwhile another write appends (uncommitted): the read must not see it.
+    h.send(h.create("b"))
+    committed = h.machine.committed_offset
+    # Confirmed at an index past what this node has committed: it waits for that.
+    h.machine.reads_confirmed([(read.id, committed + 1)])
+    assert h.step() == []
+    out = h.commit()
+    answers = [o for o in out if o.request_id == read.id]
+    assert len(answers) == 1 and isinstance(answers[0], Answer)
+    # Read at the committed offset: "b" committed by then, so it is in the answer.
+    assert answers[0].value == ("a", "b") and answers[0].read_offset == h.log.end
+
+
+def test_a_confirmed_read_at_a_committed_index_is_answered_at_once() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    h.send(h.create("a"))
+    h.commit()
+    read = list_topics(h)
+    h.send(read)
+    h.send(h.create("b"))  # appended, not committed
+    h.machine.reads_confirmed([(read.id, h.machine.committed_offset)])
+    [answer] = h.step()
+    assert isinstance(answer, Answer) and answer.value == ("a",)
+    assert answer.read_offset == h.machine.committed_offset
+
+
+def test_reads_waiting_for_confirmation_fail_not_controller_on_leadership_loss() -> None:
+    h = Harness()
+    h.elect_me()
+    read = list_topics(h)
+    h.send(read)
+    h.log.elect(OTHER)
+    h.machine.leader_changed(OTHER, h.log.epoch, h.now)
+    [failed] = h.step()
+    assert isinstance(failed, Fail) and isinstance(failed.error, NotControllerError)
+    assert failed.error.leader_id == OTHER
+    # A confirmation that arrives late is ignored.
+    h.machine.reads_confirmed([(read.id, 0)])
+    assert h.step() == []
+
+
+def test_a_stale_read_is_answered_at_once_by_a_standby_with_its_offset() -> None:
+    h = Harness()
+    h.log.elect(OTHER)
+    h.machine.leader_changed(OTHER, h.log.epoch, h.now)
+    h.commit()
+    linearizable = h.send(list_topics(h))
+    assert len(linearizable) == 1 and isinstance(linearizable[0], Fail)
+    [answer] = h.send(list_topics(h, ReadConsistency.STALE))
+    assert isinstance(answer, Answer) and answer.value == ()
+    assert answer.read_offset == h.machine.committed_offset == h.log.end
