@@ -269,6 +269,7 @@ _BY_TYPE: dict[str, Callable[[pb.MetadataRecord, int], RecordColumns]] = {
     "remove_access_control_entry": _plain("remove_access_control_entry"),
     "remote_log_segment": _plain("remote_log_segment"),
     "remote_log_segment_state_change": _plain("remote_log_segment_state_change"),
+    "request_result": _plain("request_result"),
     "leader_change": _plain("leader_change"),
     "snapshot_header": _plain("snapshot_header"),
     "snapshot_footer": _plain("snapshot_footer"),

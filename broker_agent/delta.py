@@ -46,7 +46,8 @@ from controller.records.domain import (
 # which the broker agent does not use yet, the remote tier's bookkeeping).
 _IGNORED = frozenset({"no_op", "leader_change", "snapshot_header", "snapshot_footer",
                       "access_control_entry", "remove_access_control_entry",
-                      "remote_log_segment", "remote_log_segment_state_change"})
+                      "remote_log_segment", "remote_log_segment_state_change",
+                      "request_result"})
 _TOPIC_RESOURCE = int(pb.CONFIG_RESOURCE_TYPE_TOPIC)
 
 

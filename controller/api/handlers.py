@@ -27,6 +27,8 @@ from controller.api.seam import (
     ControllerBusyError,
     ControllerTimeoutError,
     NotControllerError,
+    RequestIdReusedError,
+    ResultNotKeptError,
 )
 from controller.api.stream import Context, RawHandler, StreamMultiplexer
 
@@ -70,6 +72,10 @@ async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_R
             trailing += ((LEADER_ID_KEY, str(exc.leader_id)),)
         if exc.leader_address:
             trailing += ((LEADER_ADDRESS_KEY, exc.leader_address),)
+    except RequestIdReusedError as exc:
+        code, details = grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {exc}"
+    except ResultNotKeptError as exc:
+        code, details = grpc.StatusCode.ALREADY_EXISTS, f"{method}: {exc}"
     except ControllerBusyError as exc:
         code = grpc.StatusCode.UNAVAILABLE
         details = f"CONTROLLER_BUSY: the controller is overloaded, retry later ({exc})"

@@ -145,6 +145,16 @@ class NotControllerError(Exception):
         super().__init__(f"this node is not the active controller; {where}")
 
 
+class RequestIdReusedError(Exception):
+    """The request id was used by an earlier write of another method: nothing applied
+    (INVALID_ARGUMENT). A request id names one write; pick a new one."""
+
+
+class ResultNotKeptError(Exception):
+    """A retry of a write that was applied, whose answer was too large to keep: the
+    work was done once and is not repeated (ALREADY_EXISTS); describe to see it."""
+
+
 class ControllerBusyError(Exception):
     """Refused before it was queued: the controller is overloaded. Nothing applied."""
 

@@ -26,6 +26,7 @@ from controller.metadata.errors import MetadataReplayError
 from controller.metadata.features import FeatureControlManager
 from controller.metadata.placement import RandomSource
 from controller.metadata.replication import ReplicationControlManager
+from controller.metadata.requests import RequestControlManager
 from controller.metadata.tier import RemoteLogControlManager, RemoteObject
 from controller.records import (
     MetadataRecord,
@@ -61,6 +62,9 @@ class MetadataImage:
     acls: tuple[AclEntry, ...]
     # What the remote tier holds (objects by kind and offset).
     remote_objects: tuple[RemoteObject, ...] = ()
+    # The recent admin writes, in eviction order: (principal, request id, method,
+    # time, response, result dropped) -- not their offsets, which a snapshot moves.
+    requests: tuple[tuple[str, str, str, int, bytes, bool], ...] = ()
 
 
 class MetadataState:
@@ -90,6 +94,7 @@ class MetadataState:
         self.features.bind_brokers(self.cluster.brokers)
         self.access = AclControlManager(registry, rng=rng)
         self.tier = RemoteLogControlManager(registry)
+        self.requests = RequestControlManager(registry)
         self._last_offset = TimelineLong(registry, -1)
 
     # -- replay ------------------------------------------------------------------------
@@ -137,6 +142,8 @@ class MetadataState:
             self.access.replay_remove(payload)  # type: ignore[arg-type]
         elif kind == "remote_log_segment":
             self.tier.replay_segment(payload)  # type: ignore[arg-type]
+        elif kind == "request_result":
+            self.requests.replay(payload, offset)  # type: ignore[arg-type]
         elif kind == "remote_log_segment_state_change":
             self.tier.replay_state_change(payload)  # type: ignore[arg-type]
         elif kind not in IGNORED_RECORD_TYPES:
@@ -235,6 +242,7 @@ class MetadataState:
         records += self.configs.snapshot_records(epoch)
         records += self.access.snapshot_records(epoch)
         records += self.tier.snapshot_records(epoch)
+        records += self.requests.snapshot_records(epoch)
         return records
 
     def to_image(self, epoch: int | None = None) -> MetadataImage:
@@ -250,6 +258,8 @@ class MetadataState:
             configs=tuple((*key, value) for key, value in self.configs.all_configs(epoch).items()),
             acls=self.access.entries(epoch),
             remote_objects=tuple(self.tier.objects(epoch)),
+            requests=tuple((p, r, o.method, o.time_ms, o.response, o.result_dropped)
+                           for (p, r), o in self.requests.entries(epoch)),
         )
 
     # The name the controller's tests use for the same thing.

@@ -41,6 +41,7 @@ from controller.quorum_controller.events import (
     Mode,
     Query,
     Request,
+    ResponseCodec,
 )
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.metrics import ControllerMetrics, StateCounts
@@ -173,10 +174,12 @@ class QuorumController(CommitListener):
 
     # ------------------------------------------------------------------ requests
 
-    async def write(self, name: str, generate: Generate, origin: BatchOrigin) -> Any:
-        """Run a write on the active controller; its response once committed."""
+    async def write(self, name: str, generate: Generate, origin: BatchOrigin,
+                    codec: ResponseCodec | None = None) -> Any:
+        """Run a write on the active controller; its response once committed. With a
+        `codec` and a request id in `origin`, a retry gets the first answer."""
         answer = await self._submit(Request(next(self._ids), name, self._clock_ms(),
-                                            generate=generate, origin=origin))
+                                            generate=generate, origin=origin, codec=codec))
         return answer.value
 
     async def read(self, name: str, query: Query,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -17,6 +17,17 @@ from controller.metadata import ControllerResult
 Generate = Callable[[int, int], ControllerResult[Any]]
 # Answers a read at a committed offset (a live registry snapshot).
 Query = Callable[[int], Any]
+
+
+class ResponseCodec(Protocol):
+    """A write's answer as bytes and back (`controller.api.results`): kept in the
+    replicated table of recent writes so a retry gets the original answer."""
+
+    @property
+    def encode(self) -> Callable[[Any], bytes]: ...
+
+    @property
+    def decode(self) -> Callable[[bytes], Any]: ...
 
 
 class RequestTooLargeError(Exception):
@@ -51,6 +62,8 @@ class Request:
     query: Query | None = None
     origin: BatchOrigin = EMPTY_ORIGIN
     consistency: ReadConsistency = ReadConsistency.LINEARIZABLE
+    # Writes with a request id in `origin` and a codec are remembered (exactly once).
+    codec: ResponseCodec | None = None
     # Set while parked waiting for this node to become active.
     deadline_ms: int = 0
 
@@ -81,4 +94,4 @@ class Fail:
 Instruction = Answer | Fail
 
 __all__ = ["MODE_TRANSITIONS", "Answer", "Fail", "Generate", "Instruction", "Mode", "Query",
-           "ReadConsistency", "Request", "RequestTooLargeError"]
+           "ReadConsistency", "Request", "RequestTooLargeError", "ResponseCodec"]

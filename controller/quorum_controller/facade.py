@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from controller.api.results import REMEMBERED_WRITES, codec_for
 from controller.api.seam import (
     ClusterDescription,
     Origin,
@@ -91,12 +92,15 @@ class ControllerApi:
         return None
 
     async def _write(self, name: str, count: int, generate: Callable[[int, int], ControllerResult[Any]],
-                     origin: Origin, fail_all: Callable[[ApiError], T]) -> T:
+                     origin: Origin, fail_all: Callable[[ApiError], T],
+                     items: Sequence[Any] = ()) -> T:
         error = self._count_error(count)
         if error is not None:
             return fail_all(error)
+        # Admin writes are remembered by request id (a retry gets the first answer).
+        codec = codec_for(name, items) if name in REMEMBERED_WRITES else None
         try:
-            result: T = await self.controller.write(name, generate, batch_origin(origin))
+            result: T = await self.controller.write(name, generate, batch_origin(origin), codec)
         except RequestTooLargeError as exc:
             return fail_all(_too_large(str(exc)))
         return result
@@ -273,7 +277,7 @@ class ControllerApi:
         return await self._write(
             "create_acls", len(items),
             lambda _next, _now: self._state.access.create_acls(items),
-            origin, lambda err: tuple(CreateAclResult(b, err) for b in items))
+            origin, lambda err: tuple(CreateAclResult(b, err) for b in items), items)
 
     async def describe_acls(self, acl_filter: AclFilter, *, origin: Origin
                             ) -> DescribeAclsResult:
@@ -288,7 +292,7 @@ class ControllerApi:
         return await self._write(
             "delete_acls", len(items),
             lambda _next, _now: self._state.access.delete_acls(items),
-            origin, lambda err: tuple(DeleteAclsResult(f, err) for f in items))
+            origin, lambda err: tuple(DeleteAclsResult(f, err) for f in items), items)
 
     # ---------------------------------------------------------------- brokers
 

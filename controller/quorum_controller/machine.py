@@ -17,6 +17,12 @@ A write (leader, active):
    the registry drops the snapshots below the committed offset.
 A request that produces no records waits for the newest uncommitted batch.
 
+Exactly once: a write with a request id (and a response codec) appends, in its own
+batch, a RequestResultRecord holding its answer (controller/metadata/requests.py).
+A request with an id already in the table -- a client's retry, maybe to the next
+leader after a failover -- is not run again: it gets the original answer, once the
+original's batch has committed.
+
 Modes (one table, `MODE_TRANSITIONS`). STANDBY replays committed batches (a hot
 standby). When this node wins an election it is PENDING until the LeaderChange
 batch of its epoch commits -- all earlier entries are then replayed -- and only
@@ -39,7 +45,13 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from controller.api.seam import ControllerBusyError, ControllerTimeoutError, NotControllerError
+from controller.api.seam import (
+    ControllerBusyError,
+    ControllerTimeoutError,
+    NotControllerError,
+    RequestIdReusedError,
+    ResultNotKeptError,
+)
 from controller.logformat.batch import (
     EMPTY_ORIGIN,
     MAX_APPEND_BYTES,
@@ -327,15 +339,55 @@ class ControllerMachine:
             self._start_read(req, node, now_ms)
             return
         assert req.generate is not None
+        remember = req.codec is not None and bool(req.origin.request_id)
+        if remember and self._answer_retry(req):
+            return
         try:
             generated = req.generate(node.next_offset, now_ms)
+            records, encoded = generated.records, generated.encoded
+            if remember and records:
+                assert req.codec is not None
+                result = self.state.requests.result_record(
+                    req.origin.principal, req.origin.request_id, req.name, now_ms,
+                    req.codec.encode(generated.response))
+                records = (*records, result)
+                if encoded is not None:
+                    encoded = (*encoded, encode_record(result))
         except Exception as exc:
             # A bug in a manager; nothing was replayed or appended.
             logger.exception("event=generate_failed name=%s", req.name)
             self._fail(req.id, exc)
             return
-        self._append(generated.records, generated.response, req.origin, node, req.id, now_ms,
-                     generated.encoded)
+        self._append(records, generated.response, req.origin, node, req.id, now_ms, encoded)
+
+    def _answer_retry(self, req: Request) -> bool:
+        """If `req` repeats a remembered write, answer it as the original was (once
+        that one's batch commits) and return True."""
+        seen = self.state.requests.lookup(req.origin.principal, req.origin.request_id)
+        if seen is None:
+            return False
+        assert req.codec is not None
+        if seen.method != req.name:
+            self._fail(req.id, RequestIdReusedError(
+                f"request id {req.origin.request_id!r} was used by a {seen.method} request; "
+                "a request id names one write"))
+            return True
+        logger.info("event=request_retried name=%s request_id=%s offset=%d", req.name,
+                    req.origin.request_id, seen.offset)
+        if seen.result_dropped:
+            self._fail(req.id, ResultNotKeptError(
+                f"request {req.origin.request_id!r} was applied (offset {seen.offset}); its "
+                "answer was too large to keep, and the work is not done twice"))
+            return True
+        value = req.codec.decode(seen.response)
+        if seen.offset < self._committed_next:
+            self._answer(req.id, value)
+            return True
+        # Still uncommitted: one of our own batches (we are active) holds it.
+        key = next(k for k in self._uncommitted.values()
+                   if k.base_offset <= seen.offset <= k.last_offset)
+        self._wait_for(key, value, req.id, None)
+        return True
 
     def _append(self, records: Sequence[MetadataRecord], response: Any, origin: BatchOrigin,
                 node: NodeAccess, request_id: int | None, now_ms: int,

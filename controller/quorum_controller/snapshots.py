@@ -69,6 +69,7 @@ def iter_image_chunks(state: MetadataState, epoch: int,
     tail = state.configs.snapshot_records(epoch)
     tail += state.access.snapshot_records(epoch)
     tail += state.tier.snapshot_records(epoch)
+    tail += state.requests.snapshot_records(epoch)
     pending += [encode_record(r) for r in tail]
     yield pending
 

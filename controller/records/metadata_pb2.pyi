@@ -328,6 +328,7 @@ class MetadataRecord(_message.Message):
     NO_OP_FIELD_NUMBER: _builtins.int
     REMOTE_LOG_SEGMENT_FIELD_NUMBER: _builtins.int
     REMOTE_LOG_SEGMENT_STATE_CHANGE_FIELD_NUMBER: _builtins.int
+    REQUEST_RESULT_FIELD_NUMBER: _builtins.int
     LEADER_CHANGE_FIELD_NUMBER: _builtins.int
     SNAPSHOT_HEADER_FIELD_NUMBER: _builtins.int
     SNAPSHOT_FOOTER_FIELD_NUMBER: _builtins.int
@@ -366,6 +367,8 @@ class MetadataRecord(_message.Message):
     @_builtins.property
     def remote_log_segment_state_change(self) -> Global___RemoteLogSegmentStateChangeRecord: ...
     @_builtins.property
+    def request_result(self) -> Global___RequestResultRecord: ...
+    @_builtins.property
     def leader_change(self) -> Global___LeaderChangeRecord:
         """Raft control records (30..39): written in control batches, never replayed
         into the metadata image.
@@ -393,15 +396,16 @@ class MetadataRecord(_message.Message):
         no_op: Global___NoOpRecord | None = ...,
         remote_log_segment: Global___RemoteLogSegmentRecord | None = ...,
         remote_log_segment_state_change: Global___RemoteLogSegmentStateChangeRecord | None = ...,
+        request_result: Global___RequestResultRecord | None = ...,
         leader_change: Global___LeaderChangeRecord | None = ...,
         snapshot_header: Global___SnapshotHeaderRecord | None = ...,
         snapshot_footer: Global___SnapshotFooterRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remote_log_segment", b"remote_log_segment", "remote_log_segment_state_change", b"remote_log_segment_state_change", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remote_log_segment", b"remote_log_segment", "remote_log_segment_state_change", b"remote_log_segment_state_change", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "request_result", b"request_result", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remote_log_segment", b"remote_log_segment", "remote_log_segment_state_change", b"remote_log_segment_state_change", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remote_log_segment", b"remote_log_segment", "remote_log_segment_state_change", b"remote_log_segment_state_change", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "request_result", b"request_result", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "access_control_entry", "remove_access_control_entry", "no_op", "remote_log_segment", "remote_log_segment_state_change", "leader_change", "snapshot_header", "snapshot_footer"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "access_control_entry", "remove_access_control_entry", "no_op", "remote_log_segment", "remote_log_segment_state_change", "request_result", "leader_change", "snapshot_header", "snapshot_footer"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 
@@ -985,6 +989,52 @@ class NoOpRecord(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NoOpRecord: _TypeAlias = NoOpRecord  # noqa: Y015
+
+@_typing.final
+class RequestResultRecord(_message.Message):
+    """The outcome of one admin write, in the same batch as the write's records: the
+    replicated table that makes a client's retry with the same request id return the
+    original answer instead of doing the work again (controller/metadata/requests.py).
+    Replay evicts entries older than the retention and the oldest past the count bound.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    TIME_MS_FIELD_NUMBER: _builtins.int
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    RESULT_DROPPED_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """The authenticated principal and the client-chosen request id: together the key."""
+    request_id: _builtins.str
+    method: _builtins.str
+    """The Admin method (e.g. "create_topics"); a retry of another method is refused."""
+    time_ms: _builtins.int
+    """When the write was applied (the active controller's clock), for expiry."""
+    response: _builtins.bytes
+    """The answer, encoded as the Admin API's response message for `method`; empty
+    with `result_dropped` when it was too large to keep.
+    """
+    result_dropped: _builtins.bool
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+        method: _builtins.str = ...,
+        time_ms: _builtins.int = ...,
+        response: _builtins.bytes = ...,
+        result_dropped: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["method", b"method", "principal", b"principal", "request_id", b"request_id", "response", b"response", "result_dropped", b"result_dropped", "time_ms", b"time_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestResultRecord: _TypeAlias = RequestResultRecord  # noqa: Y015
 
 @_typing.final
 class RemoteLogSegmentRecord(_message.Message):

@@ -31,6 +31,7 @@ RecordPayload = (
     | pb.NoOpRecord
     | pb.RemoteLogSegmentRecord
     | pb.RemoteLogSegmentStateChangeRecord
+    | pb.RequestResultRecord
     | pb.LeaderChangeRecord
     | pb.SnapshotHeaderRecord
     | pb.SnapshotFooterRecord
@@ -67,6 +68,7 @@ _TABLE = (
     RecordType("no_op", pb.NoOpRecord, 1),
     RecordType("remote_log_segment", pb.RemoteLogSegmentRecord, 1),
     RecordType("remote_log_segment_state_change", pb.RemoteLogSegmentStateChangeRecord, 1),
+    RecordType("request_result", pb.RequestResultRecord, 1),
     RecordType("leader_change", pb.LeaderChangeRecord, 1, is_control=True),
     RecordType("snapshot_header", pb.SnapshotHeaderRecord, 1, is_control=True),
     RecordType("snapshot_footer", pb.SnapshotFooterRecord, 1, is_control=True),

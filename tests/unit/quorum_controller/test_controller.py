@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 import pytest
 
 from controller.api.seam import (
@@ -35,7 +36,8 @@ from tests.support.controller_fake_quorum import FakeQuorum
 
 T = TypeVar("T")
 CLUSTER_ID = "qc-test-cluster"
-ORIGIN = Origin("alice", "ipv4:127.0.0.1:5000", "req-1")
+# No request id: each admin write here is a new one (an id makes retries exactly-once).
+ORIGIN = Origin("alice", "ipv4:127.0.0.1:5000")
 # Brokers take other node ids than the controllers (0, 4, 5...): ids are one space.
 VOTERS = {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", 3: "127.0.0.1:9003"}
 LISTENERS = (Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)
@@ -142,7 +144,8 @@ def test_response_waits_for_commit_and_batch_has_origin() -> None:
         env.quorum.commit()
         await settle()
         reg = spawn(env.api[1].register_broker(
-            BrokerRegistrationRequest(0, "inc-0", CLUSTER_ID, listeners=LISTENERS), origin=ORIGIN))
+            BrokerRegistrationRequest(0, "inc-0", CLUSTER_ID, listeners=LISTENERS),
+            origin=Origin("alice", "ipv4:127.0.0.1:5000", "req-1")))
         await settle()
         assert not reg.done(), "answered before commit"
         env.quorum.commit()
@@ -514,7 +517,8 @@ def test_coalesced_writes_run_in_one_turn_each_with_its_own_batch_origin_and_ans
         for i, batch in enumerate(batches):
             assert (batch.origin.principal, batch.origin.client_address,
                     batch.origin.request_id) == (f"user{i}", f"ipv4:10.0.0.{i}:1", f"req-co{i}")
-            assert record_types(batch) == ["topic", "partition", "partition"]
+            # The write's records, then its entry in the table of recent writes.
+            assert record_types(batch) == ["topic", "partition", "partition", "request_result"]
         assert not any(c.done() for c in calls), "answered before commit"
         # Commit the first three only: exactly their callers are answered.
         env.quorum.commit(batches[2].next_offset)
@@ -549,15 +553,15 @@ def test_replay_failure_in_one_coalesced_request_fails_only_that_request() -> No
             return ControllerResult((record,), "bad")
 
         good1 = spawn(env.api[1].create_topics([topic("g1")], validate_only=False,
-                                               origin=ORIGIN))
+                                               origin=attrs.evolve(ORIGIN, request_id="r1")))
         broken = spawn(ctrl.write("bad", bad, BatchOrigin("mallory", "x", "req-bad")))
         good2 = spawn(env.api[1].create_topics([topic("g2")], validate_only=False,
-                                               origin=ORIGIN))
+                                               origin=attrs.evolve(ORIGIN, request_id="r2")))
         await asyncio.wait([good1, broken, good2])
         assert isinstance(broken.exception(), MetadataReplayError)
         assert good1.result()[0].error.ok and good2.result()[0].error.ok
         origins = [b.origin.request_id for b in env.quorum.log[before:]]
-        assert origins == ["req-1", "req-1"], "the refused request left no batch"
+        assert origins == ["r1", "r2"], "the refused request left no batch"
         assert {t.name for t in await env.api[1].list_topics(origin=ORIGIN)} == {"g1", "g2"}
         assert ctrl.state.to_image() == committed_state(env.quorum).to_image()
 

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from controller.api.seam import ControllerTimeoutError, NotControllerError
+from controller.api.results import codec_for
+from controller.api.seam import ControllerTimeoutError, NotControllerError, RequestIdReusedError
 from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
 from controller.metadata import CreatableTopic, MetadataState
 from controller.quorum.errors import NotLeaderError
@@ -335,3 +336,77 @@ def test_a_stale_read_is_answered_at_once_by_a_standby_with_its_offset() -> None
     [answer] = h.send(list_topics(h, ReadConsistency.STALE))
     assert isinstance(answer, Answer) and answer.value == ()
     assert answer.read_offset == h.machine.committed_offset == h.log.end
+
+
+# ---------------------------------------------------------------- exactly-once writes
+
+def remembered_create(h: Harness, name: str, request_id: str,
+                      method: str = "create_topics") -> Request:
+    """A create as the API sends it: with a request id and the answer's codec."""
+    h.ids += 1
+    state = h.machine.state
+    return Request(h.ids, method, h.now,
+                   origin=BatchOrigin("User:test", "test", request_id),
+                   codec=codec_for("create_topics"),
+                   generate=lambda _o, _n: state.replication.create_topics(
+                       [CreatableTopic(name, 1, 1)], validate_only=False))
+
+
+def test_a_retry_of_a_committed_write_gets_the_first_answer_and_does_nothing() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    h.send(remembered_create(h, "a", "req-a"))
+    [first] = h.commit()
+    assert isinstance(first, Answer) and first.value[0].error.ok
+    batches = len(h.log.batches)
+    [again] = h.send(remembered_create(h, "a", "req-a"))
+    assert isinstance(again, Answer) and again.value == first.value  # not TOPIC_ALREADY_EXISTS
+    assert len(h.log.batches) == batches, "the retry appended nothing"
+    # Another id is another request: the topic exists now (nothing to append).
+    [other] = h.send(remembered_create(h, "a", "req-other"))
+    assert isinstance(other, Answer) and other.value[0].error.code.value == \
+        "TOPIC_ALREADY_EXISTS"
+
+
+def test_a_retry_of_an_uncommitted_write_is_answered_when_it_commits() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    assert h.send(remembered_create(h, "a", "req-a")) == []
+    assert h.send(remembered_create(h, "a", "req-a")) == []  # joins the first
+    out = h.commit()
+    assert len(out) == 2 and all(isinstance(o, Answer) and o.value[0].error.ok for o in out)
+    assert sum(1 for b in h.log.batches if b.origin.request_id == "req-a") == 1
+
+
+def test_the_next_leader_answers_a_retry_from_the_replicated_table() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    h.send(remembered_create(h, "a", "req-a"))
+    [first] = h.commit()
+    # Another controller, fed the same committed log, takes over.
+    other = Harness()
+    other.log = h.log
+    other.node = Node(h.log, OTHER)
+    other.machine = ControllerMachine(
+        ControllerSettings(node_id=OTHER, cluster_id="c", voter_addresses={
+            ME: "h:1", OTHER: "h:2"}), rng=random.Random(1))
+    other.machine.committed(h.log.batches, other.now)
+    h.log.elect(OTHER)
+    other.machine.leader_changed(OTHER, h.log.epoch, other.now)
+    other.commit()
+    assert other.machine.mode is Mode.ACTIVE
+    [again] = other.send(remembered_create(other, "a", "req-a"))
+    assert isinstance(again, Answer) and again.value == first.value
+
+
+def test_a_request_id_reused_by_another_method_is_refused() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    h.send(remembered_create(h, "a", "req-a"))
+    h.commit()
+    [refused] = h.send(remembered_create(h, "b", "req-a", method="delete_topics"))
+    assert isinstance(refused, Fail) and isinstance(refused.error, RequestIdReusedError)

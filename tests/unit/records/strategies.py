@@ -151,6 +151,15 @@ PAYLOADS: dict[str, st.SearchStrategy[Any]] = {
         copier_epoch=int32s,
         event_time_ms=int64s,
     ),
+    "request_result": message(
+        pb.RequestResultRecord,
+        principal=texts,
+        request_id=texts,
+        method=texts,
+        time_ms=int64s,
+        response=st.binary(max_size=64),
+        result_dropped=st.booleans(),
+    ),
     "leader_change": message(
         pb.LeaderChangeRecord,
         leader_id=broker_ids,
