@@ -6,19 +6,24 @@ answer FAILED_PRECONDITION naming the leader in trailing metadata
 unknown (an election), it walks the bootstrap addresses with bounded exponential
 backoff. The last controller that answered is tried first next time.
 
-What is retried (until ``timeout_ms`` runs out):
-- reads: every transport fault (unreachable, busy, not controller, a server-side
-  timeout);
-- writes: only what proves the request was not applied: the connection could not
-  be established before sending (a health-check probe on a channel that has not
-  reached the server yet fails, or gRPC reports it could not connect at all, so
-  the call never left the client), or "not controller" (the seam promises the
-  request was not appended). A write that gets
-  no answer (DEADLINE_EXCEEDED, or the connection breaking after it was sent) is
-  never resent: it raises ``OutcomeUnknownError`` with the request id to look for.
+Following the leader, not the connection. Each attempt has its own deadline,
+``attempt_timeout_ms`` (1 s by default) under the call's ``timeout_ms``: an attempt
+that gets no answer in time (a hung or partitioned leader, a connection that broke)
+is abandoned, the controller it went to is passed over, and the next attempt asks
+the next bootstrap address, which answers or names the new leader. A hung leader
+so costs a client about one election plus one attempt, not its whole timeout.
+
+What is retried (until ``timeout_ms`` runs out), always with the call's one request
+id:
+- reads: every transport fault (unreachable, busy, not controller, a timeout);
+- writes: the same. The controllers keep a replicated table of recent writes by
+  (principal, request id), so a retry of a write that was applied -- even by a
+  leader that died before answering -- gets the first answer instead of being
+  applied again (exactly once; the window is the table's: 10 minutes and 20,000
+  writes by default). Only when the call's deadline passes with the outcome still
+  unknown does a write raise ``OutcomeUnknownError`` (the request id to look for).
   A busy controller refused the write before queueing it: ``ControllerOverloadedError``,
   not retried (the caller decides when to try again).
-One request id is generated per call and kept across its retries.
 
 Transport. Requests go over one multiplexed ``Admin/Stream`` per controller
 (``stream_client.AdminStream``), far cheaper per request than a unary call for
@@ -36,7 +41,6 @@ from typing import Any
 
 import grpc
 from google.protobuf import message_factory
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from controller import rpc
 from controller.api import acl_convert as acv
@@ -74,7 +78,9 @@ from controller.security.acl import AclBinding, AclFilter
 from controller.security.tls import TlsCredentials
 
 DEFAULT_TIMEOUT_MS = 30_000
-DEFAULT_CONNECT_TIMEOUT_MS = 2_000
+# One attempt's deadline: long enough for a large write in a healthy cluster (the
+# retry of a slow write joins it), short enough that a hung leader costs ~1 s.
+DEFAULT_ATTEMPT_TIMEOUT_MS = 1_000
 _BACKOFF_FIRST_MS = 25
 _BACKOFF_MAX_MS = 1_000
 # Redirects followed back to back before backing off (a leader change in progress
@@ -147,22 +153,6 @@ def _trailing(exc: grpc.RpcError) -> dict[str, str]:
     return {str(k): str(v) for k, v in pairs}
 
 
-def _connected(channel: grpc.Channel, timeout_s: float) -> bool:
-    """Whether a connection to the server can be made: one health check (every API
-    server serves grpc.health.v1). A failure here proves nothing was sent.
-
-    (Not channel.subscribe: its polling thread outlives unsubscribe and raises when
-    the channel is closed under it.)"""
-    try:
-        health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
-        )
-    except grpc.RpcError as exc:
-        # Any answer from the server, even an error status, means we are connected.
-        return exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-    return True
-
-
 def _never_sent(exc: grpc.RpcError) -> bool:
     """gRPC could not pick a connection for the call, so it never left the client."""
     return "failed to connect to all addresses" in (exc.details() or "")
@@ -175,16 +165,16 @@ class AdminClient:
         *,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         tls: TlsCredentials | None = None,
-        connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
         limits: rpc.RpcLimits | None = None,
         sleep: Callable[[float], None] = time.sleep,
         consistency: ReadConsistency = ReadConsistency.LINEARIZABLE,
+        attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS,
     ) -> None:
-        if timeout_ms <= 0 or connect_timeout_ms <= 0:
+        if timeout_ms <= 0 or attempt_timeout_ms <= 0:
             raise ValueError("timeouts must be positive")
+        self._attempt_timeout_ms = attempt_timeout_ms
         self._bootstrap = parse_bootstrap(bootstrap)
         self._timeout_ms = timeout_ms
-        self._connect_timeout_ms = connect_timeout_ms
         self._tls = tls
         self._limits = limits or rpc.RpcLimits()
         self._sleep = sleep
@@ -196,13 +186,13 @@ class AdminClient:
         # Controllers that answered UNIMPLEMENTED to Stream: called unary.
         self._unary_only: set[str] = set()
         self._next_bootstrap = 0
-        # Addresses whose channel has reached the server (a write needs no probe).
-        self._connected: set[str] = set()
         # The address that last answered as the active controller.
         self.leader_address: str | None = None
         self.leader_id: int | None = None
         # The request id of the last call (to look for in the log after an unknown outcome).
         self.last_request_id = ""
+        # Writes resent after an attempt whose outcome was unknown (diagnostics, tests).
+        self.outcome_unknown_retries = 0
         # How reads are served (STALE: any controller answers at once, maybe behind),
         # and the committed end offset the last read was served at.
         self.consistency = consistency
@@ -247,7 +237,6 @@ class AdminClient:
         self._stubs.pop(address, None)
         if channel is not None:
             channel.close()
-        self._connected.discard(address)
         self._skip(address)
 
     def _close_stream(self, address: str) -> None:
@@ -257,18 +246,17 @@ class AdminClient:
 
     def _forget_dead_stream(self, address: str) -> None:
         """A stream that ended (its server went away, or a deadline cancelled it) is
-        replaced; the address must prove it is reachable again before a write."""
+        replaced."""
         stream = self._streams.get(address)
         if stream is not None and not stream.usable():
             self._close_stream(address)
-            self._connected.discard(address)
 
     def streaming_to(self, address: str) -> bool:
         """Whether this client holds a live stream to ``address`` (diagnostics, tests).
 
         A write sent on a stream whose end the client has not yet seen (gRPC records
-        it on its own thread) gets no answer and is reported ``OutcomeUnknownError``,
-        never silently resent, even if the server was gone before it was sent."""
+        it on its own thread) gets no answer; it is resent under the same request id
+        (the controllers apply it at most once)."""
         stream = self._streams.get(address)
         return stream is not None and stream.usable()
 
@@ -304,8 +292,14 @@ class AdminClient:
         backoff_ms = _BACKOFF_FIRST_MS
         redirects = 0
         problem = "no attempt made"
+        unknown_before = self.outcome_unknown_retries
         while True:
             remaining = deadline - time.monotonic()
+            if remaining <= 0 and write and self.outcome_unknown_retries > unknown_before:
+                raise OutcomeUnknownError(
+                    f"{method} got no answer within {self._timeout_ms} ms; an attempt may "
+                    f"have been applied (at most once): check before retrying, or retry "
+                    f"with request id {request_id} (last problem: {problem})", request_id)
             if remaining <= 0:
                 raise ControllerUnreachableError(
                     f"no controller answered {method} within {self._timeout_ms} ms "
@@ -316,58 +310,48 @@ class AdminClient:
                 )
             target = self._target()
             self._forget_dead_stream(target)
-            channel = self._channel(target)
             retry_now = False
-            if (
-                write
-                and target not in self._connected
-                and not _connected(channel, min(remaining, self._connect_timeout_ms / 1000))
-            ):
-                # Never sent, so never applied: safe to try elsewhere.
-                problem = f"{target}: cannot connect"
-                self._drop(target)
-            else:
-                try:
-                    response, trailing = self._send(target, method, request, remaining)
-                    if self.consistency is ReadConsistency.LINEARIZABLE or write:
-                        self.leader_address = target  # only the active one answers these
-                    self._connected.add(target)
-                    offset = trailing.get(READ_OFFSET_KEY, "")
-                    if offset.isdigit():
-                        self.last_read_offset = int(offset)
-                    return response
-                except StreamItemError as item:
-                    problem = f"{target}: {item.code.name}: {item.details}"
-                    retry_now = self._on_error(
-                        item.code,
-                        item.details,
-                        item.trailing,
-                        False,
-                        target,
-                        method,
-                        write,
-                        request_id,
-                        item,
-                    )
-                except grpc.RpcError as exc:
-                    code, details = exc.code(), exc.details() or ""
-                    problem = f"{target}: {code.name}: {details}"
-                    if code is grpc.StatusCode.UNIMPLEMENTED and target not in self._unary_only:
-                        # A controller without Stream: the request was never handled.
-                        self._close_stream(target)
-                        self._unary_only.add(target)
-                        continue
-                    retry_now = self._on_error(
-                        code,
-                        details,
-                        _trailing(exc),
-                        _never_sent(exc),
-                        target,
-                        method,
-                        write,
-                        request_id,
-                        exc,
-                    )
+            attempt_s = min(remaining, self._attempt_timeout_ms / 1000)
+            try:
+                response, trailing = self._send(target, method, request, attempt_s)
+                if self.consistency is ReadConsistency.LINEARIZABLE or write:
+                    self.leader_address = target  # only the active one answers these
+                offset = trailing.get(READ_OFFSET_KEY, "")
+                if offset.isdigit():
+                    self.last_read_offset = int(offset)
+                return response
+            except StreamItemError as item:
+                problem = f"{target}: {item.code.name}: {item.details}"
+                retry_now = self._on_error(
+                    item.code,
+                    item.details,
+                    item.trailing,
+                    False,
+                    target,
+                    method,
+                    write,
+                    request_id,
+                    item,
+                )
+            except grpc.RpcError as exc:
+                code, details = exc.code(), exc.details() or ""
+                problem = f"{target}: {code.name}: {details}"
+                if code is grpc.StatusCode.UNIMPLEMENTED and target not in self._unary_only:
+                    # A controller without Stream: the request was never handled.
+                    self._close_stream(target)
+                    self._unary_only.add(target)
+                    continue
+                retry_now = self._on_error(
+                    code,
+                    details,
+                    _trailing(exc),
+                    _never_sent(exc),
+                    target,
+                    method,
+                    write,
+                    request_id,
+                    exc,
+                )
             if retry_now and redirects < _FREE_REDIRECTS:
                 redirects += 1
                 continue
@@ -408,21 +392,16 @@ class AdminClient:
                     "retry later"
                 ) from exc
             if write and not never_sent:
-                raise OutcomeUnknownError(
-                    f"the connection to {target} failed after {method} was sent, so it may or "
-                    f"may not be applied; check before retrying (request id {request_id})",
-                    request_id,
-                ) from exc
+                self.outcome_unknown_retries += 1  # maybe sent: resent under the same id
             if not busy:
                 self._drop(target)
             return False
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            # The attempt (or the controller's wait for the write's fate) timed out:
+            # ask elsewhere. A write is resent under the same id: exactly once.
             if write:
-                raise OutcomeUnknownError(
-                    f"{method} got no answer from {target} in time; it may or may not be "
-                    f"applied: check before retrying (request id {request_id})",
-                    request_id,
-                ) from exc
+                self.outcome_unknown_retries += 1
+            self._drop(target)
             return False
         raise RequestFailedError(code, details) from exc
 

@@ -399,21 +399,27 @@ def test_busy_is_retried_for_reads_only(client: AdminClient, controller: LocalCo
     assert controller.record_count == before
 
 
-def test_a_write_without_an_answer_is_not_resent(
+def test_a_write_without_an_answer_is_resent_under_its_request_id(
     client: AdminClient, controller: LocalController
 ) -> None:
     controller.fail_next(ControllerTimeoutError("commit took too long"))
-    with pytest.raises(OutcomeUnknownError) as unknown:
-        client.create_topics([CreatableTopic("t", 1, 1)])
-    assert unknown.value.request_id == client.last_request_id
-    assert controller.calls.count("create_topics") == 1
+    assert client.create_topics([CreatableTopic("t", 1, 1)])[0].error.ok
+    assert controller.calls.count("create_topics") == 2
+    assert client.outcome_unknown_retries == 1
+    # Unknown until the deadline: OutcomeUnknownError with the one request id.
+    controller.fail_always(ControllerTimeoutError("commit took too long"))
+    with AdminClient([client.leader_address or ""], timeout_ms=500) as short:
+        with pytest.raises(OutcomeUnknownError) as unknown:
+            short.create_topics([CreatableTopic("u", 1, 1)])
+        assert unknown.value.request_id == short.last_request_id
+    controller.fail_always(None)
     controller.fail_next(ControllerTimeoutError("slow"))
-    assert client.list_topics() == ()  # a read is simply asked again
+    assert [t.name for t in client.list_topics()] == ["t"]  # a read is simply asked again
 
 
 def test_no_controller_reachable_is_reported_in_time() -> None:
     with AdminClient([dead_address(), dead_address()], timeout_ms=400) as admin:
-        with pytest.raises(ControllerUnreachableError, match="cannot connect"):
+        with pytest.raises(ControllerUnreachableError, match="failed to connect"):
             admin.create_topics([CreatableTopic("t", 1, 1)])
         with pytest.raises(ControllerUnreachableError):
             admin.list_topics()

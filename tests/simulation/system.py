@@ -39,6 +39,7 @@ from broker_agent.reconciler import (
     plan_full,
     replica_dir_name,
 )
+from controller.api.results import codec_for
 from controller.logformat import BatchOrigin, RecordBatch, SnapshotId
 from controller.metadata import (
     AlterConfigOp,
@@ -74,6 +75,10 @@ SESSION_TIMEOUT_MS = 600
 HEARTBEAT_MS = 100
 BROKERS = (101, 102, 103)  # not Raft node ids: a broker may not take a controller's
 TOPICS = tuple(f"t{i}" for i in range(6))
+# The Admin method each simulated write kind is (its name in the table of writes).
+WRITE_METHODS = {"create": "create_topics", "delete": "delete_topics",
+                 "partitions": "create_partitions", "config": "incremental_alter_configs",
+                 "reassign": "alter_partition_reassignments", "elect": "elect_leaders"}
 
 
 def _encode_snapshot(records: list[bytes]) -> bytes:
@@ -315,7 +320,15 @@ class SystemCluster(Cluster):
         self.oracle.registry.create_snapshot(-1)
         self.oracle_images: dict[int, MetadataImage] = {0: self.oracle.to_image()}
         self.next_request = 0
-        self.pending: dict[int, tuple[str, int]] = {}  # request id -> (kind, node)
+        # Machine request id -> (kind, node, the request id in its batch origin).
+        self.pending: dict[int, tuple[str, int, str]] = {}
+        # Exactly once: admin writes by origin request id -> (kind, how to generate it
+        # on a state, retries left); those applied; the first answer after applying.
+        self.writes: dict[str, tuple[str, Callable[[MetadataState], Any], int]] = {}
+        self.applied_ids: set[str] = set()
+        self.first_answers: dict[str, Any] = {}
+        # Attempts (machine request ids) the client stopped waiting for.
+        self.abandoned: set[int] = set()
         self.outcomes: Counter[str] = Counter()
         self.brokers: dict[int, LifecycleMachine] = {}
         # Each broker node's local replica store: it outlives crashes.
@@ -405,7 +418,13 @@ class SystemCluster(Cluster):
         self._answers(node)
 
     def _oracle_apply(self, batch: RecordBatch) -> None:
-        floor = self.acked_before_send.get(batch.origin.request_id)
+        rid = batch.origin.request_id
+        if rid in self.writes and not batch.is_control:
+            if rid in self.applied_ids:
+                raise InvariantViolation(f"request {rid} committed twice (again at "
+                                         f"{batch.base_offset}): not exactly once")
+            self.applied_ids.add(rid)
+        floor = self.acked_before_send.get(rid)
         if floor is not None and batch.base_offset <= floor:
             raise InvariantViolation(
                 f"request {batch.origin.request_id} commits at {batch.base_offset}, below a "
@@ -532,11 +551,38 @@ class SystemCluster(Cluster):
         node = self._pick_controller()
         if node is None:
             return
-        kind, generate, read = self._random_request(node)
-        if generate is None:
+        kind, make_generate, read = self._random_request(node)
+        if make_generate is None:
             self._send_read(node, kind, read)
         else:
-            self._send_request(node, kind, generate, None)
+            rid = f"w{self.next_request + 1}"
+            self.writes[rid] = (kind, make_generate, 3)
+            self._send_write(node, rid)
+
+    def _send_write(self, node: SimNode, rid: str) -> None:
+        """An admin write as the API sends it: with its request id and answer codec."""
+        machine = self._controller(node)
+        assert machine is not None
+        kind, make_generate, _ = self.writes[rid]
+        self._send_request(node, kind, make_generate(machine.state), None, origin_id=rid,
+                           codec=codec_for(WRITE_METHODS[kind]))
+        # The client's per-attempt deadline: no answer by then, it tries elsewhere
+        # (the first attempt may still be applied: the retry must not apply it again).
+        self._at(self.now_ms + self.rng.randint(100, 700), "attempt_timeout",
+                 self.next_request, rid)
+
+    def _ev_attempt_timeout(self, machine_rid: int, rid: str) -> None:
+        if machine_rid in self.pending:
+            # The client stops listening to this attempt and tries again.
+            self.abandoned.add(machine_rid)
+            self.outcomes["attempts_timed_out"] += 1
+            self._maybe_retry(rid)
+
+    def _ev_retry(self, rid: str) -> None:
+        """A client retries a write whose outcome it did not learn, same request id."""
+        node = self._pick_controller()
+        if node is not None:
+            self._send_write(node, rid)
 
     def _ev_broker(self, broker_id: int) -> None:
         """One step of a broker's lifecycle: register or heartbeat the active
@@ -582,35 +628,33 @@ class SystemCluster(Cluster):
         return self.rng.choice(pool) if pool else None
 
     def _random_request(self, node: SimNode) -> tuple[str, Any, Any]:
-        machine = self._controller(node)
-        assert machine is not None
-        state = machine.state
+        """(kind, state -> generate for a write, state -> query for a read)."""
         topic = self.rng.choice(TOPICS)
         kind = self.rng.choice(("create", "create", "delete", "partitions", "config",
                                 "reassign", "elect", "describe", "list", "configs"))
         if kind == "create":
             item = CreatableTopic(topic, self.rng.randint(1, 3), self.rng.randint(1, 3))
-            return kind, lambda _o, _n: state.replication.create_topics(
+            return kind, lambda s: lambda _o, _n: s.replication.create_topics(
                 [item], validate_only=False), None
         if kind == "delete":
-            return kind, lambda _o, _n: state.replication.delete_topics([topic]), None
+            return kind, lambda s: lambda _o, _n: s.replication.delete_topics([topic]), None
         if kind == "partitions":
             count = self.rng.randint(2, 5)
-            return kind, lambda _o, _n: state.replication.create_partitions(
+            return kind, lambda s: lambda _o, _n: s.replication.create_partitions(
                 [CreatePartitionsTopic(topic, count)], validate_only=False), None
         if kind == "config":
             value = str(self.rng.randint(1, 10) * 1000)
             resource = AlterConfigsResource(ConfigResource(ResourceType.TOPIC, topic), (
                 AlterConfigOp("retention.ms", OpType.SET, value),))
-            return kind, lambda _o, _n: state.configs.incremental_alter_configs(
+            return kind, lambda s: lambda _o, _n: s.configs.incremental_alter_configs(
                 [resource], validate_only=False), None
         if kind == "reassign":
             target = tuple(self.rng.sample(BROKERS, self.rng.randint(1, len(BROKERS))))
             move = ReassignmentRequest(topic, 0, None if self.rng.random() < 0.2 else target)
-            return kind, lambda _o, _n: state.replication.alter_partition_reassignments(
+            return kind, lambda s: lambda _o, _n: s.replication.alter_partition_reassignments(
                 [move]), None
         if kind == "elect":
-            return kind, lambda _o, _n: state.replication.elect_leaders(
+            return kind, lambda s: lambda _o, _n: s.replication.elect_leaders(
                 [TopicPartition(topic, 0)]), None
         read: Callable[[MetadataState], Any]
         if kind == "describe":
@@ -662,16 +706,22 @@ class SystemCluster(Cluster):
             self.outcomes["stale_reads"] += 1
 
     def _send_request(self, node: SimNode, kind: str, generate: Any, query: Any,
-                      consistency: ReadConsistency = ReadConsistency.LINEARIZABLE) -> None:
+                      consistency: ReadConsistency = ReadConsistency.LINEARIZABLE,
+                      origin_id: str | None = None, codec: Any = None) -> None:
         machine = self._controller(node)
         assert machine is not None and node.raft is not None
         self.next_request += 1
         rid = self.next_request
-        self.pending[rid] = (kind, node.id)
-        self.acked_before_send[str(rid)] = self.max_acked_offset
-        machine.request(Request(rid, kind, self.now_ms, generate=generate, query=query,
-                                origin=BatchOrigin("User:sim", f"node-{node.id}", str(rid)),
-                                consistency=consistency),
+        origin_id = str(rid) if origin_id is None else origin_id
+        self.pending[rid] = (kind, node.id, origin_id)
+        # A retry's invocation is the first send: its floor stays the first one's.
+        self.acked_before_send.setdefault(origin_id, self.max_acked_offset)
+        name = WRITE_METHODS.get(kind, kind) if generate is not None else kind
+        # The client address names the attempt (the dedupe key is principal + id), so
+        # an answer is checked against the batch of its own attempt.
+        machine.request(Request(rid, name, self.now_ms, generate=generate, query=query,
+                                origin=BatchOrigin("User:sim", f"attempt-{rid}", origin_id),
+                                consistency=consistency, codec=codec),
                         SimAccess(self, node), self.now_ms)
         self._answers(node)
         self._after_event(node)
@@ -687,11 +737,13 @@ class SystemCluster(Cluster):
             self.reverts += 1  # it led, and renounced (its state reverted)
         sm.last_mode = machine.mode
         for out in machine.take_instructions():
-            kind, _ = self.pending.pop(out.request_id, ("?", 0))
+            kind, _, origin_id = self.pending.pop(out.request_id, ("?", 0, ""))
             if isinstance(out, Answer) and out.request_id in self.reads:
                 self._check_read_answer(node, out)
             elif isinstance(out, Answer):
-                self._check_answer_committed(node, out.request_id, kind)
+                self._check_answer_committed(node, out.request_id, origin_id, kind)
+                if out.request_id not in self.abandoned:
+                    self._check_same_answer(origin_id, out.value)
                 self.outcomes["ok"] += 1
                 if isinstance(out.value, tuple) and out.value \
                         and hasattr(out.value[0], "error"):
@@ -701,19 +753,42 @@ class SystemCluster(Cluster):
                 assert isinstance(out, Fail)
                 self.reads.pop(out.request_id, None)
                 self.outcomes[type(out.error).__name__] += 1
+                self._maybe_retry(origin_id)
                 if kind.startswith(("register:", "heartbeat:")):
                     self.brokers[int(kind.partition(":")[2])].unreachable()
 
-    def _check_answer_committed(self, node: SimNode, request_id: int, kind: str) -> None:
-        tag = str(request_id)
+    def _check_answer_committed(self, node: SimNode, attempt: int, origin_id: str,
+                                kind: str) -> None:
+        address = f"attempt-{attempt}"
         for batch in node.log.batches:
-            if batch.origin.request_id != tag:
+            if batch.origin.request_id != origin_id or batch.origin.client_address != address:
                 continue
             if not self.history.is_committed(batch):
                 raise InvariantViolation(
-                    f"node {node.id} answered {kind} request {request_id} while its batch "
+                    f"node {node.id} answered {kind} request {origin_id} while its batch "
                     f"{batch.base_offset} is not committed")
             self.max_acked_offset = max(self.max_acked_offset, batch.last_offset)
+
+    def _check_same_answer(self, origin_id: str, value: Any) -> None:
+        """Every answer to a write that was applied (first or retried) is the same."""
+        if origin_id not in self.applied_ids:
+            return  # applied nothing (e.g. an item error): a retry runs afresh
+        first = self.first_answers.setdefault(origin_id, value)
+        if first is not value:
+            self.outcomes["retries_answered_from_table"] += 1
+            if first != value:
+                raise InvariantViolation(f"write {origin_id} answered {value!r}, earlier "
+                                         f"{first!r}: a retry must get the first answer")
+
+    def _maybe_retry(self, origin_id: str) -> None:
+        """A write failed "not controller" or "unknown": the client may try again."""
+        entry = self.writes.get(origin_id)
+        if entry is None or entry[2] == 0 or self.rng.random() < 0.3:
+            return
+        kind, make_generate, left = entry
+        self.writes[origin_id] = (kind, make_generate, left - 1)
+        self.outcomes["retries_sent"] += 1
+        self._at(self.now_ms + self.rng.randint(10, 200), "retry", origin_id)
 
     def _broker_answer(self, kind: str, value: Any) -> None:
         action, _, broker = kind.partition(":")

@@ -72,6 +72,9 @@ def test_seeds(seeds: range) -> None:
         _coverage["snapshots_lost_in_crash"] += cluster.snapshots_lost
         _coverage["linearizable_reads"] += cluster.outcomes["linearizable_reads"]
         _coverage["stale_reads"] += cluster.outcomes["stale_reads"]
+        _coverage["retries_sent"] += cluster.outcomes["retries_sent"]
+        _coverage["retries_answered_from_table"] += \
+            cluster.outcomes["retries_answered_from_table"]
 
 
 def test_the_paths_were_exercised() -> None:
@@ -93,6 +96,8 @@ def test_the_paths_were_exercised() -> None:
     assert _coverage["snapshots_lost_in_crash"] > seeds // 10, _coverage  # crash mid-write
     assert _coverage["linearizable_reads"] > 10 * seeds, _coverage
     assert _coverage["stale_reads"] > 4 * seeds, _coverage
+    assert _coverage["retries_sent"] > 10 * seeds, _coverage  # same request id again
+    assert _coverage["retries_answered_from_table"] > seeds // 100, _coverage
 
 
 def _first_failure(seeds: range) -> str | None:
@@ -142,6 +147,16 @@ def test_reads_served_without_confirming_leadership_are_caught(
     monkeypatch.setattr(ControllerMachine, "_start_read", at_once)
     failure = _first_failure(range(300))
     assert failure is not None and "a stale read, not linearizable" in failure, failure
+
+
+def test_retries_without_the_table_of_recent_writes_are_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A controller that ran every retry afresh would apply a write twice or answer
+    its retry differently (TOPIC_ALREADY_EXISTS for its own create)."""
+    monkeypatch.setattr(ControllerMachine, "_answer_retry", lambda self, req: False)
+    failure = _first_failure(range(100))
+    assert failure is not None and ("must get the first answer" in failure
+                                    or "not exactly once" in failure), failure
 
 
 def test_a_write_committed_before_one_acknowledged_earlier_is_caught() -> None:

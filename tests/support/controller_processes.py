@@ -28,6 +28,7 @@ from controller.rpc import create_sync_channel
 from controller.security.tls import TlsCredentials
 from controller.storage.log import SegmentedLog
 from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
+from tests.support.nemesis import Nemesis
 from tests.support.pki import PLAINTEXT_TABLE, TestPki
 from tests.support.polling import wait_until
 from tests.support.processes import ChildProcess, metakraft_command
@@ -65,10 +66,12 @@ class ControllerCluster:
     def __init__(self, root: Path, count: int = 3, *, session_timeout_ms: int = 600_000,
                  snapshot_interval_bytes: int = 16 << 20, extra_config: str = "",
                  env: dict[str, str] | None = None, secure: bool = False,
-                 authorizer: str = "") -> None:
+                 authorizer: str = "", nemesis: Nemesis | None = None) -> None:
         """`secure`: mutual TLS with certificates from `self.pki` (controllers are
         `User:controller-<id>`, `User:admin` is a super user), and `authorizer` more
-        lines of the [authorizer] table; else plaintext."""
+        lines of the [authorizer] table; else plaintext. `nemesis`: every controller
+        reaches every other through its proxy for that link (named `c<id>`), so a
+        test can partition them (`name(node_id)`, `via(client, node_id)`)."""
         self.root = root
         self.pki = TestPki(root / "tls") if secure else None
         self.cluster_id = random_cluster_id()
@@ -77,9 +80,11 @@ class ControllerCluster:
         # small ids, and a broker may not take a controller's.
         self.addresses = {FIRST_CONTROLLER_ID + i: f"127.0.0.1:{p}"
                           for i, p in enumerate(ports)}
-        voters = "\n".join(f'{i} = "{a}"' for i, a in self.addresses.items())
+        self.nemesis = nemesis
         self.nodes: dict[int, ControllerProcess] = {}
         for node_id, address in self.addresses.items():
+            voters = "\n".join(f'{i} = "{a if i == node_id else self._dial(node_id, i)}"'
+                               for i, a in self.addresses.items())
             data_dir = root / f"c{node_id}"
             format_data_dir(data_dir, self.cluster_id, node_id)
             config = root / f"c{node_id}.toml"
@@ -99,6 +104,23 @@ class ControllerCluster:
         return (self.pki.tls_table(f"controller-{node_id}",
                                    f"controller_principals = [{principals}]\n")
                 + f'\n[authorizer]\nsuper_users = ["User:admin"]\n{authorizer}')
+
+    @staticmethod
+    def name(node_id: int) -> str:
+        """The controller's name on the nemesis."""
+        return f"c{node_id}"
+
+    def _dial(self, src: int, dst: int) -> str:
+        if self.nemesis is None:
+            return self.addresses[dst]
+        return self.nemesis.link(self.name(src), self.name(dst), self.addresses[dst])
+
+    def via(self, client: str, node_id: int) -> str:
+        """The address `client` dials to reach controller `node_id` through the
+        nemesis (its own address without one)."""
+        if self.nemesis is None:
+            return self.addresses[node_id]
+        return self.nemesis.link(client, self.name(node_id), self.addresses[node_id])
 
     def credentials(self, name: str) -> TlsCredentials | None:
         """`name`'s client credentials on a secure cluster (None: plaintext)."""

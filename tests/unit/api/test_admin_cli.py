@@ -210,7 +210,18 @@ def test_no_controller_exits_3() -> None:
 def test_unknown_outcome_exits_4_with_the_request_id(
     server: ApiServer, controller: LocalController
 ) -> None:
-    controller.fail_next(ControllerTimeoutError("commit is slow"))
-    result = run(server, "topics", "create", "--name", "t")
+    # Every attempt times out until the command's deadline: the outcome stays unknown.
+    controller.fail_always(ControllerTimeoutError("commit is slow"))
+    result = run(server, "topics", "create", "--name", "t", "--timeout-ms", "600")
     assert result.exit_code == 4
     assert "outcome unknown" in result.stderr and "request id" in result.stderr
+    assert controller.calls.count("create_topics") >= 2, "resent within the deadline"
+
+
+def test_an_unknown_outcome_is_retried_and_succeeds(
+    server: ApiServer, controller: LocalController
+) -> None:
+    controller.fail_next(ControllerTimeoutError("commit is slow"))
+    result = run(server, "topics", "create", "--name", "t")
+    assert result.exit_code == 0, result.stderr
+    assert controller.calls.count("create_topics") == 2
