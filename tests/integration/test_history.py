@@ -1,0 +1,276 @@
+"""A history test on real processes: several clients create, delete, reconfigure and
+read topics while a nemesis partitions, pauses (SIGSTOP) and kills (-9) controllers;
+then the history is checked against the committed log.
+
+    .venv/bin/python -m pytest tests/integration/test_history.py -q            # ~25 s
+    HISTORY_SECONDS=300 .venv/bin/python -m pytest tests/integration/test_history.py -q
+
+The log is the linearization order (Raft commits writes in one sequence), so the
+check is exact, not a search:
+- every write acknowledged with an effect is in the log exactly once, and no request
+  id is in it twice (retries after lost answers were applied once);
+- a write acknowledged before another was sent commits before it;
+- every linearizable read's answer is the replay of the log at the offset it names,
+  and that offset covers every write acknowledged and every read answered before
+  the read was sent.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from controller.api.client import AdminClient, AdminClientError
+from controller.logformat.batch import RecordBatch
+from controller.metadata import (
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResource,
+    ConfigSource,
+    CreatableTopic,
+    MetadataState,
+    OpType,
+    ResourceType,
+)
+from tests.support.controller_processes import ControllerCluster, ControllerProcess
+from tests.support.nemesis import Nemesis
+from tests.support.polling import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SECONDS = float(os.environ.get("HISTORY_SECONDS", "20"))
+CLIENTS = 4  # the last one only reads: it stays with the controller it reads from
+TOPICS = tuple(f"h{i}" for i in range(6))
+SEED = int(os.environ.get("HISTORY_SEED", "11"))
+
+
+@attrs.define
+class Op:
+    client: int
+    kind: str  # create | delete | config | list | configs
+    topic: str
+    start_s: float
+    end_s: float = 0.0
+    # "ok", "unknown" (no answer in time), "failed" (refused, not applied)
+    outcome: str = ""
+    value: Any = None
+    request_id: str = ""
+    read_offset: int | None = None
+
+
+def _run_client(index: int, cluster: ControllerCluster, stop: threading.Event,
+                history: list[Op], lock: threading.Lock) -> None:
+    rng = random.Random(SEED * 100 + index)
+    bootstrap = [cluster.via(f"client{index}", i) for i in cluster.nodes]
+    with AdminClient(bootstrap, timeout_ms=8_000) as admin:
+        kinds = ("list", "configs") if index == CLIENTS - 1 else \
+            ("create", "create", "delete", "config", "list", "configs")
+        while not stop.is_set():
+            kind = rng.choice(kinds)
+            op = Op(index, kind, rng.choice(TOPICS), time.monotonic())
+            try:
+                op.value = _call(admin, op, rng, serial=len(history) * CLIENTS + index)
+                op.outcome = "ok"
+            except AdminClientError as exc:
+                op.outcome = "unknown" if type(exc).__name__ == "OutcomeUnknownError" \
+                    else "failed"
+            op.end_s = time.monotonic()
+            op.request_id = admin.last_request_id
+            op.read_offset = admin.last_read_offset if kind in ("list", "configs") else None
+            with lock:
+                history.append(op)
+
+
+def _call(admin: AdminClient, op: Op, rng: random.Random, serial: int) -> Any:
+    if op.kind == "create":
+        return admin.create_topics([CreatableTopic(op.topic, 1, rng.randint(1, 3))])
+    if op.kind == "delete":
+        return admin.delete_topics([op.topic])
+    if op.kind == "config":
+        return admin.incremental_alter_configs([AlterConfigsResource(
+            ConfigResource(ResourceType.TOPIC, op.topic),
+            # A value no other write sets: every acknowledged change is a record.
+            (AlterConfigOp("retention.ms", OpType.SET, str(1000 + serial)),))])
+    if op.kind == "list":
+        return tuple(sorted(t.name for t in admin.list_topics()))
+    return _configs_view(admin.describe_configs([ConfigResource(ResourceType.TOPIC, op.topic)]))
+
+
+def _configs_view(results: Any) -> Any:
+    """What a configs read is compared on: per resource, its error and dynamic values."""
+    return tuple((r.error.code, tuple(sorted((e.key, e.value) for e in r.entries
+                                             if e.source is ConfigSource.DYNAMIC_TOPIC)))
+                 for r in results)
+
+
+def _nemesis(cluster: ControllerCluster, nemesis: Nemesis, stop: threading.Event,
+             faults: list[str]) -> None:
+    rng = random.Random(SEED)
+    names = [cluster.name(i) for i in cluster.nodes]
+    clients = [f"client{i}" for i in range(CLIENTS)]
+    while not stop.wait(rng.uniform(0.5, 1.5)):
+        leader = cluster.active_node()
+        victim = leader if leader is not None and rng.random() < 0.6 \
+            else rng.choice(list(cluster.nodes.values()))
+        fault = rng.choice(("isolate", "isolate", "split_clients", "pause", "kill", "slow"))
+        faults.append(f"{fault}:{victim.node_id}")
+        name = cluster.name(victim.node_id)
+        if fault == "isolate":
+            nemesis.isolate(name, names)
+        elif fault == "split_clients":
+            for client in rng.sample(clients, 2):
+                nemesis.cut(client, name)
+        elif fault == "slow":
+            for other in names:
+                nemesis.delay(name, other, rng.randint(50, 300))
+        elif fault == "pause":
+            victim.signal(signal.SIGSTOP)
+        elif fault == "kill":
+            victim.kill()
+        stop.wait(rng.uniform(1.0, 3.0))
+        nemesis.heal()
+        if fault == "pause":
+            victim.signal(signal.SIGCONT)
+        elif fault == "kill":
+            victim.start()
+
+
+def _committed_log(cluster: ControllerCluster, barrier_request_id: str) -> list[RecordBatch]:
+    """The committed log: every node's log agrees up to the barrier write's batch,
+    which committed after everything in the history; keep up to it."""
+    logs = [node.read_log() for node in cluster.nodes.values()]
+    cut = None
+    for log in logs:
+        for i, batch in enumerate(log):
+            if batch.origin.request_id == barrier_request_id:
+                cut = log[:i + 1]
+                break
+        if cut is not None:
+            break
+    assert cut is not None, "the barrier write is in no log"
+    end = cut[-1].next_offset
+    want = [(b.base_offset, b.epoch, b.records) for b in cut]
+    for log in logs:  # a majority holds it; any node that does has the same prefix
+        if log and log[-1].next_offset >= end:
+            mine = [(b.base_offset, b.epoch, b.records) for b in log if b.next_offset <= end]
+            assert mine == want, "the logs differ below the commit point"
+    return cut
+
+
+class _Replay:
+    """The committed log replayed, readable at the end of any batch."""
+
+    def __init__(self, log: list[RecordBatch]) -> None:
+        self.state = MetadataState(cluster_id="check", rng=random.Random(0))
+        self.state.registry.create_snapshot(-1)
+        self.ends = {0}
+        for batch in log:
+            if not batch.is_control:
+                self.state.replay_encoded(batch.records, batch.base_offset)
+            self.state.registry.create_snapshot(batch.last_offset)
+            self.ends.add(batch.next_offset)
+
+    def read(self, op: Op, offset: int) -> Any:
+        epoch = offset - 1
+        if op.kind == "list":
+            return tuple(sorted(t.name for t in self.state.replication.list_topics(epoch)))
+        return _configs_view(self.state.configs.describe_configs(
+            [ConfigResource(ResourceType.TOPIC, op.topic)], epoch))
+
+
+def _check(history: list[Op], log: list[RecordBatch]) -> dict[str, int]:
+    by_id: dict[str, list[RecordBatch]] = {}
+    for batch in log:
+        if batch.origin.request_id and not batch.is_control:
+            by_id.setdefault(batch.origin.request_id, []).append(batch)
+    twice = {rid: [b.base_offset for b in bs] for rid, bs in by_id.items() if len(bs) > 1}
+    assert not twice, f"request ids applied more than once: {twice}"
+    replay = _Replay(log)
+    ops = sorted(history, key=lambda o: o.start_s)
+    acked: list[tuple[float, int]] = []  # (answered at, end offset of its batch)
+    for op in ops:
+        if op.outcome != "ok" or op.kind in ("list", "configs"):
+            continue
+        applied = any(r.error.ok for r in op.value)
+        batches = by_id.get(op.request_id, [])
+        if applied:
+            assert batches, f"acknowledged {op} is not in the committed log: lost"
+            acked.append((op.end_s, batches[0].next_offset))
+        else:
+            assert not batches, f"{op} answered with no effect but is in the log"
+    # Real-time order of writes, and the reads.
+    counts = {"writes": len(acked), "reads": 0, "unknown": 0}
+    answered_reads: list[tuple[float, int]] = []
+    for op in ops:
+        if op.outcome == "unknown":
+            counts["unknown"] += 1
+        floor = max((end for at, end in acked if at < op.start_s), default=0)
+        if op.outcome != "ok":
+            continue
+        if op.kind in ("list", "configs"):
+            offset = op.read_offset
+            assert offset is not None and offset in replay.ends, op
+            read_floor = max((o for at, o in answered_reads if at < op.start_s), default=0)
+            assert offset >= max(floor, read_floor), \
+                f"stale read {op}: offset {offset} below {max(floor, read_floor)}"
+            assert op.value == replay.read(op, offset), \
+                f"read {op} differs from the log at {offset}: {replay.read(op, offset)}"
+            answered_reads.append((op.end_s, offset))
+            counts["reads"] += 1
+        elif any(r.error.ok for r in op.value):
+            own = by_id[op.request_id][0].base_offset
+            assert own >= floor, f"{op} committed at {own}, before a write acknowledged " \
+                f"ahead of it (at {floor})"
+    return counts
+
+
+def test_history_under_partitions_pauses_and_kills_is_linearizable(tmp_path: Path) -> None:
+    nemesis = Nemesis(seed=SEED)
+    # A cut-off leader believes it leads for 3 s (check quorum): a wide window for
+    # stale reads, should reads ever be answered without confirming leadership.
+    cluster = ControllerCluster(tmp_path, 3, nemesis=nemesis,
+                                extra_config="[raft]\ncheck_quorum_timeout_ms = 3000\n")
+    history: list[Op] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    faults: list[str] = []
+    try:
+        cluster.start()
+        wait_until(cluster.active_node, 30, "an active controller")
+        cluster.register_brokers([1, 2, 3])
+        clients = [threading.Thread(target=_run_client, args=(i, cluster, stop, history, lock))
+                   for i in range(CLIENTS)]
+        chaos = threading.Thread(target=_nemesis, args=(cluster, nemesis, stop, faults))
+        for thread in (*clients, chaos):
+            thread.start()
+        time.sleep(SECONDS)  # the run's length, not a wait for a condition
+        stop.set()
+        for thread in (*clients, chaos):
+            thread.join(60)
+            assert not thread.is_alive()
+        nemesis.heal()
+        node: ControllerProcess
+        for node in cluster.nodes.values():
+            if not node.running:
+                node.start()
+        # A barrier write: once committed, everything before it in the log is too.
+        with AdminClient(cluster.bootstrap, timeout_ms=30_000) as admin:
+            assert admin.create_topics([CreatableTopic("barrier", 1, 1)])[0].error.ok
+            barrier = admin.last_request_id
+        cluster.close()
+        counts = _check(history, _committed_log(cluster, barrier))
+    finally:
+        stop.set()
+        nemesis.close()
+        cluster.close()
+    print(f"history: {len(history)} ops, {counts}, faults: {faults}")
+    assert counts["writes"] > 10 and counts["reads"] > 10, counts
+    assert len(faults) >= 3, faults
