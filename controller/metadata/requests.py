@@ -9,8 +9,10 @@ original answer, without doing the work again; a write still uncommitted is
 answered when its batch commits.
 
 Bounds, applied by replay alone so every controller evicts the same entries at the
-same offsets: entries older than `retention_ms` (measured against the newest
-entry's time) and the oldest beyond `max_entries` go. An answer larger than
+same offsets (so they are constants of the record format, not settings a controller
+could disagree on): entries older than `retention_ms` (measured against the newest
+entry's time), the oldest beyond `max_entries`, and the oldest while the answers
+kept exceed `MAX_TOTAL_RESPONSE_BYTES` go. An answer larger than
 `MAX_RESPONSE_BYTES` is not kept (`result_dropped`): its retry learns that the write
 was applied, not the per-item detail. A retry outside the window is a new request.
 """
@@ -20,12 +22,14 @@ from __future__ import annotations
 import attrs
 
 from controller.records import MetadataRecord, RequestResultRecord, make_record
-from timeline import SnapshotRegistry, TimelineHashMap, TimelineSortedMap
+from timeline import SnapshotRegistry, TimelineHashMap, TimelineLong, TimelineSortedMap
 
 DEFAULT_MAX_ENTRIES = 20_000
 DEFAULT_RETENTION_MS = 10 * 60 * 1000
 # Answers above this are not kept (a 10,000-topic create answers ~0.5 MB).
 MAX_RESPONSE_BYTES = 64 * 1024
+# All answers kept, together: the table's memory bound (with the keys, ~2x this).
+MAX_TOTAL_RESPONSE_BYTES = 32 * 1024 * 1024
 # The request id and principal are clipped to this by the API layer (batch origin).
 MAX_KEY_CHARS = 256
 
@@ -46,10 +50,13 @@ class RequestControlManager:
     """Owns the table; generates its records, and replay is its only mutator."""
 
     def __init__(self, registry: SnapshotRegistry, *, max_entries: int = DEFAULT_MAX_ENTRIES,
-                 retention_ms: int = DEFAULT_RETENTION_MS) -> None:
-        assert max_entries > 0 and retention_ms > 0
+                 retention_ms: int = DEFAULT_RETENTION_MS,
+                 max_total_bytes: int = MAX_TOTAL_RESPONSE_BYTES) -> None:
+        assert max_entries > 0 and retention_ms > 0 and max_total_bytes > 0
         self.max_entries = max_entries
         self.retention_ms = retention_ms
+        self.max_total_bytes = max_total_bytes
+        self._total_bytes = TimelineLong(registry, 0)
         self._outcomes: TimelineHashMap[RequestKey, RequestOutcome] = TimelineHashMap(registry)
         # (time, principal, request id): the eviction order.
         self._by_time: TimelineSortedMap[tuple[int, str, str], None] = TimelineSortedMap(registry)
@@ -93,8 +100,10 @@ class RequestControlManager:
             # Only a snapshot replays an entry again (the generator never writes a
             # known key); keep one eviction slot per key.
             del self._by_time[(old.time_ms, *key)]
+            self._total_bytes.set(self._total_bytes.get() - len(old.response))
         self._outcomes[key] = RequestOutcome(record.method, record.time_ms, offset,
                                              bytes(record.response), record.result_dropped)
+        self._total_bytes.set(self._total_bytes.get() + len(record.response))
         self._by_time[(record.time_ms, *key)] = None
         self._evict(newest_ms=max(record.time_ms, self._newest_ms()))
 
@@ -108,10 +117,16 @@ class RequestControlManager:
             first = self._by_time.first_key()
             if first is None:
                 return
-            if first[0] >= floor and len(self._outcomes) <= self.max_entries:
+            if first[0] >= floor and len(self._outcomes) <= self.max_entries \
+                    and self._total_bytes.get() <= self.max_total_bytes:
                 return
             del self._by_time[first]
+            gone = self._outcomes[(first[1], first[2])]
             del self._outcomes[(first[1], first[2])]
+            self._total_bytes.set(self._total_bytes.get() - len(gone.response))
+
+    def total_bytes(self, epoch: int | None = None) -> int:
+        return self._total_bytes.get(epoch)
 
     def snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
         return [make_record(RequestResultRecord(

@@ -50,6 +50,15 @@ def test_the_count_bound_drops_the_oldest() -> None:
     assert table.size() == 3
 
 
+def test_the_answers_kept_stay_within_their_byte_bound() -> None:
+    table = RequestControlManager(SnapshotRegistry(), max_entries=100, retention_ms=10**9,
+                                  max_total_bytes=1_000)
+    for i in range(10):
+        table.replay(table.result_record("p", f"r{i}", "m", i, b"x" * 300).request_result, i)
+    assert table.total_bytes() <= 1_000
+    assert [key[1] for key, _ in table.entries()] == ["r7", "r8", "r9"]
+
+
 def test_an_answer_too_large_to_keep_is_marked_dropped() -> None:
     record = RequestControlManager.result_record("p", "r", "m", 0,
                                                  b"x" * (MAX_RESPONSE_BYTES + 1))
