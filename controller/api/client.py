@@ -275,6 +275,10 @@ class AdminClient:
         payload = stream.call(method, request.SerializeToString(), timeout_s)
         return _RESPONSE_CLASSES[method].FromString(payload), stream.last_trailing
 
+    def _new_request_id(self) -> str:
+        """One per call, kept across its retries (what makes them exactly-once)."""
+        return uuid.uuid4().hex
+
     def _target(self) -> str:
         if self.leader_address is not None:
             return self.leader_address
@@ -282,7 +286,7 @@ class AdminClient:
 
     def _call(self, method: str, request: Any) -> Any:
         write = ADMIN_RPCS_BY_NAME[method].write
-        request_id = uuid.uuid4().hex
+        request_id = self._new_request_id()
         self.last_request_id = request_id
         request.header.request_id = request_id
         if not write:
