@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class AdminStub:
-    """Reads are answered at the committed offset. Every method needs the permission
+    """Reads are answered at a committed offset (linearizable unless the header asks for a
+    stale read), named in trailing metadata x-metakraft-read-offset; writes with a
+    request id are applied at most once (a retry gets the first answer). Every method
+    needs the permission
     named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
     """
 
@@ -134,7 +137,10 @@ class AdminStub:
 
 
 class AdminServicer:
-    """Reads are answered at the committed offset. Every method needs the permission
+    """Reads are answered at a committed offset (linearizable unless the header asks for a
+    stale read), named in trailing metadata x-metakraft-read-offset; writes with a
+    request id are applied at most once (a retry gets the first answer). Every method
+    needs the permission
     named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
     """
 
@@ -360,7 +366,10 @@ def add_AdminServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Admin:
-    """Reads are answered at the committed offset. Every method needs the permission
+    """Reads are answered at a committed offset (linearizable unless the header asks for a
+    stale read), named in trailing metadata x-metakraft-read-offset; writes with a
+    request id are applied at most once (a retry gets the first answer). Every method
+    needs the permission
     named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
     """
 

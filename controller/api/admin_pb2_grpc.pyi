@@ -65,7 +65,10 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AdminStub:
-    """Reads are answered at the committed offset. Every method needs the permission
+    """Reads are answered at a committed offset (linearizable unless the header asks for a
+    stale read), named in trailing metadata x-metakraft-read-offset; writes with a
+    request id are applied at most once (a retry gets the first answer). Every method
+    needs the permission
     named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
     """
 
@@ -96,7 +99,10 @@ class AdminStub:
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
-    """Reads are answered at the committed offset. Every method needs the permission
+    """Reads are answered at a committed offset (linearizable unless the header asks for a
+    stale read), named in trailing metadata x-metakraft-read-offset; writes with a
+    request id are applied at most once (a retry gets the first answer). Every method
+    needs the permission
     named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
     """
 
@@ -123,7 +129,10 @@ class AdminAsyncStub(AdminStub):
     """Any of the unary methods above, multiplexed (see StreamRequest)."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
-    """Reads are answered at the committed offset. Every method needs the permission
+    """Reads are answered at a committed offset (linearizable unless the header asks for a
+    stale read), named in trailing metadata x-metakraft-read-offset; writes with a
+    request id are applied at most once (a retry gets the first answer). Every method
+    needs the permission
     named in controller/api/rpcs.py (PERMISSION_DENIED otherwise, nothing written).
     """
 
