@@ -107,8 +107,11 @@ class LeaderMixin(NodeState):
         if check is FetchCheck.VALID:
             state.record_fetch(req.src, req.fetch_offset, self.now_ms)
             self.update_high_watermark()
+            # A barrier no response carried yet is news too: reads wait on it.
             has_news = (
-                req.fetch_offset < self.log.end_offset or req.high_watermark != self.high_watermark
+                req.fetch_offset < self.log.end_offset
+                or req.high_watermark != self.high_watermark
+                or not state.reads.current_sent
             )
             if has_news or req.max_wait_ms <= 0:
                 self._answer_fetch(req)

@@ -19,6 +19,8 @@ Commands:
   heal                      remove every cut
   propose N "r1" ["r2"..]   propose one batch on N (must succeed)
   propose-fail N ERROR ...  propose must fail with ERROR (NOT_LEADER, TOO_LARGE, EMPTY)
+  read N ID                 ask N for a linearizable read (ReadIndex) with id ID
+  read-fail N ERROR ID      the read must be refused with ERROR (NOT_LEADER, BUSY)
   crash N / restart N       lose unflushed writes and undrained state / start again
   resign N                  graceful leader shutdown (EndQuorumEpoch)
   compact N                 snapshot N's state machine at its high watermark, drop the log below
@@ -37,6 +39,7 @@ Commands:
   expect sent TYPE k=v ...  some message sent since the last `deliver`/`drop` matches
   expect not-sent TYPE k=v ...
   expect snapshots-loaded N COUNT
+  expect reads N ID@INDEX ...  the reads N confirmed so far, in order (none: no args)
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ class Node:
         self.qs: QuorumState | None = None
         self.raft: RaftNode | None = None
         self.applied: list[RecordBatch] = []
+        # Reads confirmed (Ready.reads), as "id@index".
+        self.reads: list[str] = []
         self.manual_flush = False
         self.pending_flushes: list[int] = []
         self.snapshots_loaded = 0
@@ -121,6 +126,7 @@ class Script:
                 self.queue.append(message)
                 self.sent.append(message)
             node.applied.extend(ready.committed)
+            node.reads.extend(f"{r.read_id}@{r.index}" for r in ready.reads)
             if ready.flush_to_offset is not None:
                 node.pending_flushes.append(ready.flush_to_offset)
             if not node.manual_flush and node.pending_flushes:
@@ -245,6 +251,17 @@ class Script:
         if result.error is not ProposeError[error]:
             raise ScriptError(f"propose on {node_id}: expected {error}, got {result}")
 
+    def cmd_read(self, node_id: str, read_id: str) -> None:
+        error = self.raft(int(node_id)).read_index(int(read_id), self.now_ms)
+        if error is not None:
+            raise ScriptError(f"read {read_id} on {node_id} refused: {error.name}")
+        self._drain(self.nodes[int(node_id)])
+
+    def cmd_read_fail(self, node_id: str, error: str, read_id: str) -> None:
+        got = self.raft(int(node_id)).read_index(int(read_id), self.now_ms)
+        if got is not ProposeError[error]:
+            raise ScriptError(f"read {read_id} on {node_id}: expected {error}, got {got}")
+
     def cmd_crash(self, node_id: str) -> None:
         node = self.nodes[int(node_id)]
         node.raft = None
@@ -308,6 +325,11 @@ class Script:
                 raise ScriptError(
                     f"node {node.config.node_id} knows {raft.leader}, not {node_id}@{epoch}"
                 )
+
+    def expect_reads(self, node_id: str, *reads: str) -> None:
+        actual = self.nodes[int(node_id)].reads
+        if actual != list(reads):
+            raise ScriptError(f"node {node_id} confirmed reads {actual}, expected {list(reads)}")
 
     def expect_epoch(self, node_id: str, epoch: str) -> None:
         actual = self.raft(int(node_id)).epoch
