@@ -58,6 +58,12 @@ C1, C2, C3 = 3000, 3001, 3002
 VOTERS = {C1: "127.0.0.1:9101", C2: "127.0.0.1:9102", C3: "127.0.0.1:9103"}
 ALICE = Origin("alice", "ipv4:10.0.0.5:4100", "req-a")
 BOB = Origin("bob", "ipv4:10.0.0.6:4200", "req-b")
+
+
+def req(who: Origin, n: int) -> Origin:
+    """`who`'s n-th request: each write has its own request id, as a client gives it
+    (the controller answers a repeated id with the first answer, applying nothing)."""
+    return attrs.evolve(who, request_id=f"{who.request_id}{n}")
 START_MS = 1_700_000_000_000
 SESSION_MS = 9_000
 
@@ -167,17 +173,17 @@ class Script:
             await self.register(bid)
             self.tick(100)
         await self.step()
-        await self.create("orders", ALICE, num_partitions=3, replication_factor=3,
+        await self.create("orders", req(ALICE, 1), num_partitions=3, replication_factor=3,
                           assignments=())
         await self.step()
-        await self.create("logs", BOB, assignments=((0, 1), (1, 2)))
-        await self.create("fragile", ALICE, assignments=((1, 3),))
+        await self.create("logs", req(BOB, 1), assignments=((0, 1), (1, 2)))
+        await self.create("fragile", req(ALICE, 2), assignments=((1, 3),))
         await self.step()
-        await self.set_config("orders", "retention.ms", "1000", ALICE)
+        await self.set_config("orders", "retention.ms", "1000", req(ALICE, 3))
         await self.step()
-        await self.set_config("orders", "retention.ms", "2000", ALICE)
+        await self.set_config("orders", "retention.ms", "2000", req(ALICE, 4))
         res = await api().create_partitions([CreatePartitionsTopic("orders", 4)],
-                                            validate_only=False, origin=ALICE)
+                                            validate_only=False, origin=req(ALICE, 5))
         assert res[0].error.ok, res
         # Broker 2 dies: it stops heartbeating and the controller fences it.
         self.alive.discard(2)
@@ -196,7 +202,7 @@ class Script:
         await self.step()
         # Reassign logs-0 from [0, 1] to [1, 3]; broker 3 catches up on its next heartbeat.
         res2 = await api().alter_partition_reassignments(
-            [ReassignmentRequest("logs", 0, (1, 3))], origin=BOB)
+            [ReassignmentRequest("logs", 0, (1, 3))], origin=req(BOB, 2))
         assert res2[0].error.ok, res2
         await self.step(2_000)
         await self.step()
@@ -211,15 +217,15 @@ class Script:
         self.alive.add(3)
         await self.step()
         res3 = await api().elect_leaders([TopicPartition("fragile", 0)], ElectionType.UNCLEAN,
-                                         origin=ALICE)
+                                         origin=req(ALICE, 6))
         assert res3[0].error.ok, res3
         self.alive.add(1)
         await self.step()
         await self.step()
-        res4 = await api().delete_topics(["logs"], origin=BOB)
+        res4 = await api().delete_topics(["logs"], origin=req(BOB, 3))
         assert res4[0].error.ok, res4
         await self.step()
-        await self.set_config("orders", "retention.ms", None, ALICE)
+        await self.set_config("orders", "retention.ms", None, req(ALICE, 7))
         await self.step()
 
 

@@ -27,11 +27,11 @@ def test_topic_lifecycle_who_when_epoch(df: Any, log_dir: tuple[Path, Known]) ->
     rows = [(r.topic_name, r.event, r.partitions, r.principal, r.epoch, r.request_id)
             for r in audit.topic_lifecycle(df).collect()]
     assert rows == [
-        ("orders", "created", 3, "alice", 1, "req-a"),
-        ("logs", "created", 2, "bob", 1, "req-b"),
-        ("fragile", "created", 1, "alice", 1, "req-a"),
-        ("orders", "partitions_added", 1, "alice", 1, "req-a"),
-        ("logs", "deleted", 0, "bob", known.failover_epoch, "req-b"),
+        ("orders", "created", 3, "alice", 1, "req-a1"),
+        ("logs", "created", 2, "bob", 1, "req-b1"),
+        ("fragile", "created", 1, "alice", 1, "req-a2"),
+        ("orders", "partitions_added", 1, "alice", 1, "req-a5"),
+        ("logs", "deleted", 0, "bob", known.failover_epoch, "req-b3"),
     ]
 
 

@@ -47,7 +47,7 @@ def test_origin_and_topic_names(spark: Any, log_dir: tuple[Path, Known]) -> None
     assert {r.record_type for r in rows} >= {"topic", "partition", "partition_change"}
     created = df.where("record_type = 'topic' AND topic_name = 'logs'").first()
     assert (created.principal, created.client_address, created.request_id) == (
-        "bob", "ipv4:10.0.0.6:4200", "req-b")
+        "bob", "ipv4:10.0.0.6:4200", "req-b1")
 
 
 def test_corrupt_log_fails_naming_file_or_reports_in_column(
