@@ -1,6 +1,6 @@
 """A history test on real processes: several clients create, delete, reconfigure and
-read topics while a nemesis partitions, pauses (SIGSTOP) and kills (-9) controllers;
-then the history is checked against the committed log.
+read topics while a nemesis partitions, pauses (SIGSTOP) and kills (-9) controllers
+and broker agents; then the history is checked against the committed log.
 
     .venv/bin/python -m pytest tests/integration/test_history.py -q            # ~25 s
     HISTORY_SECONDS=300 .venv/bin/python -m pytest tests/integration/test_history.py -q
@@ -12,7 +12,8 @@ check is exact, not a search:
 - a write acknowledged before another was sent commits before it;
 - every linearizable read's answer is the replay of the log at the offset it names,
   and that offset covers every write acknowledged and every read answered before
-  the read was sent.
+  the read was sent;
+- once healed, every broker's local replicas are its assignment in the final state.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import attrs
 import pytest
 
+from broker_agent.reconciler import replica_dir_name
 from controller.api.client import AdminClient, AdminClientError
 from controller.logformat.batch import RecordBatch
 from controller.metadata import (
@@ -40,6 +42,7 @@ from controller.metadata import (
     OpType,
     ResourceType,
 )
+from tests.support.broker_processes import BrokerProcess
 from tests.support.controller_processes import ControllerCluster, ControllerProcess
 from tests.support.nemesis import Nemesis
 from tests.support.polling import wait_until
@@ -48,6 +51,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SECONDS = float(os.environ.get("HISTORY_SECONDS", "20"))
 CLIENTS = 4  # the last one only reads: it stays with the controller it reads from
+BROKERS = (1, 2, 3)
 TOPICS = tuple(f"h{i}" for i in range(6))
 SEED = int(os.environ.get("HISTORY_SEED", "11"))
 
@@ -111,20 +115,25 @@ def _configs_view(results: Any) -> Any:
                  for r in results)
 
 
-def _nemesis(cluster: ControllerCluster, nemesis: Nemesis, stop: threading.Event,
-             faults: list[str]) -> None:
+def _nemesis(cluster: ControllerCluster, brokers: dict[int, BrokerProcess], nemesis: Nemesis,
+             stop: threading.Event, faults: list[str]) -> None:
     rng = random.Random(SEED)
     names = [cluster.name(i) for i in cluster.nodes]
     clients = [f"client{i}" for i in range(CLIENTS)]
     while not stop.wait(rng.uniform(0.5, 1.5)):
         leader = cluster.active_node()
-        victim = leader if leader is not None and rng.random() < 0.6 \
-            else rng.choice(list(cluster.nodes.values()))
-        fault = rng.choice(("isolate", "isolate", "split_clients", "pause", "kill", "slow"))
-        faults.append(f"{fault}:{victim.node_id}")
-        name = cluster.name(victim.node_id)
+        everyone: list[ControllerProcess | BrokerProcess] = [*cluster.nodes.values(),
+                                                             *brokers.values()]
+        victim = leader if leader is not None and rng.random() < 0.5 else rng.choice(everyone)
+        if isinstance(victim, BrokerProcess):
+            fault = rng.choice(("isolate", "pause", "kill"))
+            name = f"b{victim.broker_id}"
+        else:
+            fault = rng.choice(("isolate", "isolate", "split_clients", "pause", "kill", "slow"))
+            name = cluster.name(victim.node_id)
+        faults.append(f"{fault}:{name}")
         if fault == "isolate":
-            nemesis.isolate(name, names)
+            nemesis.isolate(name, names)  # a broker: from every controller
         elif fault == "split_clients":
             for client in rng.sample(clients, 2):
                 nemesis.cut(client, name)
@@ -232,12 +241,40 @@ def _check(history: list[Op], log: list[RecordBatch]) -> dict[str, int]:
     return counts
 
 
+def _assignment(topics: Any) -> dict[int, dict[str, bool]]:
+    """Broker -> its replicas (directory name -> leads it) in described topics."""
+    want: dict[int, dict[str, bool]] = {b: {} for b in BROKERS}
+    for topic in topics:
+        for part in topic.partitions:
+            reg = part.registration
+            for b in reg.replicas:
+                want.setdefault(b, {})[replica_dir_name(topic.name, part.partition_id)] = \
+                    reg.leader == b
+    return want
+
+
+def _brokers_converged(brokers: dict[int, BrokerProcess], want: dict[int, dict[str, bool]]
+                       ) -> bool:
+    """Every broker runs and holds exactly its replicas, as leader where it leads."""
+    for b, broker in brokers.items():
+        if broker.status()["state"] != "RUNNING":
+            return False
+        have = {name: doc["role"] == "leader" for name, doc in broker.local_state().items()}
+        if have != want[b]:
+            return False
+    return True
+
+
 def test_history_under_partitions_pauses_and_kills_is_linearizable(tmp_path: Path) -> None:
     nemesis = Nemesis(seed=SEED)
     # A cut-off leader believes it leads for 3 s (check quorum): a wide window for
     # stale reads, should reads ever be answered without confirming leadership.
-    cluster = ControllerCluster(tmp_path, 3, nemesis=nemesis,
+    # Brokers silent for 3 s are fenced (their partitions' leadership moves).
+    cluster = ControllerCluster(tmp_path, 3, nemesis=nemesis, session_timeout_ms=3_000,
                                 extra_config="[raft]\ncheck_quorum_timeout_ms = 3000\n")
+    brokers = {b: BrokerProcess(b, cluster.cluster_id, tmp_path,
+                                {i: cluster.via(f"b{b}", i) for i in cluster.nodes})
+               for b in BROKERS}
     history: list[Op] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -245,10 +282,14 @@ def test_history_under_partitions_pauses_and_kills_is_linearizable(tmp_path: Pat
     try:
         cluster.start()
         wait_until(cluster.active_node, 30, "an active controller")
-        cluster.register_brokers([1, 2, 3])
+        for broker in brokers.values():
+            broker.start()
+        for broker in brokers.values():
+            wait_until(lambda broker=broker: broker.status()["state"] == "RUNNING",  # type: ignore[misc]
+                       30, f"broker {broker.broker_id} running")
         clients = [threading.Thread(target=_run_client, args=(i, cluster, stop, history, lock))
                    for i in range(CLIENTS)]
-        chaos = threading.Thread(target=_nemesis, args=(cluster, nemesis, stop, faults))
+        chaos = threading.Thread(target=_nemesis, args=(cluster, brokers, nemesis, stop, faults))
         for thread in (*clients, chaos):
             thread.start()
         time.sleep(SECONDS)  # the run's length, not a wait for a condition
@@ -257,19 +298,27 @@ def test_history_under_partitions_pauses_and_kills_is_linearizable(tmp_path: Pat
             thread.join(60)
             assert not thread.is_alive()
         nemesis.heal()
-        node: ControllerProcess
-        for node in cluster.nodes.values():
-            if not node.running:
-                node.start()
+        for child in (*cluster.nodes.values(), *brokers.values()):
+            if not child.running:
+                child.start()
         # A barrier write: once committed, everything before it in the log is too.
         with AdminClient(cluster.bootstrap, timeout_ms=30_000) as admin:
             assert admin.create_topics([CreatableTopic("barrier", 1, 1)])[0].error.ok
             barrier = admin.last_request_id
+            # Nothing changes any more: the brokers converge to this.
+            want = _assignment(admin.describe_topics())
+        wait_until(lambda: _brokers_converged(brokers, want), 60,
+                   "every broker reconciled to the final assignment")
+        for broker in brokers.values():
+            broker.terminate()
         cluster.close()
         counts = _check(history, _committed_log(cluster, barrier))
     finally:
         stop.set()
         nemesis.close()
+        for broker in brokers.values():
+            if broker.running:
+                broker.terminate(timeout_s=5.0)
         cluster.close()
     print(f"history: {len(history)} ops, {counts}, faults: {faults}")
     assert counts["writes"] > 10 and counts["reads"] > 10, counts
