@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
 import attrs
-from google.protobuf.message import DecodeError
 
 from broker_agent.image import (
     ConfigResourceKey,
@@ -28,17 +27,15 @@ from broker_agent.image import (
 )
 from broker_agent.pmap import PersistentMap
 from controller.records import (
-    RECORD_TYPES,
     MetadataRecord,
     decode_record,
-    record_payload,
-    record_type,
+    partition_wire,
 )
 from controller.records import metadata_pb2 as pb
-from controller.records.convert import broker_from_record, partition_from_record, shared_ids
+from controller.records.convert import broker_from_record, partition_from_record
+from controller.records.dispatch import RecordHandler, dispatch
 from controller.records.domain import (
     BrokerRegistration,
-    LeaderRecoveryState,
     PartitionRegistration,
 )
 
@@ -70,7 +67,7 @@ class ImageChanges:
         return not (self.changed_partitions or self.removed_topics or self.brokers_changed)
 
 
-class MetadataDelta:
+class MetadataDelta(RecordHandler):
     def __init__(self, base: MetadataImage) -> None:
         self.base = base
         self._topics = base.topics
@@ -93,30 +90,12 @@ class MetadataDelta:
 
     def replay(self, record: MetadataRecord, offset: int) -> None:
         assert offset > self._offset, f"replay at {offset} after {self._offset}"
-        kind = record_type(record)
-        payload = record_payload(record)
-        if kind == "partition_change":  # the hot path first
-            self._partition_change(payload)  # type: ignore[arg-type]
-        elif kind == "partition":
-            self._partition(payload)  # type: ignore[arg-type]
-        elif kind == "topic":
-            self._topic(payload)  # type: ignore[arg-type]
-        elif kind == "remove_topic":
-            self._remove_topic(payload)  # type: ignore[arg-type]
-        elif kind == "register_broker":
-            reg = broker_from_record(payload)  # type: ignore[arg-type]
-            self._set_broker(reg)
-        elif kind == "unregister_broker":
-            self._unregister(payload)  # type: ignore[arg-type]
-        elif kind == "broker_registration_change":
-            self._broker_change(payload)  # type: ignore[arg-type]
-        elif kind == "config":
-            self._config(payload)  # type: ignore[arg-type]
-        elif kind == "feature_level":
-            self._feature(payload)  # type: ignore[arg-type]
-        elif kind not in _IGNORED:
-            raise DeltaReplayError(f"record at offset {offset} has unknown type {kind!r}")
+        dispatch(record, self, offset)
         self._offset = offset
+
+    def unhandled(self, kind: str, offset: int) -> None:
+        if kind not in _IGNORED:
+            raise DeltaReplayError(f"record at offset {offset} has unknown type {kind!r}")
 
     # -- topics and partitions ---------------------------------------------------------
 
@@ -129,19 +108,19 @@ class MetadataDelta:
             parts = self._parts[topic_id] = dict(topic.partitions)
         return parts
 
-    def _topic(self, record: pb.TopicRecord) -> None:
+    def on_topic(self, record: pb.TopicRecord, offset: int) -> None:
         if record.name in self._topic_ids or record.topic_id in self._topics:
             raise DeltaReplayError(f"topic {record.name!r} ({record.topic_id}) already exists")
         self._topics = self._topics.set(record.topic_id, TopicImage(record.name, record.topic_id))
         self._topic_ids = self._topic_ids.set(record.name, record.topic_id)
         self._parts[record.topic_id] = {}
 
-    def _partition(self, record: pb.PartitionRecord) -> None:
+    def on_partition(self, record: pb.PartitionRecord, offset: int) -> None:
         parts = self._working(record.topic_id)
         parts[record.partition_id] = partition_from_record(record)
         self._changed.add((record.topic_id, record.partition_id))
 
-    def _partition_change(self, record: pb.PartitionChangeRecord) -> None:
+    def on_partition_change(self, record: pb.PartitionChangeRecord, offset: int) -> None:
         parts = self._working(record.topic_id)
         old = parts.get(record.partition_id)
         if old is None:
@@ -150,7 +129,7 @@ class MetadataDelta:
         parts[record.partition_id] = old.merge(record)
         self._changed.add((record.topic_id, record.partition_id))
 
-    def _remove_topic(self, record: pb.RemoveTopicRecord) -> None:
+    def on_remove_topic(self, record: pb.RemoveTopicRecord, offset: int) -> None:
         topic = self._topics.get(record.topic_id)
         if topic is None:
             raise DeltaReplayError(f"cannot remove unknown topic id {record.topic_id}")
@@ -168,7 +147,10 @@ class MetadataDelta:
         self._brokers = self._brokers.set(reg.broker_id, reg)
         self._brokers_changed = True
 
-    def _unregister(self, record: pb.UnregisterBrokerRecord) -> None:
+    def on_register_broker(self, record: pb.RegisterBrokerRecord, offset: int) -> None:
+        self._set_broker(broker_from_record(record))
+
+    def on_unregister_broker(self, record: pb.UnregisterBrokerRecord, offset: int) -> None:
         broker = self._brokers.get(record.broker_id)
         if broker is None or broker.broker_epoch != record.broker_epoch:
             raise DeltaReplayError(f"cannot unregister broker {record.broker_id} at epoch "
@@ -176,7 +158,8 @@ class MetadataDelta:
         self._brokers = self._brokers.delete(record.broker_id)
         self._brokers_changed = True
 
-    def _broker_change(self, record: pb.BrokerRegistrationChangeRecord) -> None:
+    def on_broker_registration_change(self, record: pb.BrokerRegistrationChangeRecord,
+                                      offset: int) -> None:
         broker = self._brokers.get(record.broker_id)
         if broker is None:
             raise DeltaReplayError(f"change for unregistered broker {record.broker_id}")
@@ -184,7 +167,7 @@ class MetadataDelta:
         if broker.broker_epoch == record.broker_epoch:
             self._set_broker(broker.apply(record))
 
-    def _config(self, record: pb.ConfigRecord) -> None:
+    def on_config(self, record: pb.ConfigRecord, offset: int) -> None:
         resource: ConfigResourceKey = (int(record.resource_type), record.resource_name)
         values = dict(self._configs.get(resource, {}))
         if record.HasField("value"):
@@ -196,7 +179,7 @@ class MetadataDelta:
         else:
             self._configs = self._configs.delete(resource)
 
-    def _feature(self, record: pb.FeatureLevelRecord) -> None:
+    def on_feature_level(self, record: pb.FeatureLevelRecord, offset: int) -> None:
         # Level 0 removes the feature (metadata.proto).
         if record.feature_level == 0:
             self._features = self._features.delete(record.name)
@@ -220,7 +203,7 @@ class MetadataDelta:
         return image, changes
 
 
-class _ImageBuilder:
+class _ImageBuilder(RecordHandler):
     """Plain dicts of a whole state, then one linear build of each persistent map."""
 
     def __init__(self) -> None:
@@ -232,31 +215,33 @@ class _ImageBuilder:
         self.features: dict[str, int] = {}
 
     def add(self, record: MetadataRecord) -> None:
-        kind = record_type(record)
-        payload = record_payload(record)
-        if kind == "partition":
-            p: pb.PartitionRecord = payload  # type: ignore[assignment]
-            self.partition(p.topic_id, p.partition_id, partition_from_record(p))
-        elif kind == "topic":
-            t: pb.TopicRecord = payload  # type: ignore[assignment]
-            self.topics[t.topic_id] = TopicImage(t.name, t.topic_id)
-            self.topic_ids[t.name] = t.topic_id
-            self.parts[t.topic_id] = {}
-        elif kind == "register_broker":
-            reg = broker_from_record(payload)  # type: ignore[arg-type]
-            self.brokers[reg.broker_id] = reg
-        elif kind == "config":
-            c: pb.ConfigRecord = payload  # type: ignore[assignment]
-            if c.HasField("value"):
-                self.configs.setdefault((int(c.resource_type), c.resource_name),
-                                        {})[c.name] = c.value
-        elif kind == "feature_level":
-            f: pb.FeatureLevelRecord = payload  # type: ignore[assignment]
-            if f.feature_level:
-                self.features[f.name] = f.feature_level
-        elif kind not in _IGNORED:
+        dispatch(record, self, -1)  # a snapshot's records have no offsets of their own
+
+    def unhandled(self, kind: str, offset: int) -> None:
+        if kind not in _IGNORED:
             # A snapshot holds only whole-state records; anything else is a bug.
             raise DeltaReplayError(f"unexpected {kind!r} record in a snapshot")
+
+    def on_partition(self, record: pb.PartitionRecord, offset: int) -> None:
+        self.partition(record.topic_id, record.partition_id, partition_from_record(record))
+
+    def on_topic(self, record: pb.TopicRecord, offset: int) -> None:
+        self.topics[record.topic_id] = TopicImage(record.name, record.topic_id)
+        self.topic_ids[record.name] = record.topic_id
+        self.parts[record.topic_id] = {}
+
+    def on_register_broker(self, record: pb.RegisterBrokerRecord, offset: int) -> None:
+        reg = broker_from_record(record)
+        self.brokers[reg.broker_id] = reg
+
+    def on_config(self, record: pb.ConfigRecord, offset: int) -> None:
+        if record.HasField("value"):
+            self.configs.setdefault((int(record.resource_type), record.resource_name),
+                                    {})[record.name] = record.value
+
+    def on_feature_level(self, record: pb.FeatureLevelRecord, offset: int) -> None:
+        if record.feature_level:
+            self.features[record.name] = record.feature_level
 
     def partition(self, topic_id: str, index: int, registration: PartitionRegistration) -> None:
         parts = self.parts.get(topic_id)
@@ -285,10 +270,6 @@ def build_image(records: Iterable[MetadataRecord], offset: int) -> MetadataImage
     return builder.image(offset)
 
 
-_PARTITION_VERSION = RECORD_TYPES["partition"].version
-_RECOVERY = {int(state): state for state in LeaderRecoveryState}
-
-
 # A partition as the snapshot states it (the topic without its partitions).
 SnapshotPartition = tuple[TopicImage, int, PartitionRegistration]
 _LOCAL_CHUNK = 2000
@@ -299,10 +280,11 @@ def build_image_from_bytes(records: Iterable[bytes], offset: int, local_broker: 
                            ) -> MetadataImage:
     """`build_image` of encoded records: equal result, and `decode_record`'s errors.
 
-    Partition records (nearly all of a snapshot) are parsed into one reused message
-    and turned into a `PartitionRegistration` the way `partition_from_record` does;
-    anything else, or anything unusual (a parse error, no or an unknown record type,
-    an unsupported version, an unknown recovery state), goes through
+    Partition records (nearly all of a snapshot) are read by the controller's own
+    PartitionRecord decoder (`controller.records.partition_wire`: the layout the
+    controller writes, split on the wire, one shared registration per distinct
+    value); anything else, or anything unusual (a parse error, no or an unknown
+    record type, an unsupported version, an unknown recovery state), goes through
     `decode_record` and the general path, which raise the usual errors.
 
     `on_local` gets, in chunks while decoding goes on, the partitions that have
@@ -311,36 +293,32 @@ def build_image_from_bytes(records: Iterable[bytes], offset: int, local_broker: 
     builder = _ImageBuilder()
     topics = builder.topics
     local: list[SnapshotPartition] = []
-    message = pb.MetadataRecord()
-    parse = message.ParseFromString
-    which = message.WhichOneof
-    recovery_states = _RECOVERY
     add_partition = builder.partition
+    # The controller's PartitionRecord decoder (`partition_wire`): the layout it writes
+    # split on the wire, registrations shared through its cache; anything else goes
+    # through `decode_record`.
+    split_partition = partition_wire.split_partition
+    registrations = partition_wire.registration_cache()
+    topic_key, topic_id = b"", ""
     for data in records:
-        try:
-            parse(data)
-        except DecodeError:
-            kind = None
-        else:
-            kind = which("record")
-        if kind == "partition" and 1 <= message.version <= _PARTITION_VERSION:
-            p = message.partition
-            recovery = recovery_states.get(p.leader_recovery_state)
-            if recovery is not None:
-                replicas = shared_ids(tuple(p.replicas))
-                isr = tuple(p.isr)
-                topic_id, index = p.topic_id, p.partition_id
-                registration = PartitionRegistration(
-                    replicas, replicas if isr == replicas else shared_ids(isr),
-                    tuple(p.removing_replicas), tuple(p.adding_replicas), p.leader, recovery,
-                    p.leader_epoch, p.partition_epoch)
-                add_partition(topic_id, index, registration)
-                if local_broker in replicas and on_local is not None:
-                    local.append((topics[topic_id], index, registration))
-                    if len(local) >= _LOCAL_CHUNK:
-                        on_local(local)
-                        local = []
-                continue
+        split = split_partition(data)
+        if split is not None:
+            index, key, tail = split
+            registration = registrations.get(tail) or partition_wire.registration_from_tail(tail)
+            if registration is not None:
+                if key != topic_key:
+                    try:
+                        topic_id, topic_key = key.decode("utf-8"), key
+                    except UnicodeDecodeError:
+                        topic_key = b""
+                if topic_key == key:
+                    add_partition(topic_id, index, registration)
+                    if local_broker in registration.replicas and on_local is not None:
+                        local.append((topics[topic_id], index, registration))
+                        if len(local) >= _LOCAL_CHUNK:
+                            on_local(local)
+                            local = []
+                    continue
         builder.add(decode_record(data))
     if local and on_local is not None:
         on_local(local)

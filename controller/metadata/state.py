@@ -29,18 +29,34 @@ from controller.metadata.replication import ReplicationControlManager
 from controller.metadata.requests import RequestControlManager
 from controller.metadata.tier import RemoteLogControlManager, RemoteObject
 from controller.records import (
+    AccessControlEntryRecord,
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    FeatureLevelRecord,
+    LeaderChangeRecord,
     MetadataRecord,
-    RecordPayload,
+    NoOpRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    RemoteLogSegmentRecord,
+    RemoteLogSegmentStateChangeRecord,
+    RemoveAccessControlEntryRecord,
+    RemoveTopicRecord,
+    RequestResultRecord,
+    SnapshotFooterRecord,
+    SnapshotHeaderRecord,
+    TopicRecord,
+    UnregisterBrokerRecord,
     decode_record,
     partition_wire,
-    record_type,
 )
+from controller.records.dispatch import RecordHandler, UnhandledRecordError, dispatch
 from controller.records.domain import NO_LEADER, BrokerRegistration, PartitionRegistration
 from timeline import SnapshotRegistry, TimelineLong
 
 DEFAULT_SESSION_TIMEOUT_MS = 9_000
 # Records accepted and ignored by the metadata image (Raft control records, no-ops).
-IGNORED_RECORD_TYPES = frozenset({"no_op", "leader_change", "snapshot_header", "snapshot_footer"})
 
 
 @attrs.frozen
@@ -67,7 +83,7 @@ class MetadataImage:
     requests: tuple[tuple[str, str, str, int, bytes, bool], ...] = ()
 
 
-class MetadataState:
+class MetadataState(RecordHandler):
     def __init__(
         self,
         *,
@@ -109,47 +125,77 @@ class MetadataState:
         last = self._last_offset.get()
         if offset < last:
             raise MetadataReplayError(f"replay at offset {offset} after offset {last}")
-        try:
-            kind = record_type(record)
-        except ValueError as exc:
-            raise MetadataReplayError(f"record at offset {offset}: {exc}") from exc
-        # Not record_payload(record): that asks the oneof a second time.
-        payload: RecordPayload = getattr(record, kind)
         self.replication.replay_offset = offset
-        # The most frequent record types first (a snapshot is ~99% partitions).
-        if kind == "partition":
-            self.replication.replay_partition(payload)  # type: ignore[arg-type]
-        elif kind == "partition_change":
-            self.replication.replay_partition_change(payload)  # type: ignore[arg-type]
-        elif kind == "topic":
-            self.replication.replay_topic(payload)  # type: ignore[arg-type]
-        elif kind == "register_broker":
-            self.cluster.replay_register(payload)  # type: ignore[arg-type]
-        elif kind == "unregister_broker":
-            self.cluster.replay_unregister(payload)  # type: ignore[arg-type]
-        elif kind == "broker_registration_change":
-            self.cluster.replay_change(payload)  # type: ignore[arg-type]
-        elif kind == "remove_topic":
-            name = self.replication.replay_remove_topic(payload)  # type: ignore[arg-type]
-            self.configs.remove_topic_configs(name)
-        elif kind == "config":
-            self.configs.replay(payload)  # type: ignore[arg-type]
-        elif kind == "feature_level":
-            self.features.replay(payload)  # type: ignore[arg-type]
-        elif kind == "access_control_entry":
-            self.access.replay_create(payload)  # type: ignore[arg-type]
-        elif kind == "remove_access_control_entry":
-            self.access.replay_remove(payload)  # type: ignore[arg-type]
-        elif kind == "remote_log_segment":
-            self.tier.replay_segment(payload)  # type: ignore[arg-type]
-        elif kind == "request_result":
-            self.requests.replay(payload, offset)  # type: ignore[arg-type]
-        elif kind == "remote_log_segment_state_change":
-            self.tier.replay_state_change(payload)  # type: ignore[arg-type]
-        elif kind not in IGNORED_RECORD_TYPES:
-            raise MetadataReplayError(f"record at offset {offset} has unknown type {kind!r}")
+        try:
+            dispatch(record, self, offset)
+        except UnhandledRecordError as exc:
+            raise MetadataReplayError(str(exc)) from exc
+        except ValueError as exc:  # no record type set
+            if record.WhichOneof("record") is not None:
+                raise
+            raise MetadataReplayError(f"record at offset {offset}: {exc}") from exc
         if offset != last:
             self._last_offset.set(offset)
+
+    # What each record type does to the state (`dispatch` calls these; replay only).
+
+    def on_partition(self, record: PartitionRecord, offset: int) -> None:
+        self.replication.replay_partition(record)
+
+    def on_partition_change(self, record: PartitionChangeRecord, offset: int) -> None:
+        self.replication.replay_partition_change(record)
+
+    def on_topic(self, record: TopicRecord, offset: int) -> None:
+        self.replication.replay_topic(record)
+
+    def on_remove_topic(self, record: RemoveTopicRecord, offset: int) -> None:
+        self.configs.remove_topic_configs(self.replication.replay_remove_topic(record))
+
+    def on_register_broker(self, record: RegisterBrokerRecord, offset: int) -> None:
+        self.cluster.replay_register(record)
+
+    def on_unregister_broker(self, record: UnregisterBrokerRecord, offset: int) -> None:
+        self.cluster.replay_unregister(record)
+
+    def on_broker_registration_change(self, record: BrokerRegistrationChangeRecord,
+                                      offset: int) -> None:
+        self.cluster.replay_change(record)
+
+    def on_config(self, record: ConfigRecord, offset: int) -> None:
+        self.configs.replay(record)
+
+    def on_feature_level(self, record: FeatureLevelRecord, offset: int) -> None:
+        self.features.replay(record)
+
+    def on_access_control_entry(self, record: AccessControlEntryRecord, offset: int) -> None:
+        self.access.replay_create(record)
+
+    def on_remove_access_control_entry(self, record: RemoveAccessControlEntryRecord,
+                                       offset: int) -> None:
+        self.access.replay_remove(record)
+
+    def on_remote_log_segment(self, record: RemoteLogSegmentRecord, offset: int) -> None:
+        self.tier.replay_segment(record)
+
+    def on_remote_log_segment_state_change(self, record: RemoteLogSegmentStateChangeRecord,
+                                           offset: int) -> None:
+        self.tier.replay_state_change(record)
+
+    def on_request_result(self, record: RequestResultRecord, offset: int) -> None:
+        self.requests.replay(record, offset)
+
+    # No state: liveness and Raft's own records.
+    def on_no_op(self, record: NoOpRecord, offset: int) -> None:
+        pass
+
+    def on_leader_change(self, record: LeaderChangeRecord, offset: int) -> None:
+        pass
+
+    def on_snapshot_header(self, record: SnapshotHeaderRecord, offset: int) -> None:
+        pass
+
+    def on_snapshot_footer(self, record: SnapshotFooterRecord, offset: int) -> None:
+        pass
 
     def replay_batch(self, records: Iterable[MetadataRecord], base_offset: int) -> int:
         """Replay records at consecutive offsets from ``base_offset``; returns the next

@@ -228,3 +228,12 @@ def test_record_from_dict_errors() -> None:
         record_from_dict({"type": "no_op"})
     with pytest.raises(RecordDecodeError, match="bad fields"):
         record_from_dict({"type": "topic", "version": 1, "fields": {"nope": 1}})
+
+
+def test_the_record_handler_has_one_method_per_record_type() -> None:
+    from controller.records.dispatch import RecordHandler, UnhandledRecordError, dispatch
+
+    methods = {name[3:] for name in vars(RecordHandler) if name.startswith("on_")}
+    assert methods == set(RECORD_TYPES)
+    with pytest.raises(UnhandledRecordError, match="unexpected type 'no_op'"):
+        dispatch(make_record(pb.NoOpRecord()), RecordHandler(), 7)
