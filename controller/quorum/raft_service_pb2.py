@@ -24,41 +24,41 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$controller/quorum/raft_service.proto\x12\x11metakraft.raft.v1\"E\n\x06Header\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0b\n\x03src\x18\x02 \x01(\x05\x12\x0b\n\x03\x64st\x18\x03 \x01(\x05\x12\r\n\x05\x65poch\x18\x04 \x01(\x05\"/\n\nSnapshotId\x12\x12\n\nend_offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\"3\n\x0e\x45pochEndOffset\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x12\n\nend_offset\x18\x02 \x01(\x03\"r\n\x0bVoteRequest\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\x12\x12\n\nlast_epoch\x18\x03 \x01(\x05\x12\x12\n\nend_offset\x18\x04 \x01(\x03\"\xbf\x01\n\x0cVoteResponse\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\'\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x18.metakraft.raft.v1.Error\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\x12\x12\n\nvote_epoch\x18\x04 \x01(\x05\x12\x0f\n\x07granted\x18\x05 \x01(\x08\x12\x16\n\tleader_id\x18\x06 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_leader_id\"D\n\x17\x42\x65ginQuorumEpochRequest\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\"\x94\x01\n\x18\x42\x65ginQuorumEpochResponse\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\'\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x18.metakraft.raft.v1.Error\x12\x16\n\tleader_id\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_leader_id\"`\n\x15\x45ndQuorumEpochRequest\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x1c\n\x14preferred_successors\x18\x02 \x03(\x05\"\x92\x01\n\x16\x45ndQuorumEpochResponse\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\'\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x18.metakraft.raft.v1.Error\x12\x16\n\tleader_id\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_leader_id\"\xbb\x01\n\x0c\x46\x65tchRequest\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x05 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\x05\x12\x14\n\x0cread_barrier\x18\x07 \x01(\x03\"\x8b\x03\n\rFetchResponse\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\'\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x18.metakraft.raft.v1.Error\x12\x16\n\tleader_id\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x0c\x66\x65tch_offset\x18\x05 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x06 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x07 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x08 \x01(\x03\x12\x0f\n\x07\x62\x61tches\x18\t \x03(\x0c\x12\x34\n\tdiverging\x18\n \x01(\x0b\x32!.metakraft.raft.v1.EpochEndOffset\x12\x32\n\x0bsnapshot_id\x18\x0b \x01(\x0b\x32\x1d.metakraft.raft.v1.SnapshotId\x12\x14\n\x0cread_barrier\x18\x0c \x01(\x03\x42\x0c\n\n_leader_id\"\xa7\x01\n\x14\x46\x65tchSnapshotRequest\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x32\n\x0bsnapshot_id\x18\x03 \x01(\x0b\x32\x1d.metakraft.raft.v1.SnapshotId\x12\x10\n\x08position\x18\x04 \x01(\x03\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\"\x86\x02\n\x15\x46\x65tchSnapshotResponse\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\'\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x18.metakraft.raft.v1.Error\x12\x16\n\tleader_id\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x32\n\x0bsnapshot_id\x18\x05 \x01(\x0b\x32\x1d.metakraft.raft.v1.SnapshotId\x12\x10\n\x08position\x18\x06 \x01(\x03\x12\x12\n\nsize_bytes\x18\x07 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x08 \x01(\x0c\x42\x0c\n\n_leader_id*\xd4\x01\n\x05\x45rror\x12\x15\n\x11\x45RROR_UNSPECIFIED\x10\x00\x12\x0e\n\nERROR_NONE\x10\x01\x12!\n\x1d\x45RROR_INCONSISTENT_CLUSTER_ID\x10\x02\x12\x1d\n\x19\x45RROR_FENCED_LEADER_EPOCH\x10\x03\x12\x14\n\x10\x45RROR_NOT_LEADER\x10\x04\x12\x1c\n\x18\x45RROR_SNAPSHOT_NOT_FOUND\x10\x05\x12\x13\n\x0f\x45RROR_NOT_VOTER\x10\x06\x12\x19\n\x15\x45RROR_INVALID_REQUEST\x10\x07\x32\xa9\x04\n\x04Raft\x12G\n\x04Vote\x12\x1e.metakraft.raft.v1.VoteRequest\x1a\x1f.metakraft.raft.v1.VoteResponse\x12k\n\x10\x42\x65ginQuorumEpoch\x12*.metakraft.raft.v1.BeginQuorumEpochRequest\x1a+.metakraft.raft.v1.BeginQuorumEpochResponse\x12\x65\n\x0e\x45ndQuorumEpoch\x12(.metakraft.raft.v1.EndQuorumEpochRequest\x1a).metakraft.raft.v1.EndQuorumEpochResponse\x12J\n\x05\x46\x65tch\x12\x1f.metakraft.raft.v1.FetchRequest\x1a .metakraft.raft.v1.FetchResponse\x12T\n\x0b\x46\x65tchStream\x12\x1f.metakraft.raft.v1.FetchRequest\x1a .metakraft.raft.v1.FetchResponse(\x01\x30\x01\x12\x62\n\rFetchSnapshot\x12\'.metakraft.raft.v1.FetchSnapshotRequest\x1a(.metakraft.raft.v1.FetchSnapshotResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$controller/quorum/raft_service.proto\x12\x11metakraft.raft.v1\"y\n\x06Header\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0b\n\x03src\x18\x02 \x01(\x05\x12\x0b\n\x03\x64st\x18\x03 \x01(\x05\x12\r\n\x05\x65poch\x18\x04 \x01(\x05\x12\x18\n\x10src_directory_id\x18\x05 \x01(\t\x12\x18\n\x10\x64st_directory_id\x18\x06 \x01(\t\"/\n\nSnapshotId\x12\x12\n\nend_offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\"3\n\x0e\x45pochEndOffset\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x12\n\nend_offset\x18\x02 \x01(\x03\"r\n\x0bVoteRequest\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\x12\x12\n\nlast_epoch\x18\x03 \x01(\x05\x12\x12\n\nend_offset\x18\x04 \x01(\x03\"\xbf\x01\n\x0cVoteResponse\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\'\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x18.metakraft.raft.v1.Error\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\x12\x12\n\nvote_epoch\x18\x04 \x01(\x05\x12\x0f\n\x07granted\x18\x05 \x01(\x08\x12\x16\n\tleader_id\x18\x06 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_leader_id\"D\n\x17\x42\x65ginQuorumEpochRequest\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\"\x94\x01\n\x18\x42\x65ginQuorumEpochResponse\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\'\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x18.metakraft.raft.v1.Error\x12\x16\n\tleader_id\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_leader_id\"`\n\x15\x45ndQuorumEpochRequest\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x1c\n\x14preferred_successors\x18\x02 \x03(\x05\"\x92\x01\n\x16\x45ndQuorumEpochResponse\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\'\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x18.metakraft.raft.v1.Error\x12\x16\n\tleader_id\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_leader_id\"\xbb\x01\n\x0c\x46\x65tchRequest\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x05 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\x05\x12\x14\n\x0cread_barrier\x18\x07 \x01(\x03\"\x8b\x03\n\rFetchResponse\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\'\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x18.metakraft.raft.v1.Error\x12\x16\n\tleader_id\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x0c\x66\x65tch_offset\x18\x05 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x06 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x07 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x08 \x01(\x03\x12\x0f\n\x07\x62\x61tches\x18\t \x03(\x0c\x12\x34\n\tdiverging\x18\n \x01(\x0b\x32!.metakraft.raft.v1.EpochEndOffset\x12\x32\n\x0bsnapshot_id\x18\x0b \x01(\x0b\x32\x1d.metakraft.raft.v1.SnapshotId\x12\x14\n\x0cread_barrier\x18\x0c \x01(\x03\x42\x0c\n\n_leader_id\"\xa7\x01\n\x14\x46\x65tchSnapshotRequest\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x32\n\x0bsnapshot_id\x18\x03 \x01(\x0b\x32\x1d.metakraft.raft.v1.SnapshotId\x12\x10\n\x08position\x18\x04 \x01(\x03\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\"\x86\x02\n\x15\x46\x65tchSnapshotResponse\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x19.metakraft.raft.v1.Header\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\'\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x18.metakraft.raft.v1.Error\x12\x16\n\tleader_id\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x32\n\x0bsnapshot_id\x18\x05 \x01(\x0b\x32\x1d.metakraft.raft.v1.SnapshotId\x12\x10\n\x08position\x18\x06 \x01(\x03\x12\x12\n\nsize_bytes\x18\x07 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x08 \x01(\x0c\x42\x0c\n\n_leader_id*\xf1\x01\n\x05\x45rror\x12\x15\n\x11\x45RROR_UNSPECIFIED\x10\x00\x12\x0e\n\nERROR_NONE\x10\x01\x12!\n\x1d\x45RROR_INCONSISTENT_CLUSTER_ID\x10\x02\x12\x1d\n\x19\x45RROR_FENCED_LEADER_EPOCH\x10\x03\x12\x14\n\x10\x45RROR_NOT_LEADER\x10\x04\x12\x1c\n\x18\x45RROR_SNAPSHOT_NOT_FOUND\x10\x05\x12\x13\n\x0f\x45RROR_NOT_VOTER\x10\x06\x12\x19\n\x15\x45RROR_INVALID_REQUEST\x10\x07\x12\x1b\n\x17\x45RROR_INVALID_VOTER_KEY\x10\x08\x32\xa9\x04\n\x04Raft\x12G\n\x04Vote\x12\x1e.metakraft.raft.v1.VoteRequest\x1a\x1f.metakraft.raft.v1.VoteResponse\x12k\n\x10\x42\x65ginQuorumEpoch\x12*.metakraft.raft.v1.BeginQuorumEpochRequest\x1a+.metakraft.raft.v1.BeginQuorumEpochResponse\x12\x65\n\x0e\x45ndQuorumEpoch\x12(.metakraft.raft.v1.EndQuorumEpochRequest\x1a).metakraft.raft.v1.EndQuorumEpochResponse\x12J\n\x05\x46\x65tch\x12\x1f.metakraft.raft.v1.FetchRequest\x1a .metakraft.raft.v1.FetchResponse\x12T\n\x0b\x46\x65tchStream\x12\x1f.metakraft.raft.v1.FetchRequest\x1a .metakraft.raft.v1.FetchResponse(\x01\x30\x01\x12\x62\n\rFetchSnapshot\x12\'.metakraft.raft.v1.FetchSnapshotRequest\x1a(.metakraft.raft.v1.FetchSnapshotResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'controller.quorum.raft_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ERROR']._serialized_start=2034
-  _globals['_ERROR']._serialized_end=2246
+  _globals['_ERROR']._serialized_start=2086
+  _globals['_ERROR']._serialized_end=2327
   _globals['_HEADER']._serialized_start=59
-  _globals['_HEADER']._serialized_end=128
-  _globals['_SNAPSHOTID']._serialized_start=130
-  _globals['_SNAPSHOTID']._serialized_end=177
-  _globals['_EPOCHENDOFFSET']._serialized_start=179
-  _globals['_EPOCHENDOFFSET']._serialized_end=230
-  _globals['_VOTEREQUEST']._serialized_start=232
-  _globals['_VOTEREQUEST']._serialized_end=346
-  _globals['_VOTERESPONSE']._serialized_start=349
-  _globals['_VOTERESPONSE']._serialized_end=540
-  _globals['_BEGINQUORUMEPOCHREQUEST']._serialized_start=542
-  _globals['_BEGINQUORUMEPOCHREQUEST']._serialized_end=610
-  _globals['_BEGINQUORUMEPOCHRESPONSE']._serialized_start=613
-  _globals['_BEGINQUORUMEPOCHRESPONSE']._serialized_end=761
-  _globals['_ENDQUORUMEPOCHREQUEST']._serialized_start=763
-  _globals['_ENDQUORUMEPOCHREQUEST']._serialized_end=859
-  _globals['_ENDQUORUMEPOCHRESPONSE']._serialized_start=862
-  _globals['_ENDQUORUMEPOCHRESPONSE']._serialized_end=1008
-  _globals['_FETCHREQUEST']._serialized_start=1011
-  _globals['_FETCHREQUEST']._serialized_end=1198
-  _globals['_FETCHRESPONSE']._serialized_start=1201
-  _globals['_FETCHRESPONSE']._serialized_end=1596
-  _globals['_FETCHSNAPSHOTREQUEST']._serialized_start=1599
-  _globals['_FETCHSNAPSHOTREQUEST']._serialized_end=1766
-  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_start=1769
-  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_end=2031
-  _globals['_RAFT']._serialized_start=2249
-  _globals['_RAFT']._serialized_end=2802
+  _globals['_HEADER']._serialized_end=180
+  _globals['_SNAPSHOTID']._serialized_start=182
+  _globals['_SNAPSHOTID']._serialized_end=229
+  _globals['_EPOCHENDOFFSET']._serialized_start=231
+  _globals['_EPOCHENDOFFSET']._serialized_end=282
+  _globals['_VOTEREQUEST']._serialized_start=284
+  _globals['_VOTEREQUEST']._serialized_end=398
+  _globals['_VOTERESPONSE']._serialized_start=401
+  _globals['_VOTERESPONSE']._serialized_end=592
+  _globals['_BEGINQUORUMEPOCHREQUEST']._serialized_start=594
+  _globals['_BEGINQUORUMEPOCHREQUEST']._serialized_end=662
+  _globals['_BEGINQUORUMEPOCHRESPONSE']._serialized_start=665
+  _globals['_BEGINQUORUMEPOCHRESPONSE']._serialized_end=813
+  _globals['_ENDQUORUMEPOCHREQUEST']._serialized_start=815
+  _globals['_ENDQUORUMEPOCHREQUEST']._serialized_end=911
+  _globals['_ENDQUORUMEPOCHRESPONSE']._serialized_start=914
+  _globals['_ENDQUORUMEPOCHRESPONSE']._serialized_end=1060
+  _globals['_FETCHREQUEST']._serialized_start=1063
+  _globals['_FETCHREQUEST']._serialized_end=1250
+  _globals['_FETCHRESPONSE']._serialized_start=1253
+  _globals['_FETCHRESPONSE']._serialized_end=1648
+  _globals['_FETCHSNAPSHOTREQUEST']._serialized_start=1651
+  _globals['_FETCHSNAPSHOTREQUEST']._serialized_end=1818
+  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_start=1821
+  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_end=2083
+  _globals['_RAFT']._serialized_start=2330
+  _globals['_RAFT']._serialized_end=2883
 # @@protoc_insertion_point(module_scope)

@@ -46,6 +46,10 @@ class _ErrorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Error.ValueType
     ERROR_SNAPSHOT_NOT_FOUND: _Error.ValueType  # 5
     ERROR_NOT_VOTER: _Error.ValueType  # 6
     ERROR_INVALID_REQUEST: _Error.ValueType  # 7
+    ERROR_INVALID_VOTER_KEY: _Error.ValueType  # 8
+    """The request names a directory id for the addressee that is not its own: it
+    was meant for another incarnation of this node id.
+    """
 
 class Error(_Error, metaclass=_ErrorEnumTypeWrapper):
     """0 is "unset" so that a message missing its error field is rejected as malformed
@@ -60,6 +64,10 @@ ERROR_NOT_LEADER: Error.ValueType  # 4
 ERROR_SNAPSHOT_NOT_FOUND: Error.ValueType  # 5
 ERROR_NOT_VOTER: Error.ValueType  # 6
 ERROR_INVALID_REQUEST: Error.ValueType  # 7
+ERROR_INVALID_VOTER_KEY: Error.ValueType  # 8
+"""The request names a directory id for the addressee that is not its own: it
+was meant for another incarnation of this node id.
+"""
 Global___Error: _TypeAlias = Error  # noqa: Y015
 
 @_typing.final
@@ -70,10 +78,18 @@ class Header(_message.Message):
     SRC_FIELD_NUMBER: _builtins.int
     DST_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
+    SRC_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    DST_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     src: _builtins.int
     dst: _builtins.int
     epoch: _builtins.int
+    src_directory_id: _builtins.str
+    """The sender's data directory id and the one it believes the addressee has
+    ("" when unknown): a replica's identity is its node id plus its directory id,
+    so a reformatted disk is a new replica, never the old voter.
+    """
+    dst_directory_id: _builtins.str
     def __init__(
         self,
         *,
@@ -81,10 +97,12 @@ class Header(_message.Message):
         src: _builtins.int = ...,
         dst: _builtins.int = ...,
         epoch: _builtins.int = ...,
+        src_directory_id: _builtins.str = ...,
+        dst_directory_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "dst", b"dst", "epoch", b"epoch", "src", b"src"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "dst", b"dst", "dst_directory_id", b"dst_directory_id", "epoch", b"epoch", "src", b"src", "src_directory_id", b"src_directory_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

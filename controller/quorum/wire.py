@@ -19,6 +19,7 @@ from typing import Any, Final
 from controller.logformat import EpochEndOffset, RecordBatch, SnapshotId
 from controller.logformat.batch import decode_batch, encode_batch
 from controller.quorum import raft_service_pb2 as pb
+from controller.raft.voters import MAX_DIRECTORY_ID_CHARS
 from controller.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -46,6 +47,7 @@ _ERROR_TO_PB: Final[dict[Errors, pb.Error.ValueType]] = {
     Errors.SNAPSHOT_NOT_FOUND: pb.ERROR_SNAPSHOT_NOT_FOUND,
     Errors.NOT_VOTER: pb.ERROR_NOT_VOTER,
     Errors.INVALID_REQUEST: pb.ERROR_INVALID_REQUEST,
+    Errors.INVALID_VOTER_KEY: pb.ERROR_INVALID_VOTER_KEY,
 }
 _ERROR_FROM_PB: Final = {v: k for k, v in _ERROR_TO_PB.items()}
 assert len(_ERROR_FROM_PB) == len(Errors), "every core error needs a wire code"
@@ -117,7 +119,8 @@ class StoredBatchCache:
 
 
 def _header(m: Any) -> pb.Header:
-    return pb.Header(cluster_id=m.cluster_id, src=m.src, dst=m.dst, epoch=m.epoch)
+    return pb.Header(cluster_id=m.cluster_id, src=m.src, dst=m.dst, epoch=m.epoch,
+                     src_directory_id=m.src_directory_id, dst_directory_id=m.dst_directory_id)
 
 
 def _snapshot_id_pb(s: SnapshotId) -> pb.SnapshotId:
@@ -193,7 +196,16 @@ def _envelope(p: Any) -> dict[str, Any]:
         raise WireError(f"{type(p).__name__} has an empty cluster id")
     return {"cluster_id": h.cluster_id, "src": _nonneg("src", h.src, _INT32_MAX),
             "dst": _nonneg("dst", h.dst, _INT32_MAX),
-            "epoch": _nonneg("epoch", h.epoch, _INT32_MAX)}
+            "epoch": _nonneg("epoch", h.epoch, _INT32_MAX),
+            "src_directory_id": _directory_id(h.src_directory_id),
+            "dst_directory_id": _directory_id(h.dst_directory_id)}
+
+
+def _directory_id(value: str) -> str:
+    if len(value) > MAX_DIRECTORY_ID_CHARS:
+        raise WireError(f"directory id of {len(value)} characters (at most "
+                        f"{MAX_DIRECTORY_ID_CHARS})")
+    return value
 
 
 def _error(p: Any) -> Errors:

@@ -17,9 +17,13 @@ def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> Non
 class RaftConfig:
     node_id: int
     cluster_id: str
-    # The voters of the quorum (static membership). A node outside this set is an
-    # observer: it fetches like a follower but never votes and never counts.
+    # The voter ids of the configuration. For a static quorum they are the voters
+    # (a node outside is an observer: it fetches but never votes nor counts); for a
+    # dynamic one the log says who votes (voters.py) and these are only where a
+    # replica that knows no leader asks for one.
     voters: frozenset[int]
+    # This replica's data directory id ("" for a static quorum's old directories).
+    directory_id: str = ""
     # Base election timeout; each wait is drawn uniformly from [base, 2 * base) so
     # that two nodes rarely time out together (Raft §5.2).
     election_timeout_ms: int = attrs.field(default=1000, validator=_positive)
@@ -58,10 +62,3 @@ class RaftConfig:
         if self.request_timeout_ms >= self.election_timeout_ms:
             raise ValueError("request_timeout_ms must be below election_timeout_ms")
 
-    @property
-    def is_voter(self) -> bool:
-        return self.node_id in self.voters
-
-    @property
-    def majority(self) -> int:
-        return len(self.voters) // 2 + 1

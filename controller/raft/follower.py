@@ -18,17 +18,23 @@ from controller.raft.replication import follower_truncation_offset
 from controller.raft.roles import Role
 from controller.raft.snapshot import SnapshotFetch
 from controller.raft.state import NodeState
+from controller.raft.voters import VoterSet
 
 
 class FollowerMixin(NodeState):
     def _fetch_target(self) -> int | None:
         """Whom to fetch from: the leader; an observer that does not know it (or
         keeps failing to reach it) asks the voters in turn, whose answers name it."""
-        if self.leader_id is not None and (self.is_voter or self.fetch_failures == 0):
-            return self.leader_id
+        leader = self.leader_id if self.leader_id != self.node_id else None
+        if leader is not None and (self.is_voter or self.fetch_failures == 0):
+            return leader
         if self.is_voter:
             return None  # a voter without a leader waits for an election
-        voters = sorted(self.config.voters)
+        # The voters of our log; a replica that has none yet (just formatted for a
+        # dynamic quorum) asks the ones configured.
+        voters = sorted(self.voters.ids - {self.node_id} or self.config.voters - {self.node_id})
+        if not voters:
+            return None
         return voters[self.fetch_failures % len(voters)]
 
     def maybe_fetch(self) -> None:
@@ -56,6 +62,8 @@ class FollowerMixin(NodeState):
                 src=self.node_id,
                 dst=target,
                 epoch=self.epoch,
+                src_directory_id=self.directory_id,
+                dst_directory_id=self.voters.directory_id_of(target),
                 seq=seq,
                 fetch_offset=self.log.end_offset,
                 last_fetched_epoch=self.log.last_epoch,
@@ -112,6 +120,7 @@ class FollowerMixin(NodeState):
             for batch in resp.batches:
                 assert batch.epoch <= self.epoch, (batch.epoch, self.epoch)
                 self.log.append(batch)
+                self._note_voters(batch)
             # The leader validated our log up to fetch_offset and we appended its
             # records after it, so our whole log is a prefix of the leader's: every
             # offset in it below the leader's high watermark is committed.
@@ -135,6 +144,8 @@ class FollowerMixin(NodeState):
                 src=self.node_id,
                 dst=fetch.leader_id,
                 epoch=self.epoch,
+                src_directory_id=self.directory_id,
+                dst_directory_id=self.voters.directory_id_of(fetch.leader_id),
                 seq=fetch.seq,
                 snapshot_id=fetch.snapshot_id,
                 position=fetch.position,
@@ -167,8 +178,11 @@ class FollowerMixin(NodeState):
         else:
             self._request_snapshot_chunk(fetch)
 
-    def snapshot_loaded(self, snapshot_id: SnapshotId, now_ms: int) -> None:
-        """Event: the driver made `Ready.snapshot_to_load` durable and loaded it.
+    def snapshot_loaded(
+        self, snapshot_id: SnapshotId, now_ms: int, voters: VoterSet | None = None
+    ) -> None:
+        """Event: the driver made `Ready.snapshot_to_load` durable and loaded it;
+        `voters` is the voter set it carries (None: a static quorum's snapshot).
 
         The snapshot holds only committed records (the leader snapshots below its
         high watermark), and we fetched it because our log ended below it, so the
@@ -180,6 +194,11 @@ class FollowerMixin(NodeState):
         self.snapshot_to_load = None
         assert self.high_watermark <= snapshot_id.end_offset, (self.high_watermark, snapshot_id)
         self.log.reset_to_snapshot(snapshot_id)
+        was_voter = self.is_voter
+        if voters is None:
+            voters = VoterSet.static(self.config.voters)
+        self.voter_history.reset(voters, snapshot_id.end_offset)
+        self.voters_changed(was_voter)
         self.flushed_offset = self._flush_requested = snapshot_id.end_offset
         self._flushes.clear()
         self.high_watermark = self.applied_offset = snapshot_id.end_offset

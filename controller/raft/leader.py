@@ -21,10 +21,24 @@ from controller.raft.messages import (
 from controller.raft.ready import ProposeError, ProposeResult
 from controller.raft.replication import FetchCheck, LeaderState, ParkedFetch, check_fetch_position
 from controller.raft.roles import Role
+from controller.raft.control import encode_voters
 from controller.raft.state import NodeState
+from controller.raft.voters import (
+    MAX_VOTERS,
+    Voter,
+    VoterChangeError,
+    VoterChangeResult,
+    VoterSet,
+)
 
 
 class LeaderMixin(NodeState):
+    def resign_if_removed(self) -> None:
+        """We removed ourselves and the new voters committed it: hand over (thesis
+        §4.2.2); the most caught-up voter takes over at once."""
+        if self.role is Role.LEADER and not self.is_voter and not self.voter_change_pending:
+            self.become_resigned(graceful=True)
+
     def _leading(self) -> LeaderState:
         assert self.role is Role.LEADER and self.leader_state is not None
         return self.leader_state
@@ -53,6 +67,127 @@ class LeaderMixin(NodeState):
         # Parked fetches get it when the Ready is built (see `proposed_since_ready`).
         self.proposed_since_ready = True
         return ProposeResult(base_offset=base, epoch=self.epoch)
+
+    # ---------------------------------------------------------- voter changes
+
+    def add_voter(self, voter: Voter, now_ms: int) -> VoterChangeResult:
+        """AddVoter (KIP-853): append the voter set plus `voter`. The replica must
+        fetch from us now, with `voter.directory_id`, at or past our high watermark
+        (it caught up as an observer), so the new majority can commit at once."""
+        self.now_ms = max(self.now_ms, now_ms)
+        refused = self._voter_change_refused()
+        if refused is not None:
+            return refused
+        voters = self.voters
+        if voters.get(voter.node_id) is not None:
+            return self._refuse(
+                VoterChangeError.DUPLICATE_VOTER,
+                f"node {voter.node_id} is already a voter ({voters.describe()}); to replace "
+                "it, remove the old directory id first",
+            )
+        if not voter.directory_id or not voter.endpoint:
+            return self._refuse(
+                VoterChangeError.INVALID, "a new voter needs a directory id and an endpoint"
+            )
+        if len(voters) >= MAX_VOTERS:
+            return self._refuse(VoterChangeError.INVALID, f"at most {MAX_VOTERS} voters")
+        seen = self._leading().observer_fetches.get(voter.node_id)
+        timeout = self.config.check_quorum_timeout_ms
+        if seen is None or self.now_ms - seen[1] > timeout:
+            return self._refuse(
+                VoterChangeError.NOT_CAUGHT_UP,
+                f"node {voter.node_id} has not fetched from the leader in the last "
+                f"{timeout} ms: start it (formatted for this cluster) and let it catch up",
+            )
+        if seen[2] != voter.directory_id:
+            return self._refuse(
+                VoterChangeError.INVALID,
+                f"node {voter.node_id} fetches with directory id {seen[2] or '(none)'}, "
+                f"not {voter.directory_id}",
+            )
+        if seen[0] < self.high_watermark:
+            return self._refuse(
+                VoterChangeError.NOT_CAUGHT_UP,
+                f"node {voter.node_id} is at offset {seen[0]}, behind the high watermark "
+                f"{self.high_watermark}: retry once it caught up",
+            )
+        return self._append_voters(voters.with_voter(voter))
+
+    def remove_voter(self, node_id: int, directory_id: str, now_ms: int) -> VoterChangeResult:
+        """RemoveVoter (KIP-853). Removing ourselves: we lead until the new voters
+        commit it, then resign."""
+        self.now_ms = max(self.now_ms, now_ms)
+        refused = self._voter_change_refused()
+        if refused is not None:
+            return refused
+        voters = self.voters
+        current = voters.get(node_id)
+        if current is None or current.directory_id != directory_id:
+            return self._refuse(
+                VoterChangeError.UNKNOWN_VOTER,
+                f"no voter {node_id} with directory id {directory_id or '(none)'} in "
+                f"{voters.describe()}",
+            )
+        if len(voters) == 1:
+            return self._refuse(
+                VoterChangeError.LAST_VOTER, f"node {node_id} is the only voter"
+            )
+        return self._append_voters(voters.without(node_id))
+
+    def update_voter(self, voter: Voter, now_ms: int) -> VoterChangeResult:
+        """UpdateVoter: a voter's new endpoint (same id and directory id)."""
+        self.now_ms = max(self.now_ms, now_ms)
+        refused = self._voter_change_refused()
+        if refused is not None:
+            return refused
+        current = self.voters.get(voter.node_id)
+        if current is None or current.directory_id != voter.directory_id:
+            return self._refuse(
+                VoterChangeError.UNKNOWN_VOTER,
+                f"no voter {voter.node_id} with directory id {voter.directory_id}",
+            )
+        if not voter.endpoint:
+            return self._refuse(VoterChangeError.INVALID, "an endpoint is required")
+        if current == voter:
+            return VoterChangeResult(
+                offset=self.voter_history.latest_offset, voters=self.voters
+            )
+        return self._append_voters(self.voters.with_voter(voter))
+
+    def _refuse(self, error: VoterChangeError, message: str) -> VoterChangeResult:
+        return VoterChangeResult(error=error, message=message, leader_id=self.leader_id)
+
+    def _voter_change_refused(self) -> VoterChangeResult | None:
+        """The rules every change shares (KIP-853): we lead; the voter set is dynamic;
+        we committed in our epoch (so we know the set in force); no change pending."""
+        if self.role is not Role.LEADER:
+            return VoterChangeResult(
+                error=VoterChangeError.NOT_LEADER,
+                message="not the leader",
+                leader_id=self.advertised_leader_id(),
+            )
+        if not self.voters.dynamic:
+            return self._refuse(
+                VoterChangeError.STATIC_QUORUM,
+                "the voter set is static (the quorum was formatted without "
+                "--initial-controllers); it cannot change online",
+            )
+        if self.high_watermark <= self._leading().epoch_start_offset:
+            return self._refuse(
+                VoterChangeError.NO_HIGH_WATERMARK,
+                "the leader has not committed in its epoch yet; retry",
+            )
+        if self.voter_change_pending:
+            return self._refuse(
+                VoterChangeError.CHANGE_PENDING,
+                "the previous voter change is not committed yet; retry",
+            )
+        return None
+
+    def _append_voters(self, voters: VoterSet) -> VoterChangeResult:
+        offset = self.append_batch((encode_voters(voters),), True, EMPTY_ORIGIN)
+        self.proposed_since_ready = True
+        return VoterChangeResult(offset=offset, voters=voters, leader_id=self.node_id)
 
     # ------------------------------------------------------------------ reads
 
@@ -101,11 +236,19 @@ class LeaderMixin(NodeState):
     def on_fetch_request(self, req: FetchRequest) -> None:
         """A fetch in our epoch (the caller settled epochs and roles)."""
         state = self._leading()
-        state.reads.echoed(req.src, req.read_barrier)
-        self._confirm_reads()
+        is_voter = self.is_voter_key(req.src, req.src_directory_id)
+        if is_voter:
+            state.reads.echoed(req.src, req.read_barrier)
+            self._confirm_reads()
         check, diverging = check_fetch_position(self.log, req.fetch_offset, req.last_fetched_epoch)
         if check is FetchCheck.VALID:
-            state.record_fetch(req.src, req.fetch_offset, self.now_ms)
+            state.record_fetch(
+                req.src,
+                req.fetch_offset,
+                self.now_ms,
+                is_voter=is_voter,
+                directory_id=req.src_directory_id,
+            )
             self.update_high_watermark()
             # A barrier no response carried yet is news too: reads wait on it.
             has_news = (
@@ -119,7 +262,9 @@ class LeaderMixin(NodeState):
                 deadline = self.now_ms + min(req.max_wait_ms, self.config.fetch_max_wait_ms)
                 state.parked[req.src] = ParkedFetch(req, deadline)
             return
-        state.record_fetch(req.src, None, self.now_ms)
+        state.record_fetch(
+            req.src, None, self.now_ms, is_voter=is_voter, directory_id=req.src_directory_id
+        )
         state.parked.pop(req.src, None)
         if check is FetchCheck.DIVERGING:
             self._answer_fetch(req, diverging=diverging)

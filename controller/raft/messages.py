@@ -35,6 +35,9 @@ class Errors(enum.Enum):
     # The request carries a value no legitimate peer sends (an epoch beyond
     # `EPOCH_LIMIT`); the receiver changed nothing.
     INVALID_REQUEST = "invalid_request"
+    # The request's `dst_directory_id` is not the receiver's: it was meant for
+    # another incarnation of this node id (a disk since wiped and reformatted).
+    INVALID_VOTER_KEY = "invalid_voter_key"
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -43,6 +46,11 @@ class _Envelope:
     src: int
     dst: int
     epoch: int
+    # A replica is a node id plus the directory id written when its disk was
+    # formatted (voters.py). The sender's, and the one the sender expects the
+    # addressee to have ("": unknown or not checked, e.g. a static voter set).
+    src_directory_id: str = ""
+    dst_directory_id: str = ""
 
 
 @attrs.frozen(slots=True, kw_only=True)

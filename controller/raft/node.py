@@ -47,6 +47,7 @@ from controller.raft.ready import Ready
 from controller.raft.roles import Role
 from controller.raft.snapshot import SnapshotStore
 from controller.raft.state import RandomSource
+from controller.raft.voters import VoterSet
 
 
 class RaftNode(LeaderMixin, FollowerMixin):
@@ -59,8 +60,12 @@ class RaftNode(LeaderMixin, FollowerMixin):
         *,
         quorum_state: QuorumState | None = None,
         now_ms: int = 0,
+        voters: VoterSet | None = None,
     ) -> None:
-        super().__init__(config, log, snapshot_store, rng, quorum_state, now_ms)
+        """`voters`: the voter set in force at the log's start (the one its snapshot
+        carries; `EMPTY_VOTER_SET` for a fresh replica of a dynamic quorum); None for
+        a static quorum (`config.voters`)."""
+        super().__init__(config, log, snapshot_store, rng, quorum_state, now_ms, voters)
         self.maybe_fetch()
 
     # ---------------------------------------------------------------- events
@@ -70,6 +75,7 @@ class RaftNode(LeaderMixin, FollowerMixin):
         if self.proposed_since_ready:
             self.proposed_since_ready = False
             self.answer_parked_fetches()
+        self.resign_if_removed()
         return self.build_ready()
 
     def tick(self, now_ms: int) -> None:
@@ -80,6 +86,9 @@ class RaftNode(LeaderMixin, FollowerMixin):
         if self.is_voter and self.now_ms >= self.election_deadline_ms:
             self.become_prospective()
             return
+        if self.role is Role.RESIGNED and self.now_ms >= self.election_deadline_ms:
+            # A leader that removed itself from the voters: observe from now on.
+            self.become_follower(self.epoch, None)
         if self.role is Role.FOLLOWER:
             self.follower_tick()
 
@@ -105,6 +114,7 @@ class RaftNode(LeaderMixin, FollowerMixin):
         assert snapshot_id.end_offset <= self.flushed_offset, (snapshot_id, self.flushed_offset)
         if snapshot_id.end_offset > self.log.start_offset:
             self.log.delete_below(snapshot_id)
+            self.voter_history.compact(self.log.start_offset)
 
     def next_deadline_ms(self) -> int:
         """When `tick` is next needed: the earliest timer due. Ticking more often
@@ -136,6 +146,12 @@ class RaftNode(LeaderMixin, FollowerMixin):
             if isinstance(message, REQUEST_TYPES):
                 self._reject(message, Errors.INCONSISTENT_CLUSTER_ID)  # type: ignore[arg-type]
             return
+        if message.dst_directory_id and message.dst_directory_id != self.directory_id:
+            # Meant for another incarnation of our node id (before a disk was wiped
+            # and reformatted, or after): we are not the replica it asks.
+            if isinstance(message, REQUEST_TYPES):
+                self._reject(message, Errors.INVALID_VOTER_KEY)  # type: ignore[arg-type]
+            return
         if message.epoch > EPOCH_LIMIT:
             # No legitimate peer gets there; adopting it would leave no epochs to elect in.
             if isinstance(message, REQUEST_TYPES):
@@ -161,7 +177,7 @@ class RaftNode(LeaderMixin, FollowerMixin):
         if req.epoch < self.epoch:
             self._reject(req, Errors.FENCED_LEADER_EPOCH)
             return
-        from_voter = req.src in self.config.voters
+        from_voter = self.is_voter_key(req.src, req.src_directory_id)
         if isinstance(req, BeginQuorumEpochRequest | EndQuorumEpochRequest) and not from_voter:
             self._reject(req, Errors.NOT_VOTER)
             return
@@ -196,6 +212,7 @@ class RaftNode(LeaderMixin, FollowerMixin):
             "src": self.node_id,
             "dst": req.src,
             "epoch": self.epoch,
+            "src_directory_id": self.directory_id,
         }
         if isinstance(req, FetchRequest):
             self.fetch_error(req, error)
@@ -218,7 +235,14 @@ class RaftNode(LeaderMixin, FollowerMixin):
             self.send(EndQuorumEpochResponse(**common, error=error, leader_id=leader_id))  # type: ignore[arg-type]
 
     def _on_vote_request(self, req: VoteRequest) -> None:
-        if not self.is_voter or req.src not in self.config.voters:
+        if not self.is_voter:
+            self._reject(req, Errors.NOT_VOTER)
+            return
+        if not self.voters.dynamic and req.src not in self.voters.ids:
+            # A dynamic quorum grants votes to candidates outside its own voter set
+            # (KIP-853): the candidate may hold a newer set we have not fetched yet.
+            # Only voters of the candidate's set count its votes, and pre-vote keeps
+            # removed replicas from disturbing a live leader (thesis §4.2.3).
             self._reject(req, Errors.NOT_VOTER)
             return
         if req.epoch < self.epoch or (
@@ -261,6 +285,7 @@ class RaftNode(LeaderMixin, FollowerMixin):
                 src=self.node_id,
                 dst=req.src,
                 epoch=self.epoch,
+                src_directory_id=self.directory_id,
                 error=Errors.NONE,
                 pre_vote=req.pre_vote,
                 vote_epoch=req.epoch,
@@ -358,6 +383,8 @@ class RaftNode(LeaderMixin, FollowerMixin):
             return
         if resp.error is not Errors.NONE and resp.error is not Errors.FENCED_LEADER_EPOCH:
             return
+        if not self.is_voter_key(resp.src, resp.src_directory_id):
+            return  # only the replicas of our voter set vote
         tally.record(resp.src, resp.granted)
         if not tally.won:
             return

@@ -89,8 +89,11 @@ class ReadBarriers:
             return []
         marks = sorted((self.acked.get(v, 0) for v in self.voters if v != self.node_id),
                        reverse=True)
-        need = len(self.voters) // 2  # other voters besides us
-        proven = self.current if need == 0 else marks[need - 1]
+        # Other voters besides us; all of a majority when a voter change removed us.
+        need = len(self.voters) // 2 + 1 - (self.node_id in self.voters)
+        if need > len(marks):
+            return []
+        proven = self.current if need <= 0 else marks[need - 1]
         done = 0
         while done < len(self.pending) and self.pending[done][0] <= proven:
             done += 1

@@ -10,6 +10,7 @@ from controller.logformat import LeaderAndEpoch, QuorumState, RecordBatch, Snaps
 from controller.raft.messages import Message
 from controller.raft.reads import ReadState
 from controller.raft.roles import Role
+from controller.raft.voters import VoterSet
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -37,6 +38,9 @@ class Ready:
     6. `reads`: reads (`RaftNode.read_index`) a majority confirmed; answer each once
        the state machine has applied up to its index.
 
+    `voters` is set when the latest voter set changed (and in the first Ready): the
+    driver routes calls to voters by the endpoints it names.
+
     `role` and `leader` are set when they changed (for routing clients, metrics
     and the active controller's take-over/revert); `high_watermark` when it
     advanced.
@@ -51,6 +55,7 @@ class Ready:
     leader: LeaderAndEpoch | None = None
     snapshot_to_load: SnapshotId | None = None
     reads: tuple[ReadState, ...] = ()
+    voters: VoterSet | None = None
 
     @property
     def empty(self) -> bool:

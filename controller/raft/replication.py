@@ -84,6 +84,8 @@ class ReplicaProgress:
     is_voter: bool
     log_end_offset: int
     last_fetch_ms: int
+    # The directory id an observer last fetched with ("" for voters: see the set).
+    directory_id: str = ""
 
 
 @attrs.define(slots=True)
@@ -107,21 +109,32 @@ class LeaderState:
     # Voters that have not fetched in this epoch yet: they get BeginQuorumEpoch.
     awaiting_begin: set[int] = attrs.field(factory=set)
     last_begin_sent_ms: int = 0
-    # Observer id -> (last valid fetch offset or -1, last fetch ms). Only reported
-    # (replica_progress); nothing the leader decides reads it.
-    observer_fetches: dict[int, tuple[int, int]] = attrs.field(factory=dict)
+    # Observer id -> (last valid fetch offset or -1, last fetch ms, directory id).
+    # Reported (replica_progress), and read when a voter is added (caught up?).
+    observer_fetches: dict[int, tuple[int, int, str]] = attrs.field(factory=dict)
     # Linearizable reads waiting for a majority to confirm our leadership.
     reads: ReadBarriers = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.reads = ReadBarriers(self.node_id, self.voters)
 
-    def record_fetch(self, replica_id: int, fetch_offset: int | None, now_ms: int) -> None:
-        if replica_id not in self.voters:
+    def record_fetch(
+        self,
+        replica_id: int,
+        fetch_offset: int | None,
+        now_ms: int,
+        *,
+        is_voter: bool = True,
+        directory_id: str = "",
+    ) -> None:
+        """`is_voter`: the fetch came from the voter of this id (its directory id
+        matches); a replica of a voter's id with another directory is an observer."""
+        if replica_id not in self.voters or not is_voter:
             # None: its position did not match our log, so its log end is unknown.
             self.observer_fetches[replica_id] = (
                 -1 if fetch_offset is None else fetch_offset,
                 now_ms,
+                directory_id,
             )
             return
         self.last_contact_ms[replica_id] = now_ms
@@ -133,6 +146,24 @@ class LeaderState:
         if replica_id in self.voters:
             self.last_contact_ms[replica_id] = now_ms
 
+    def set_voters(self, voters: frozenset[int], now_ms: int) -> None:
+        """The voter set changed (a change appended or truncated away). A new
+        voter keeps the progress it made as an observer; a removed one becomes an
+        observer. A new voter counts as heard from now (check quorum gives it a
+        full timeout to fetch as a voter)."""
+        for added in voters - self.voters:
+            seen = self.observer_fetches.pop(added, None)
+            if seen is not None and seen[0] >= 0:
+                self.fetch_offsets[added] = seen[0]
+            self.last_contact_ms[added] = now_ms
+        for removed in self.voters - voters:
+            offset = self.fetch_offsets.pop(removed, -1)
+            at = self.last_contact_ms.pop(removed, -1)
+            self.observer_fetches[removed] = (offset, at, "")
+            self.awaiting_begin.discard(removed)
+            self.parked.pop(removed, None)
+        self.voters = voters
+        self.reads.voters = voters
     def high_watermark_candidate(self, own_flushed_offset: int) -> int | None:
         """The largest offset stored on a majority of voters, or None while it
         does not yet cover our epoch start.
@@ -141,6 +172,8 @@ class LeaderState:
         must never commit them; only once a record of our own epoch is on a
         majority does everything before it commit with it.
         """
+        if not self.voters:
+            return None
         offsets = [
             own_flushed_offset if v == self.node_id else self.fetch_offsets.get(v, 0)
             for v in self.voters
@@ -155,6 +188,8 @@ class LeaderState:
             now_ms if v == self.node_id else self.last_contact_ms.get(v, self.started_ms)
             for v in self.voters
         ]
+        if not times:
+            return False
         times.sort(reverse=True)
         return now_ms - times[len(self.voters) // 2] <= timeout_ms
 
@@ -171,8 +206,8 @@ class LeaderState:
             for v in sorted(self.voters)
         )
         observers = tuple(
-            ReplicaProgress(o, False, offset, at)
-            for o, (offset, at) in sorted(self.observer_fetches.items())
+            ReplicaProgress(o, False, offset, at, directory_id)
+            for o, (offset, at, directory_id) in sorted(self.observer_fetches.items())
         )
         return voters + observers
 

@@ -42,8 +42,9 @@ ALLOWED_TRANSITIONS: Mapping[Role, frozenset[Role]] = MappingProxyType(
     }
 )
 
-# Roles an observer may ever hold.
-OBSERVER_ROLES = frozenset({Role.FOLLOWER})
+# Roles an observer may move to: it follows; a leader that removed itself from the
+# voters resigns once the change commits (thesis §4.2.2), and may lead until then.
+OBSERVER_ROLES = frozenset({Role.FOLLOWER, Role.RESIGNED})
 
 
 class IllegalTransitionError(AssertionError):

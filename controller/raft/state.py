@@ -20,7 +20,7 @@ from controller.logformat import (
     SnapshotId,
 )
 from controller.raft.config import RaftConfig
-from controller.raft.control import encode_leader_change
+from controller.raft.control import encode_leader_change, voters_in
 from controller.raft.election import VoteTally
 from controller.raft.log import RaftLog
 from controller.raft.messages import (
@@ -34,6 +34,10 @@ from controller.raft.ready import Ready
 from controller.raft.replication import LeaderState, ReplicaProgress
 from controller.raft.roles import Role, check_transition
 from controller.raft.snapshot import SnapshotFetch, SnapshotStore
+from controller.raft.voters import VoterHistory, VoterSet
+
+# Batches read per step when a starting node scans its log for voter sets.
+_SCAN_BATCHES = 4096
 
 
 class RandomSource(Protocol):
@@ -51,6 +55,7 @@ class NodeState:
         rng: RandomSource,
         quorum_state: QuorumState | None,
         now_ms: int,
+        voters: VoterSet | None = None,
     ) -> None:
         self.config = config
         self.log = log
@@ -58,6 +63,15 @@ class NodeState:
         self._rng = rng
         self.now_ms = now_ms
         qs = quorum_state if quorum_state is not None else QuorumState(0, None, None)
+
+        # --- membership (voters.py) -----------------------------------------------
+        # The set in force at the log start (the snapshot's; the static set of the
+        # configuration when None), then every VotersRecord in the log. Invariant:
+        # `voters` is the latest set in the log, committed or not (thesis §4.1).
+        base = voters if voters is not None else VoterSet.static(config.voters)
+        self.voter_history = VoterHistory(base, log.start_offset)
+        self._scan_log_for_voters()
+        self._reported_voters: VoterSet | None = None
 
         # --- quorum state: mirrored to disk through Ready.quorum_state ----------
         # Invariant: epoch never decreases; voted_for is our only vote in epoch;
@@ -69,7 +83,7 @@ class NodeState:
 
         # A node that finds itself the persisted leader restarted mid-epoch: its
         # in-memory leader state is gone, so it must not lead again in this epoch.
-        if config.is_voter and qs.leader_id == config.node_id:
+        if self.is_voter and qs.leader_id == config.node_id:
             self.role = Role.RESIGNED
         else:
             self.role = Role.FOLLOWER
@@ -128,8 +142,61 @@ class NodeState:
         return self.config.node_id
 
     @property
+    def directory_id(self) -> str:
+        return self.config.directory_id
+
+    @property
+    def voters(self) -> VoterSet:
+        """The latest voter set in our log (in force now, committed or not)."""
+        return self.voter_history.latest
+
+    @property
     def is_voter(self) -> bool:
-        return self.config.is_voter
+        return self.voters.is_voter(self.config.node_id, self.config.directory_id)
+
+    def is_voter_key(self, node_id: int, directory_id: str) -> bool:
+        return self.voters.is_voter(node_id, directory_id)
+
+    @property
+    def voter_change_pending(self) -> bool:
+        """Is the latest voter set's record not committed yet?"""
+        at = self.voter_history.latest_offset
+        return at is not None and at >= self.high_watermark
+
+    def _scan_log_for_voters(self) -> None:
+        offset = self.log.start_offset
+        while offset < self.log.end_offset:
+            batches = self.log.read(offset, _SCAN_BATCHES, 1 << 62)
+            assert batches, "log shorter than its end offset"
+            for batch in batches:
+                found = voters_in(batch.records) if batch.is_control else None
+                if found is not None:
+                    self.voter_history.add(batch.base_offset, found)
+            offset = batches[-1].next_offset
+
+    def _note_voters(self, batch: RecordBatch) -> None:
+        """An appended batch: a VotersRecord in it is in force from now on."""
+        if not batch.is_control:
+            return
+        found = voters_in(batch.records)
+        if found is None:
+            return
+        was_voter = self.is_voter
+        self.voter_history.add(batch.base_offset, found)
+        self.voters_changed(was_voter)
+
+    def voters_changed(self, was_voter: bool) -> None:
+        """The latest voter set changed (appended or truncated away). Roles that
+        only voters may hold are left; a new voter starts its election timer now
+        (not at some deadline long past), a new voter set reaches the leader's
+        bookkeeping."""
+        now_voter = self.is_voter
+        if self.leader_state is not None:
+            self.leader_state.set_voters(self.voters.ids, self.now_ms)
+        if now_voter and not was_voter:
+            self.reset_election_timer()
+        if not now_voter and self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
+            self.become_follower(self.epoch, None)
 
     @property
     def leader(self) -> LeaderAndEpoch:
@@ -183,7 +250,7 @@ class NodeState:
         self._messages.append(message)
 
     def other_voters(self) -> list[int]:
-        return sorted(v for v in self.config.voters if v != self.node_id)
+        return sorted(v for v in self.voters.ids if v != self.node_id)
 
     def set_high_watermark(self, offset: int) -> bool:
         """Raise the high watermark; returns whether it moved."""
@@ -200,6 +267,11 @@ class NodeState:
         if offset >= self.log.end_offset:
             return
         self.log.truncate_to(offset)
+        latest = self.voter_history.latest_offset
+        if latest is not None and latest >= offset:
+            was_voter = self.is_voter
+            self.voter_history.truncate(offset)
+            self.voters_changed(was_voter)
         self.flushed_offset = min(self.flushed_offset, offset)
         self._flush_requested = min(self._flush_requested, offset)
         for flush in self._flushes:
@@ -218,16 +290,16 @@ class NodeState:
     ) -> int:
         assert self.role is Role.LEADER
         base = self.log.end_offset
-        self.log.append(
-            RecordBatch(
-                base_offset=base,
-                epoch=self.epoch,
-                append_time_ms=self.now_ms,
-                is_control=is_control,
-                origin=origin,
-                records=records,
-            )
+        batch = RecordBatch(
+            base_offset=base,
+            epoch=self.epoch,
+            append_time_ms=self.now_ms,
+            is_control=is_control,
+            origin=origin,
+            records=records,
         )
+        self.log.append(batch)
+        self._note_voters(batch)
         return base
 
     # ----------------------------------------------------------- transitions
@@ -272,7 +344,7 @@ class NodeState:
         """Start a pre-vote round for epoch + 1 (our epoch does not change)."""
         self._transition(Role.PROSPECTIVE)
         self.snapshot_fetch = None
-        self.tally = VoteTally(self.epoch + 1, pre_vote=True, voters=self.config.voters)
+        self.tally = VoteTally(self.epoch + 1, pre_vote=True, voters=self.voters.ids)
         self.tally.record(self.node_id, True)
         self.reset_election_timer()
         for voter in self.other_voters():
@@ -289,7 +361,7 @@ class NodeState:
         self.epoch += 1
         self.voted_for, self.leader_id = self.node_id, None
         self.last_leader_contact_ms = None
-        self.tally = VoteTally(self.epoch, pre_vote=False, voters=self.config.voters)
+        self.tally = VoteTally(self.epoch, pre_vote=False, voters=self.voters.ids)
         self.tally.record(self.node_id, True)
         self.reset_election_timer()
         for voter in self.other_voters():
@@ -306,13 +378,13 @@ class NodeState:
         self.leader_state = LeaderState(
             node_id=self.node_id,
             epoch=self.epoch,
-            voters=self.config.voters,
+            voters=self.voters.ids,
             epoch_start_offset=self.log.end_offset,
             started_ms=self.now_ms,
             awaiting_begin=set(others),
             last_begin_sent_ms=self.now_ms,
         )
-        record = encode_leader_change(self.node_id, self.epoch, self.config.voters, granted)
+        record = encode_leader_change(self.node_id, self.epoch, self.voters.ids, granted)
         self.append_batch((record,), True, EMPTY_ORIGIN)
         for voter in others:
             self.send(self._begin_quorum_epoch(voter))
@@ -332,6 +404,8 @@ class NodeState:
                         src=self.node_id,
                         dst=voter,
                         epoch=self.epoch,
+                        src_directory_id=self.directory_id,
+                        dst_directory_id=self.voters.directory_id_of(voter),
                         preferred_successors=successors,
                     )
                 )
@@ -342,6 +416,8 @@ class NodeState:
             src=self.node_id,
             dst=voter,
             epoch=self.epoch + 1 if pre_vote else self.epoch,
+            src_directory_id=self.directory_id,
+            dst_directory_id=self.voters.directory_id_of(voter),
             pre_vote=pre_vote,
             last_epoch=self.log.last_epoch,
             end_offset=self.log.end_offset,
@@ -349,7 +425,12 @@ class NodeState:
 
     def _begin_quorum_epoch(self, voter: int) -> BeginQuorumEpochRequest:
         return BeginQuorumEpochRequest(
-            cluster_id=self.config.cluster_id, src=self.node_id, dst=voter, epoch=self.epoch
+            cluster_id=self.config.cluster_id,
+            src=self.node_id,
+            dst=voter,
+            epoch=self.epoch,
+            src_directory_id=self.directory_id,
+            dst_directory_id=self.voters.directory_id_of(voter),
         )
 
     # ------------------------------------------------------------------ Ready
@@ -392,6 +473,10 @@ class NodeState:
         if self.leader != self._reported_leader:
             leader = self._reported_leader = self.leader
 
+        voters = None
+        if self.voters != self._reported_voters:
+            voters = self._reported_voters = self.voters
+
         load = None
         if self.snapshot_to_load is not None and not self._snapshot_load_reported:
             load = self.snapshot_to_load
@@ -411,4 +496,5 @@ class NodeState:
             leader=leader,
             snapshot_to_load=load,
             reads=reads,
+            voters=voters,
         )

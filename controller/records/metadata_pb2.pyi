@@ -332,6 +332,7 @@ class MetadataRecord(_message.Message):
     LEADER_CHANGE_FIELD_NUMBER: _builtins.int
     SNAPSHOT_HEADER_FIELD_NUMBER: _builtins.int
     SNAPSHOT_FOOTER_FIELD_NUMBER: _builtins.int
+    VOTERS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Semantic version of the payload record. Bumped only when the meaning of existing
     fields changes; adding fields does not need a bump (protobuf handles that).
@@ -378,6 +379,8 @@ class MetadataRecord(_message.Message):
     def snapshot_header(self) -> Global___SnapshotHeaderRecord: ...
     @_builtins.property
     def snapshot_footer(self) -> Global___SnapshotFooterRecord: ...
+    @_builtins.property
+    def voters(self) -> Global___VotersRecord: ...
     def __init__(
         self,
         *,
@@ -400,12 +403,13 @@ class MetadataRecord(_message.Message):
         leader_change: Global___LeaderChangeRecord | None = ...,
         snapshot_header: Global___SnapshotHeaderRecord | None = ...,
         snapshot_footer: Global___SnapshotFooterRecord | None = ...,
+        voters: Global___VotersRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remote_log_segment", b"remote_log_segment", "remote_log_segment_state_change", b"remote_log_segment_state_change", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "request_result", b"request_result", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remote_log_segment", b"remote_log_segment", "remote_log_segment_state_change", b"remote_log_segment_state_change", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "request_result", b"request_result", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker", "voters", b"voters"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remote_log_segment", b"remote_log_segment", "remote_log_segment_state_change", b"remote_log_segment_state_change", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "request_result", b"request_result", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "feature_level", b"feature_level", "leader_change", b"leader_change", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "record", b"record", "register_broker", b"register_broker", "remote_log_segment", b"remote_log_segment", "remote_log_segment_state_change", b"remote_log_segment_state_change", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "request_result", b"request_result", "snapshot_footer", b"snapshot_footer", "snapshot_header", b"snapshot_header", "topic", b"topic", "unregister_broker", b"unregister_broker", "version", b"version", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "access_control_entry", "remove_access_control_entry", "no_op", "remote_log_segment", "remote_log_segment_state_change", "request_result", "leader_change", "snapshot_header", "snapshot_footer"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "feature_level", "access_control_entry", "remove_access_control_entry", "no_op", "remote_log_segment", "remote_log_segment_state_change", "request_result", "leader_change", "snapshot_header", "snapshot_footer", "voters"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 
@@ -1176,6 +1180,59 @@ class LeaderChangeRecord(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LeaderChangeRecord: _TypeAlias = LeaderChangeRecord  # noqa: Y015
+
+@_typing.final
+class VotersRecord(_message.Message):
+    """The voter set of the quorum (Kafka: VotersRecord, KIP-853). Written at format
+    time as the log's first batch (epoch 0) and by the leader on every voter change;
+    it takes effect on every replica as soon as it is appended, and a snapshot
+    carries the one in force at its offset right after its header.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Voter(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        NODE_ID_FIELD_NUMBER: _builtins.int
+        DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+        ENDPOINT_FIELD_NUMBER: _builtins.int
+        node_id: _builtins.int
+        directory_id: _builtins.str
+        """The voter's data directory identity (meta.properties directory.id): a
+        replica with the same node id but another directory is not this voter.
+        """
+        endpoint: _builtins.str
+        """host:port of its Raft service."""
+        def __init__(
+            self,
+            *,
+            node_id: _builtins.int = ...,
+            directory_id: _builtins.str = ...,
+            endpoint: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["directory_id", b"directory_id", "endpoint", b"endpoint", "node_id", b"node_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    VOTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def voters(self) -> _containers.RepeatedCompositeFieldContainer[Global___VotersRecord.Voter]: ...
+    def __init__(
+        self,
+        *,
+        voters: _abc.Iterable[Global___VotersRecord.Voter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["voters", b"voters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VotersRecord: _TypeAlias = VotersRecord  # noqa: Y015
 
 @_typing.final
 class SnapshotHeaderRecord(_message.Message):

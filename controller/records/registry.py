@@ -35,6 +35,7 @@ RecordPayload = (
     | pb.LeaderChangeRecord
     | pb.SnapshotHeaderRecord
     | pb.SnapshotFooterRecord
+    | pb.VotersRecord
 )
 
 
@@ -72,6 +73,7 @@ _TABLE = (
     RecordType("leader_change", pb.LeaderChangeRecord, 1, is_control=True),
     RecordType("snapshot_header", pb.SnapshotHeaderRecord, 1, is_control=True),
     RecordType("snapshot_footer", pb.SnapshotFooterRecord, 1, is_control=True),
+    RecordType("voters", pb.VotersRecord, 1, is_control=True),
 )
 
 RECORD_TYPES: Mapping[str, RecordType] = MappingProxyType({t.name: t for t in _TABLE})

@@ -6,7 +6,9 @@ explicitly, and a clock the script moves. Flushes complete as soon as a node's
 Ready is drained (`flush manual N` holds them until `flush N`).
 
 Commands:
-  cluster voters=1,2,3 [observers=4] [jitter=1:0.0,2:0.5] [<config field>=<int> ...]
+  cluster [dynamic] voters=1,2,3 [observers=4] [jitter=1:0.0,2:0.5] [<config field>=<int> ...]
+      dynamic: the voters' logs start with the VotersRecord a format writes (node N
+      has directory id dN.1 and endpoint nN:9000); observers start empty.
       jitter: the value each node's random source returns (election timeout =
       base * (1 + jitter)); default 0.0 for the lowest id, rising by 0.3.
   start N                   start a node declared with `late=N` in cluster
@@ -40,6 +42,15 @@ Commands:
   expect not-sent TYPE k=v ...
   expect snapshots-loaded N COUNT
   expect reads N ID@INDEX ...  the reads N confirmed so far, in order (none: no args)
+  wipe N                    N's disk is lost: N comes back (down) as a new replica with
+                            an empty log and the next directory id (dN.2, ...)
+  add-voter L N             L adds replica N (its directory id and endpoint) (must succeed)
+  add-voter-fail L N ERROR [dir=D] [endpoint=E]
+  remove-voter L N [DIR]    L removes voter N (N's current directory id unless DIR)
+  remove-voter-fail L N ERROR [DIR]
+  update-voter L N ENDPOINT
+  expect voters N 1,2,3     the ids of the latest voter set in N's log
+  expect is-voter N yes|no
 """
 
 from __future__ import annotations
@@ -47,7 +58,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from controller.logformat import EpochEndOffset
+import attrs
+
+from controller.logformat import EMPTY_ORIGIN, EpochEndOffset
 from controller.raft import (
     MemoryRaftLog,
     MemorySnapshotStore,
@@ -60,6 +73,14 @@ from controller.raft import (
     SnapshotId,
 )
 from controller.raft import messages as msgs
+from controller.raft.control import encode_voters, voters_in
+from controller.raft.voters import (
+    EMPTY_VOTER_SET,
+    Voter,
+    VoterChangeError,
+    VoterChangeResult,
+    VoterSet,
+)
 
 CLUSTER_ID = "script-cluster"
 STEP_MS = 10
@@ -91,6 +112,23 @@ class Node:
         self.manual_flush = False
         self.pending_flushes: list[int] = []
         self.snapshots_loaded = 0
+        self.dynamic = False
+        self.incarnation = 1
+
+    @property
+    def voter(self) -> Voter:
+        return Voter(self.config.node_id, self.config.directory_id,
+                     f"n{self.config.node_id}:9000")
+
+    def base_voters(self) -> VoterSet | None:
+        """The voter set in force at the log's start (what a driver reads from the
+        snapshot the log starts at)."""
+        if not self.dynamic:
+            return None
+        start = self.log.snapshot_id
+        if start.end_offset == 0:
+            return EMPTY_VOTER_SET
+        return _snapshot_voters(_decode_snapshot(self.store.read_all(start)))
 
 
 class Script:
@@ -111,6 +149,7 @@ class Script:
             FixedRandom(node.jitter),
             quorum_state=node.qs,
             now_ms=self.now_ms,
+            voters=node.base_voters(),
         )
         node.applied = []
         self._drain(node)
@@ -136,7 +175,8 @@ class Script:
                 data = node.store.finish_write(ready.snapshot_to_load)
                 node.applied = _decode_snapshot(data)
                 node.snapshots_loaded += 1
-                raft.snapshot_loaded(ready.snapshot_to_load, self.now_ms)
+                voters = _snapshot_voters(node.applied) if node.dynamic else None
+                raft.snapshot_loaded(ready.snapshot_to_load, self.now_ms, voters)
                 continue
             if ready.empty:
                 return
@@ -182,7 +222,8 @@ class Script:
     # ------------------------------------------------------------- commands
 
     def cmd_cluster(self, *args: str) -> None:
-        opts = dict(a.split("=", 1) for a in args)
+        dynamic = "dynamic" in args
+        opts = dict(a.split("=", 1) for a in args if a != "dynamic")
         voters = frozenset(int(v) for v in opts.pop("voters").split(","))
         observers = [int(v) for v in opts.pop("observers", "").split(",") if v]
         late = {int(v) for v in opts.pop("late", "").split(",") if v}
@@ -200,8 +241,18 @@ class Script:
         }
         overrides.update({k: int(v) for k, v in opts.items()})
         for i, node_id in enumerate(sorted(voters | set(observers))):
-            config = RaftConfig(node_id=node_id, cluster_id=CLUSTER_ID, voters=voters, **overrides)
+            directory_id = f"d{node_id}.1" if dynamic else ""
+            config = RaftConfig(node_id=node_id, cluster_id=CLUSTER_ID, voters=voters,
+                                directory_id=directory_id, **overrides)
             self.nodes[node_id] = Node(config, jitter.get(node_id, (0.3 * i) % 1.0))
+            self.nodes[node_id].dynamic = dynamic
+        if dynamic:
+            bootstrap = VoterSet.of(self.nodes[v].voter for v in voters)
+            for node_id in voters:
+                self.nodes[node_id].log.append(RecordBatch(
+                    base_offset=0, epoch=0, append_time_ms=0, is_control=True,
+                    origin=EMPTY_ORIGIN, records=(encode_voters(bootstrap),)))
+                self.nodes[node_id].log.sync()
         for node_id, node in self.nodes.items():
             if node_id not in late:
                 self._start(node)
@@ -305,6 +356,57 @@ class Script:
         self.sent = []
         self._drain(self.nodes[int(node_id)])
 
+    def cmd_wipe(self, node_id: str) -> None:
+        old = self.nodes[int(node_id)]
+        if old.raft is not None:
+            raise ScriptError(f"crash node {node_id} before wiping it")
+        fresh = Node(attrs.evolve(old.config, directory_id=f"d{node_id}.{old.incarnation + 1}"),
+                     old.jitter)
+        fresh.dynamic, fresh.incarnation = True, old.incarnation + 1
+        self.nodes[int(node_id)] = fresh
+
+    def _change(self, leader: str, kind: str, node_id: str, *extra: str) -> VoterChangeResult:
+        raft = self.raft(int(leader))
+        target = self.nodes[int(node_id)].voter
+        opts = dict(e.split("=", 1) for e in extra if "=" in e)
+        if kind == "add":
+            voter = Voter(target.node_id, opts.get("dir", target.directory_id),
+                          opts.get("endpoint", target.endpoint))
+            result = raft.add_voter(voter, self.now_ms)
+        elif kind == "remove":
+            directory = opts.get("dir", target.directory_id)
+            result = raft.remove_voter(target.node_id, directory, self.now_ms)
+        else:
+            result = raft.update_voter(
+                Voter(target.node_id, target.directory_id, extra[0]), self.now_ms)
+        self._drain(self.nodes[int(leader)])
+        return result
+
+    def cmd_add_voter(self, leader: str, node_id: str) -> None:
+        result = self._change(leader, "add", node_id)
+        if not result.ok:
+            raise ScriptError(f"add-voter {node_id} on {leader} failed: {result}")
+
+    def cmd_add_voter_fail(self, leader: str, node_id: str, error: str, *extra: str) -> None:
+        result = self._change(leader, "add", node_id, *extra)
+        if result.error is not VoterChangeError[error]:
+            raise ScriptError(f"add-voter {node_id}: expected {error}, got {result}")
+
+    def cmd_remove_voter(self, leader: str, node_id: str, *extra: str) -> None:
+        result = self._change(leader, "remove", node_id, *extra)
+        if not result.ok:
+            raise ScriptError(f"remove-voter {node_id} on {leader} failed: {result}")
+
+    def cmd_remove_voter_fail(self, leader: str, node_id: str, error: str, *extra: str) -> None:
+        result = self._change(leader, "remove", node_id, *extra)
+        if result.error is not VoterChangeError[error]:
+            raise ScriptError(f"remove-voter {node_id}: expected {error}, got {result}")
+
+    def cmd_update_voter(self, leader: str, node_id: str, endpoint: str) -> None:
+        result = self._change(leader, "update", node_id, endpoint)
+        if not result.ok:
+            raise ScriptError(f"update-voter {node_id} on {leader} failed: {result}")
+
     def cmd_expect(self, what: str, *args: str) -> None:
         getattr(self, "expect_" + what.replace("-", "_"))(*args)
 
@@ -392,6 +494,16 @@ class Script:
         if found:
             raise ScriptError(f"unexpected {found}")
 
+    def expect_voters(self, node_id: str, ids: str) -> None:
+        actual = sorted(self.raft(int(node_id)).voters.ids)
+        if actual != sorted(int(i) for i in ids.split(",") if i):
+            raise ScriptError(f"node {node_id}'s voters are {actual}, expected {ids}")
+
+    def expect_is_voter(self, node_id: str, answer: str) -> None:
+        actual = self.raft(int(node_id)).is_voter
+        if actual != (answer == "yes"):
+            raise ScriptError(f"node {node_id} is_voter={actual}, expected {answer}")
+
     def expect_snapshots_loaded(self, node_id: str, count: str) -> None:
         actual = self.nodes[int(node_id)].snapshots_loaded
         if actual != int(count):
@@ -413,6 +525,15 @@ def _parse_value(text: str) -> Any:
     if text.startswith("error:"):
         return msgs.Errors[text.split(":")[1]]
     return text
+
+
+def _snapshot_voters(batches: list[RecordBatch]) -> VoterSet:
+    """The last voter set among a snapshot's batches (a dynamic quorum always has one)."""
+    found = EMPTY_VOTER_SET
+    for batch in batches:
+        if batch.is_control:
+            found = voters_in(batch.records) or found
+    return found
 
 
 def _encode_snapshot(batches: list[RecordBatch]) -> bytes:
