@@ -63,7 +63,6 @@ class FollowerMixin(NodeState):
                 dst=target,
                 epoch=self.epoch,
                 src_directory_id=self.directory_id,
-                dst_directory_id=self.voters.directory_id_of(target),
                 seq=seq,
                 fetch_offset=self.log.end_offset,
                 last_fetched_epoch=self.log.last_epoch,
@@ -91,13 +90,18 @@ class FollowerMixin(NodeState):
             return  # late or duplicated
         self.fetch_inflight = None
         if self.leader_id is None:
-            if resp.leader_id is not None:
+            if resp.leader_id not in (None, self.node_id):
                 self.become_follower(self.epoch, resp.leader_id)
             else:
                 self.fetch_failures += 1
                 self.next_fetch_ms = self.now_ms + self.config.fetch_max_wait_ms
             return
         if resp.src != self.leader_id or resp.error is not Errors.NONE:
+            if resp.src != self.leader_id and resp.leader_id == self.leader_id:
+                # An observer asking around was sent back to the leader it knows:
+                # fetch from it again.
+                self.fetch_failures = 0
+                return
             # Not (or no longer) the leader: back off; the election timer decides.
             self.fetch_failures += 1
             self.next_fetch_ms = self.now_ms + self.config.fetch_max_wait_ms
@@ -145,7 +149,6 @@ class FollowerMixin(NodeState):
                 dst=fetch.leader_id,
                 epoch=self.epoch,
                 src_directory_id=self.directory_id,
-                dst_directory_id=self.voters.directory_id_of(fetch.leader_id),
                 seq=fetch.seq,
                 snapshot_id=fetch.snapshot_id,
                 position=fetch.position,

@@ -132,7 +132,17 @@ class LeaderMixin(NodeState):
             return self._refuse(
                 VoterChangeError.LAST_VOTER, f"node {node_id} is the only voter"
             )
-        return self._append_voters(voters.without(node_id))
+        remaining = voters.without(node_id)
+        live = self._leading().live_voters(self.now_ms, self.config.check_quorum_timeout_ms)
+        if len(live & remaining.ids) < remaining.majority:
+            return self._refuse(
+                VoterChangeError.WOULD_LOSE_QUORUM,
+                f"only {sorted(live & remaining.ids)} of the remaining voters "
+                f"{sorted(remaining.ids)} fetched from the leader in the last "
+                f"{self.config.check_quorum_timeout_ms} ms: without a live majority "
+                "nothing could commit, not even a change back; bring voters back first",
+            )
+        return self._append_voters(remaining)
 
     def update_voter(self, voter: Voter, now_ms: int) -> VoterChangeResult:
         """UpdateVoter: a voter's new endpoint (same id and directory id)."""

@@ -83,7 +83,7 @@ class RaftNode(LeaderMixin, FollowerMixin):
         if self.role is Role.LEADER:
             self.leader_tick()
             return
-        if self.is_voter and self.now_ms >= self.election_deadline_ms:
+        if self.can_campaign and self.now_ms >= self.election_deadline_ms:
             self.become_prospective()
             return
         if self.role is Role.RESIGNED and self.now_ms >= self.election_deadline_ms:
@@ -128,7 +128,7 @@ class RaftNode(LeaderMixin, FollowerMixin):
                 deadlines.append(state.last_begin_sent_ms + cfg.begin_quorum_retry_ms)
             # Check quorum looks at least this often.
             deadlines.append(self.now_ms + cfg.check_quorum_timeout_ms // 4)
-        elif self.is_voter:
+        elif self.can_campaign or self.role is Role.RESIGNED:
             deadlines.append(self.election_deadline_ms)
         if self.fetch_inflight is not None:
             deadlines.append(self.fetch_inflight[1] + cfg.request_timeout_ms)
@@ -235,7 +235,12 @@ class RaftNode(LeaderMixin, FollowerMixin):
             self.send(EndQuorumEpochResponse(**common, error=error, leader_id=leader_id))  # type: ignore[arg-type]
 
     def _on_vote_request(self, req: VoteRequest) -> None:
-        if not self.is_voter:
+        if not self.is_voter and not req.dst_directory_id:
+            # A static quorum's observer. A replica of a dynamic quorum votes when
+            # asked by its directory id (receive() checked it is ours) even if its
+            # own latest set leaves it out (thesis §4.1: servers grant votes without
+            # consulting their configuration): the candidate may know better, e.g. a
+            # removal of ours that never committed and that it does not have.
             self._reject(req, Errors.NOT_VOTER)
             return
         if not self.voters.dynamic and req.src not in self.voters.ids:
@@ -295,7 +300,7 @@ class RaftNode(LeaderMixin, FollowerMixin):
         )
 
     def _on_begin_quorum_epoch(self, req: BeginQuorumEpochRequest) -> None:
-        if not self.is_voter:
+        if not self.is_voter and not req.dst_directory_id:
             self._reject(req, Errors.NOT_VOTER)
             return
         if req.epoch > self.epoch or self.leader_id is None or self.role is not Role.FOLLOWER:
@@ -319,7 +324,7 @@ class RaftNode(LeaderMixin, FollowerMixin):
     def _on_end_quorum_epoch(self, req: EndQuorumEpochRequest) -> None:
         if req.epoch > self.epoch or (self.leader_id is None and self.role is Role.FOLLOWER):
             self.become_follower(req.epoch, req.src)
-        if self.is_voter and self.role is Role.FOLLOWER and self.leader_id == req.src:
+        if self.can_campaign and self.role is Role.FOLLOWER and self.leader_id == req.src:
             # The leader is leaving on purpose: forget its lease (so we grant
             # pre-votes) and run soon, the best-placed successor first.
             successors = req.preferred_successors

@@ -164,6 +164,15 @@ class LeaderState:
             self.parked.pop(removed, None)
         self.voters = voters
         self.reads.voters = voters
+    def live_voters(self, now_ms: int, timeout_ms: int) -> frozenset[int]:
+        """Voters heard from within `timeout_ms` (us included, if we are one)."""
+        return frozenset(
+            v
+            for v in self.voters
+            if v == self.node_id or now_ms - self.last_contact_ms.get(v, -timeout_ms - 1)
+            <= timeout_ms
+        )
+
     def high_watermark_candidate(self, own_flushed_offset: int) -> int | None:
         """The largest offset stored on a majority of voters, or None while it
         does not yet cover our epoch start.

@@ -81,18 +81,18 @@ class NodeState:
         self.leader_id = qs.leader_id
         self._persisted = qs
 
-        # A node that finds itself the persisted leader restarted mid-epoch: its
-        # in-memory leader state is gone, so it must not lead again in this epoch.
-        if self.is_voter and qs.leader_id == config.node_id:
-            self.role = Role.RESIGNED
-        else:
-            self.role = Role.FOLLOWER
 
         # --- log positions ------------------------------------------------------
         # Invariant: log.start_offset <= high_watermark, and high_watermark never
         # decreases while the node lives. It is not persisted: after a restart it
         # is relearnt from the leader (everything below the snapshot is committed).
         self.high_watermark = log.start_offset
+        # A node that finds itself the persisted leader restarted mid-epoch: its
+        # in-memory leader state is gone, so it must not lead again in this epoch.
+        if self.can_campaign and qs.leader_id == config.node_id:
+            self.role = Role.RESIGNED
+        else:
+            self.role = Role.FOLLOWER
         # Next offset to hand to the state machine; == high_watermark after ready().
         self.applied_offset = log.start_offset
         # Invariant: flushed_offset <= log.end_offset. Everything in the log at
@@ -154,6 +154,23 @@ class NodeState:
     def is_voter(self) -> bool:
         return self.voters.is_voter(self.config.node_id, self.config.directory_id)
 
+    @property
+    def can_campaign(self) -> bool:
+        """May we run for leader? Voters may; so may a replica whose latest set removed
+        it while that removal is not known committed and the set before it had us.
+        Why: a leader that removed itself, appended more, and lost its quorum before
+        the removal committed holds the longest log, so the other voters cannot win
+        without it (their logs are behind), and it must not sit out: it runs, leads
+        the new set without counting itself (thesis §4.2.2) until the removal
+        commits, then hands over. Once it learns the removal committed it stops."""
+        if self.is_voter:
+            return True
+        latest = self.voter_history.latest_offset
+        if latest is None or latest < self.high_watermark:
+            return False
+        before = self.voter_history.in_force_at(latest - 1)
+        return before.is_voter(self.node_id, self.directory_id)
+
     def is_voter_key(self, node_id: int, directory_id: str) -> bool:
         return self.voters.is_voter(node_id, directory_id)
 
@@ -195,7 +212,7 @@ class NodeState:
             self.leader_state.set_voters(self.voters.ids, self.now_ms)
         if now_voter and not was_voter:
             self.reset_election_timer()
-        if not now_voter and self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
+        if not self.can_campaign and self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
             self.become_follower(self.epoch, None)
 
     @property
@@ -305,7 +322,7 @@ class NodeState:
     # ----------------------------------------------------------- transitions
 
     def _transition(self, target: Role) -> None:
-        check_transition(self.role, target, is_voter=self.is_voter)
+        check_transition(self.role, target, is_voter=self.can_campaign)
         if self.role is Role.LEADER:
             # Parked fetches die with the epoch's leadership; fetchers time out
             # and find the new leader.

@@ -198,6 +198,8 @@ class VoterChangeError(enum.Enum):
     DUPLICATE_VOTER = "duplicate_voter"
     UNKNOWN_VOTER = "unknown_voter"
     LAST_VOTER = "last_voter"
+    # Fewer than a majority of the voters left would be live: nothing could commit.
+    WOULD_LOSE_QUORUM = "would_lose_quorum"
     # The replica to add is not fetching from the leader, or is behind.
     NOT_CAUGHT_UP = "not_caught_up"
     INVALID = "invalid"

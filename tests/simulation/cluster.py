@@ -7,8 +7,10 @@ partitions (full, partial, one-way), drops, duplicates, reordering and delays,
 crashes that lose unsynced writes and unsynced quorum state (and may keep a torn
 prefix of unsynced writes), restarts, a paused leader that resumes as a zombie,
 graceful resignation, log compaction behind snapshots, and an observer that joins
-late and has to load a snapshot. `invariants.History` checks safety after every
-step.
+late and has to load a snapshot. Most seeds run a dynamic quorum (voters.py) and
+change it under all of that: add an observer as a voter, remove a voter (the leader
+too), and replace a voter whose disk is wiped (remove the old directory id, add the
+new one). `invariants.History` checks safety after every step.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ import heapq
 import random
 from typing import Any
 
-from controller.raft import RaftNode, RecordBatch, Role, SnapshotId
+import attrs
+
+from controller.logformat import EMPTY_ORIGIN
+from controller.raft import MemorySnapshotStore, RaftNode, RecordBatch, Role, SnapshotId
+from controller.raft.control import encode_voters, voters_in
+from controller.raft.voters import Voter, VoterSet
 from controller.raft.messages import Message, VoteRequest, VoteResponse
 from controller.raft.reads import ReadState
 from tests.simulation.invariants import History, InvariantViolation, same_batch
-from tests.simulation.nodes import SimLog, SimNode, StateMachine
+from tests.simulation.nodes import SimLog, SimNode, StateMachine, voters_of
 
 TICK_MS = 10
 
@@ -39,9 +46,26 @@ class Cluster:
         n_voters = self.rng.choice((3, 3, 5))
         n_observers = self.rng.choice((1, 2))
         voters = frozenset(range(1, n_voters + 1))
-        self.nodes = {i: SimNode(self, i, voters) for i in range(1, n_voters + n_observers + 1)}
-        self.voters = voters
-        self.majority = n_voters // 2 + 1
+        self.dynamic = self.rng.random() < 0.7
+        self.nodes = {
+            i: SimNode(self, i, voters, self.dynamic)
+            for i in range(1, n_voters + n_observers + 1)
+        }
+        if self.dynamic:
+            # `metakraft storage format --initial-controllers`: the voters' logs start
+            # with the same VotersRecord; observers start empty.
+            bootstrap = encode_voters(VoterSet.of(self.nodes[v].voter for v in voters))
+            for v in voters:
+                self.nodes[v].log.append(RecordBatch(
+                    base_offset=0, epoch=0, append_time_ms=0, is_control=True,
+                    origin=EMPTY_ORIGIN, records=(bootstrap,)))
+                self.nodes[v].log.sync()
+        self.history.committed_voters = VoterSet.static(voters)
+        # A replacement in progress: (node id, the wiped disk's directory id).
+        self.replacing: tuple[int, str] | None = None
+        self.voter_changes = 0
+        self.wipes = 0
+        self.leader_self_removals = 0
         self.blocked: set[tuple[int, int]] = set()
         self.drop_p = self.rng.choice((0.0, 0.01, 0.05, 0.15))
         self.dup_p = self.rng.choice((0.0, 0.02, 0.1))
@@ -83,19 +107,11 @@ class Cluster:
             t += self.rng.randint(50, 400)
             if t >= end_faults:
                 break
-            kind = self.rng.choice(
-                (
-                    "crash",
-                    "crash",
-                    "partition",
-                    "partition",
-                    "pause",
-                    "compact",
-                    "compact",
-                    "resign",
-                )
-            )
-            self._at(t, "fault", kind)
+            kinds = ["crash", "crash", "partition", "partition", "pause", "compact", "compact",
+                     "resign"]
+            if self.dynamic:
+                kinds += ["add", "add", "remove", "replace"]
+            self._at(t, "fault", self.rng.choice(kinds))
         # Compactions before the late observer shows up make it take the snapshot path.
         for _ in range(2):
             self._at(self.rng.randint(300, self.duration_ms // 3), "fault", "compact")
@@ -133,6 +149,7 @@ class Cluster:
             node_rng,
             quorum_state=node.durable_qs,
             now_ms=self.now_ms,
+            voters=node.base_voters(),
         )
         if node.raft.epoch < node.max_epoch_sent:
             raise InvariantViolation(
@@ -312,6 +329,26 @@ class Cluster:
         elif kind == "compact":
             pool = leaders if leaders and self.rng.random() < 0.7 else up
             self._compact(self.rng.choice(pool))
+        elif kind == "add" and leaders:
+            leader = leaders[0]
+            assert leader.raft is not None
+            candidates = [n for n in up if not leader.raft.voters.get(n.id)]
+            if candidates:
+                self._change_voters(leader, "add", self.rng.choice(candidates).voter)
+        elif kind == "remove" and leaders:
+            leader = leaders[0]
+            assert leader.raft is not None
+            voters = list(leader.raft.voters)
+            victim = self.rng.choice(voters)
+            # An operator does not remove a voter when the rest could not form a
+            # majority (a wiped disk's identity is dead): nothing could commit again.
+            remaining = leader.raft.voters.without(victim.node_id)
+            if len(voters) > 1 and self._live_identities(remaining) >= remaining.majority:
+                if victim.node_id == leader.id:
+                    self.leader_self_removals += 1
+                self._change_voters(leader, "remove", victim)
+        elif kind == "replace" and self.replacing is None:
+            self._wipe_a_voter()
         elif kind == "resign" and leaders:
             node = leaders[0]
             assert node.raft is not None
@@ -321,6 +358,83 @@ class Cluster:
             node.log.sync()
             self._crash(node)
             self._at(self.now_ms + self.rng.randint(50, 300), "restart", node.id)
+
+    def _change_voters(self, leader: SimNode, kind: str, voter: Voter) -> bool:
+        raft = leader.raft
+        assert raft is not None
+        if kind == "add":
+            result = raft.add_voter(voter, self.now_ms)
+        else:
+            result = raft.remove_voter(voter.node_id, voter.directory_id, self.now_ms)
+        if result.ok:
+            self.voter_changes += 1
+        self._after_event(leader)
+        return result.ok
+
+    def _wipe_a_voter(self) -> None:
+        """A voter's disk dies: it comes back as a new replica (next directory id,
+        empty log) and is replaced: its old identity removed, the new one added.
+        Only while every committed batch is still on enough other voters (one lost
+        disk is one failure; the simulation does not stack failures past f)."""
+        # One lost disk at a time, and only while no voter change is in flight and the
+        # other identities are a majority (the simulation does not stack faults past f).
+        leaders = [n.raft for n in self.nodes.values()
+                   if n.raft is not None and n.raft.role is Role.LEADER]
+        if len(leaders) != 1 or leaders[0].voter_change_pending:
+            return
+        voters = leaders[0].voters
+        if not voters.dynamic or self._live_identities(voters) - 1 < voters.majority:
+            return
+        candidates = [v for v in voters if self._is_live_identity(v)]
+        if not candidates:
+            return
+        victim = self.nodes[self.rng.choice(candidates).node_id]
+        old_directory = victim.config.directory_id
+        if victim.raft is not None:
+            self._crash(victim)
+        victim.disk += 1
+        victim.config = attrs.evolve(victim.config,
+                                     directory_id=f"d{victim.id}.{victim.disk}")
+        victim.log = SimLog(victim.id, self.check_truncation)
+        victim.store = MemorySnapshotStore()
+        victim.durable_qs = None
+        victim.max_epoch_sent = victim.epoch_seen = victim.hw_seen = 0
+        victim.sm = StateMachine()
+        self.wipes += 1
+        self.replacing = (victim.id, old_directory)
+        self._at(self.now_ms + self.rng.randint(20, 300), "restart", victim.id)
+        self._at(self.now_ms + self.rng.randint(50, 200), "replace_step")
+
+    def _ev_replace_step(self) -> None:
+        """The operator's replace procedure, retried until done: remove the wiped
+        disk's identity, then add the new one once it caught up."""
+        if self.replacing is None:
+            return
+        node_id, old_directory = self.replacing
+        node = self.nodes[node_id]
+        leaders = [n for n in self.nodes.values()
+                   if n.raft is not None and not n.paused and n.raft.role is Role.LEADER]
+        if leaders:
+            leader = leaders[0]
+            assert leader.raft is not None
+            current = leader.raft.voters.get(node_id)
+            if current is not None and current.directory_id == old_directory:
+                self._change_voters(leader, "remove", current)
+            elif current is None and node.raft is not None:
+                self._change_voters(leader, "add", node.voter)
+            elif current is not None and current.directory_id == node.config.directory_id \
+                    and not leader.raft.voter_change_pending:
+                self.replacing = None
+                return
+        self._at(self.now_ms + self.rng.randint(30, 120), "replace_step")
+
+    def _is_live_identity(self, voter: Voter) -> bool:
+        """The voter's disk still exists (it was not wiped since it became a voter)."""
+        node = self.nodes[voter.node_id]
+        return not voter.directory_id or node.config.directory_id == voter.directory_id
+
+    def _live_identities(self, voters: VoterSet) -> int:
+        return sum(self._is_live_identity(v) for v in voters)
 
     def _partition(self) -> None:
         ids = sorted(self.nodes)
@@ -426,7 +540,8 @@ class Cluster:
             data = node.store.finish_write(snapshot_id)
             self._load_snapshot(node, snapshot_id, data)
             node.snapshots_loaded += 1
-            raft.snapshot_loaded(snapshot_id, self.now_ms)
+            voters = voters_of(StateMachine.decode(data)) if node.dynamic else None
+            raft.snapshot_loaded(snapshot_id, self.now_ms, voters)
         self._check_node(node)
         self._retick(node)
 
@@ -458,7 +573,8 @@ class Cluster:
         if not (isinstance(message, VoteRequest) and message.pre_vote):
             node.max_epoch_sent = max(node.max_epoch_sent, message.epoch)
         if isinstance(message, VoteResponse) and message.granted and not message.pre_vote:
-            self.history.note_vote(node.id, message.epoch, message.dst)
+            self.history.note_vote(f"{node.id}/{node.config.directory_id}", message.epoch,
+                                   message.dst)
         if (message.src, message.dst) in self.blocked or self.rng.random() < self.drop_p:
             return
         self._at(self.now_ms + self.rng.randint(1, self.max_delay_ms), "msg", message)
@@ -498,18 +614,32 @@ class Cluster:
         node.sm.apply(batch)
 
     def _check_on_majority(self, batch: RecordBatch) -> None:
-        """Newly committed: it must be durable on a majority of voters."""
+        """Committed: every majority of the voter set in force that can still form
+        holds it durably, so no election can pass it over: more holders than live
+        identities outside a majority (with 3 or 5 live voters, a majority). Only
+        the replica whose directory id the voter set names counts: a wiped disk's
+        new replica is not that voter, and its old identity can never vote again."""
+        voters = self.history.committed_voters
+        need = self._live_identities(voters) - voters.majority + 1
+        holders = self._holders(batch)
+        if holders < need:
+            raise InvariantViolation(
+                f"committed {batch!r} is durable on only {holders} of the voters "
+                f"{voters.describe()} (needs {need})")
+
+    def _holders(self, batch: RecordBatch) -> int:
         holders = 0
-        for v in self.voters:
-            log = self.nodes[v].log
+        for v in self.history.committed_voters:
+            if not self._is_live_identity(v):
+                continue
+            log = self.nodes[v.node_id].log
             if log.durable_snapshot_id.end_offset > batch.base_offset:
                 holders += 1
                 continue
             stored = log.durable_batch_at(batch.base_offset)
             if stored is not None and same_batch(stored, batch):
                 holders += 1
-        if holders < self.majority:
-            raise InvariantViolation(f"committed {batch!r} is durable on only {holders} voters")
+        return holders
 
     def check_durable_majority(self) -> None:
         for batch in self.history.committed.values():
@@ -531,8 +661,18 @@ class Cluster:
         node.hw_seen = raft.high_watermark
         if raft.role is Role.LEADER:
             self.history.note_leader(node.id, raft.epoch)
-        if not node.is_voter and raft.role is not Role.FOLLOWER:
+        if not raft.can_campaign and raft.role in (Role.PROSPECTIVE, Role.CANDIDATE):
             raise InvariantViolation(f"observer {node.id} became {raft.role}")
+        if raft.role is Role.LEADER:
+            # One voter change at a time: at most one in the leader's log above what
+            # the cluster committed (a new leader does not know its high watermark yet,
+            # so its own view would count committed changes too).
+            pending = [at for at, _ in raft.voter_history.entries
+                       if at >= max(self.history.committed_end, raft.high_watermark)]
+            if len(pending) > 1:
+                raise InvariantViolation(
+                    f"leader {node.id} has {len(pending)} uncommitted voter changes at "
+                    f"{pending}")
 
     def check_final(self) -> None:
         for node in self.nodes.values():

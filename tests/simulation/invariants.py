@@ -8,6 +8,8 @@ each epoch. Every method raises `InvariantViolation` the moment something is off
 from __future__ import annotations
 
 from controller.raft import RecordBatch
+from controller.raft.control import voters_in
+from controller.raft.voters import VoterSet
 
 
 class InvariantViolation(AssertionError):
@@ -29,7 +31,10 @@ class History:
         self.committed: dict[int, RecordBatch] = {}
         self.committed_end = 0
         self.leaders: dict[int, int] = {}
-        self.votes: dict[tuple[int, int], int] = {}
+        # (voter replica "id/directory id", epoch) -> the candidate it voted for.
+        self.votes: dict[tuple[str, int], int] = {}
+        # The voter set of the last VotersRecord committed (the static set if none).
+        self.committed_voters = VoterSet((), dynamic=False)
 
     def fail(self, what: str) -> None:
         raise InvariantViolation(what)
@@ -40,7 +45,7 @@ class History:
         if other != node_id:
             self.fail(f"two leaders in epoch {epoch}: {other} and {node_id}")
 
-    def note_vote(self, voter: int, epoch: int, candidate: int) -> None:
+    def note_vote(self, voter: str, epoch: int, candidate: int) -> None:
         """A voter grants at most one candidate per epoch, across crashes too."""
         other = self.votes.setdefault((voter, epoch), candidate)
         if other != candidate:
@@ -71,6 +76,8 @@ class History:
             )
         self.committed[batch.base_offset] = batch
         self.committed_end = batch.next_offset
+        if batch.is_control:
+            self.committed_voters = voters_in(batch.records) or self.committed_voters
         return True
 
     def is_committed(self, batch: RecordBatch) -> bool:

@@ -3,7 +3,7 @@ machine, and what the simulation driver keeps about it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from controller.logformat import EMPTY_ORIGIN
@@ -15,6 +15,8 @@ from controller.raft import (
     RaftNode,
     RecordBatch,
 )
+from controller.raft.control import voters_in
+from controller.raft.voters import EMPTY_VOTER_SET, Voter, VoterSet
 
 if TYPE_CHECKING:
     from tests.simulation.cluster import Cluster
@@ -47,6 +49,11 @@ class StateMachine:
         self.batches.append(batch)
         self.applied_offset = batch.next_offset
 
+    def voters_at(self, end_offset: int) -> VoterSet:
+        """The voter set of the last VotersRecord below `end_offset` (what a snapshot
+        there carries; a dynamic quorum always has one)."""
+        return voters_of(b for b in self.batches if b.next_offset <= end_offset)
+
     def snapshot_bytes(self, end_offset: int) -> bytes:
         lines = [
             f"{b.base_offset} {b.epoch} {int(b.is_control)} {','.join(r.hex() for r in b.records)}"
@@ -73,13 +80,27 @@ class StateMachine:
         return out
 
 
+def voters_of(batches: Iterable[RecordBatch]) -> VoterSet:
+    found = EMPTY_VOTER_SET
+    for batch in batches:
+        if batch.is_control:
+            found = voters_in(batch.records) or found
+    return found
+
+
 class SimNode:
-    def __init__(self, cluster: Cluster, node_id: int, voters: frozenset[int]) -> None:
+    def __init__(
+        self, cluster: Cluster, node_id: int, voters: frozenset[int], dynamic: bool = False
+    ) -> None:
         self.id = node_id
+        self.dynamic = dynamic
+        # Directory ids: one per disk; a wiped disk comes back with the next one.
+        self.disk = 1
         self.config = RaftConfig(
             node_id=node_id,
             cluster_id=CLUSTER_ID,
             voters=voters,
+            directory_id=f"d{node_id}.1" if dynamic else "",
             election_timeout_ms=200,
             fetch_max_wait_ms=40,
             request_timeout_ms=120,
@@ -89,6 +110,8 @@ class SimNode:
             fetch_max_batches=16,
             snapshot_chunk_bytes=397,
         )
+        # Configured as a voter (a controller, in the system simulation); the voter
+        # set of a dynamic quorum may change since (RaftNode.is_voter says).
         self.is_voter = node_id in voters
         self.log = SimLog(node_id, cluster.check_truncation)
         self.store = MemorySnapshotStore()
@@ -106,3 +129,17 @@ class SimNode:
         self.epoch_seen = 0
         self.hw_seen = 0
         self.snapshots_loaded = 0
+
+    @property
+    def voter(self) -> Voter:
+        return Voter(self.id, self.config.directory_id, f"n{self.id}:9000")
+
+    def base_voters(self) -> VoterSet | None:
+        """The voter set in force at the log's start, as a driver reads it from the
+        snapshot the log starts at (None: a static quorum)."""
+        if not self.dynamic:
+            return None
+        start = self.log.snapshot_id
+        if start.end_offset == 0:
+            return EMPTY_VOTER_SET
+        return voters_of(StateMachine.decode(self.store.read_all(start)))

@@ -10,11 +10,15 @@ A failure names the seed and the command that replays it.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from collections import Counter
 
 import pytest
 
 from controller.raft.reads import ReadBarriers, ReadState
+from controller.raft.state import NodeState
+from controller.raft.voters import VoterSet
+from tests.raft.harness import ScriptError, run_script
 from tests.simulation.cluster import run_seed
 from tests.simulation.invariants import InvariantViolation
 
@@ -48,6 +52,10 @@ def test_seeds(seeds: range) -> None:
         _coverage["truncations"] += cluster.truncations
         _coverage["zombie_resumes"] += cluster.zombie_resumes
         _coverage["reads_confirmed"] += cluster.reads_confirmed
+        _coverage["dynamic_seeds"] += cluster.dynamic
+        _coverage["voter_changes"] += cluster.voter_changes
+        _coverage["wiped_disks"] += cluster.wipes
+        _coverage["leader_self_removals"] += cluster.leader_self_removals
 
 
 def test_the_faults_were_exercised() -> None:
@@ -62,6 +70,41 @@ def test_the_faults_were_exercised() -> None:
     assert _coverage["committed_offsets"] > 50 * seeds, _coverage
     assert _coverage["zombie_resumes"] > seeds // 20, _coverage  # paused leaders came back
     assert _coverage["reads_confirmed"] > 20 * seeds, _coverage  # ReadIndex answered
+    # Membership: most seeds run a dynamic quorum and change it.
+    assert _coverage["dynamic_seeds"] > seeds // 2, _coverage
+    assert _coverage["voter_changes"] > seeds // 2, _coverage
+    assert _coverage["wiped_disks"] > seeds // 10, _coverage
+    assert _coverage["leader_self_removals"] > seeds // 50, _coverage
+
+
+def _first_failure(seeds: range) -> str | None:
+    for seed in seeds:
+        try:
+            run_seed(seed)
+        except InvariantViolation as exc:
+            return str(exc)
+    return None
+
+
+def test_counting_a_wiped_disks_replica_as_the_voter_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Directory ids are what keep a reformatted disk from standing in for the voter
+    it replaced. A core that matched voters by node id alone lets the empty replica
+    vote, and the two-fault script loses its acknowledged write."""
+    monkeypatch.setattr(VoterSet, "is_voter",
+                        lambda self, node_id, directory_id: self.get(node_id) is not None)
+    monkeypatch.setattr(VoterSet, "directory_id_of", lambda self, node_id: "")
+    script = Path(__file__).parent.parent / "raft" / "testdata" / "membership_lost_disk.txt"
+    with pytest.raises(ScriptError, match="expect role 3 prospective"):
+        run_script(script.read_text())
+
+
+def test_two_voter_changes_at_once_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader that appended a change while the previous one is uncommitted (the
+    rule single-server changes rest on, thesis §4.1) is flagged."""
+    monkeypatch.setattr(NodeState, "voter_change_pending", property(lambda self: False))
+    failure = _first_failure(range(300))
+    assert failure is not None and "uncommitted voter changes" in failure, failure
 
 
 def test_a_leader_serving_reads_without_confirmation_is_caught(
