@@ -273,6 +273,7 @@ _BY_TYPE: dict[str, Callable[[pb.MetadataRecord, int], RecordColumns]] = {
     "leader_change": _plain("leader_change"),
     "snapshot_header": _plain("snapshot_header"),
     "snapshot_footer": _plain("snapshot_footer"),
+    "voters": _plain("voters"),
 }
 assert set(_BY_TYPE) == set(RECORD_TYPES), "a record type without a row mapping"
 

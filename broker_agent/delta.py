@@ -44,7 +44,7 @@ from controller.records.domain import (
 _IGNORED = frozenset({"no_op", "leader_change", "snapshot_header", "snapshot_footer",
                       "access_control_entry", "remove_access_control_entry",
                       "remote_log_segment", "remote_log_segment_state_change",
-                      "request_result"})
+                      "request_result", "voters"})
 _TOPIC_RESOURCE = int(pb.CONFIG_RESOURCE_TYPE_TOPIC)
 
 

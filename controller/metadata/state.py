@@ -48,12 +48,14 @@ from controller.records import (
     SnapshotHeaderRecord,
     TopicRecord,
     UnregisterBrokerRecord,
+    VotersRecord,
     decode_record,
+    make_record,
     partition_wire,
 )
 from controller.records.dispatch import RecordHandler, UnhandledRecordError, dispatch
 from controller.records.domain import NO_LEADER, BrokerRegistration, PartitionRegistration
-from timeline import SnapshotRegistry, TimelineLong
+from timeline import SnapshotRegistry, TimelineLong, TimelineObject
 
 DEFAULT_SESSION_TIMEOUT_MS = 9_000
 # Records accepted and ignored by the metadata image (Raft control records, no-ops).
@@ -112,6 +114,13 @@ class MetadataState(RecordHandler):
         self.tier = RemoteLogControlManager(registry)
         self.requests = RequestControlManager(registry)
         self._last_offset = TimelineLong(registry, -1)
+        # The last VotersRecord replayed (None: a static quorum, or none yet).
+        self.quorum_voters: TimelineObject[VotersRecord | None] = TimelineObject(registry, None)
+
+    def voters_snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
+        """The voter set in force (for a snapshot, which carries it first)."""
+        voters = self.quorum_voters.get(epoch)
+        return [] if voters is None else [make_record(voters)]
 
     # -- replay ------------------------------------------------------------------------
 
@@ -196,6 +205,11 @@ class MetadataState(RecordHandler):
 
     def on_snapshot_footer(self, record: SnapshotFooterRecord, offset: int) -> None:
         pass
+
+    def on_voters(self, record: VotersRecord, offset: int) -> None:
+        # The Raft layer acts on it; kept here only so a snapshot carries the voter set
+        # in force at its offset (the first record after its header).
+        self.quorum_voters.set(record)
 
     def replay_batch(self, records: Iterable[MetadataRecord], base_offset: int) -> int:
         """Replay records at consecutive offsets from ``base_offset``; returns the next
@@ -282,7 +296,8 @@ class MetadataState(RecordHandler):
 
     def snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
         """The whole state (at ``epoch`` if given) as records, in the fixed order."""
-        records = self.features.snapshot_records(epoch)
+        records = self.voters_snapshot_records(epoch)
+        records += self.features.snapshot_records(epoch)
         records += self.cluster.snapshot_records(epoch)
         records += self.replication.snapshot_records(epoch)
         records += self.configs.snapshot_records(epoch)

@@ -36,6 +36,7 @@ from typing import Any
 import attrs
 
 from controller.logformat import EMPTY_ORIGIN, BatchOrigin, RecordBatch, SnapshotId
+from controller.quorum.bootstrap import snapshot_voters, starting_voters
 from controller.quorum.driver_config import DriverConfig
 from controller.quorum.errors import NotLeaderError, ProposalRejectedError
 from controller.quorum.log_adapter import DurableRaftLog, FileSnapshotStore
@@ -63,6 +64,7 @@ from controller.raft.reads import ReadState
 from controller.raft.ready import ProposeError, Ready
 from controller.raft.replication import ReplicaProgress
 from controller.raft.roles import Role
+from controller.raft.voters import Voter, VoterChangeError, VoterChangeResult, VoterSet
 from controller.storage import quorum_state as qs_file
 from controller.storage.errors import StorageError
 from controller.storage.log_config import SegmentInfo
@@ -99,6 +101,10 @@ class CommitListener:
     def on_reads_confirmed(self, reads: Sequence[ReadState]) -> None:
         """Reads asked with `NodeTaskAccess.read_index` that a majority confirmed,
         after every batch committed so far was handed to `on_commit`."""
+
+    def on_voters_changed(self, voters: VoterSet) -> None:
+        """The latest voter set in this node's log changed (committed or not): who
+        votes, and where each voter serves."""
 
 
 class NodeTaskAccess:
@@ -169,6 +175,10 @@ class DriverStatus:
     applied_offset: int
     # The leader's view of each replica (voters, then observers); empty unless leading.
     replicas: tuple[ReplicaProgress, ...] = ()
+    # This replica's data directory id ("" for a static quorum's old directories).
+    directory_id: str = ""
+    # The latest voter set in this node's log (a static one: ids only).
+    voters: VoterSet = VoterSet((), dynamic=False)
 
 
 @attrs.frozen(slots=True)
@@ -184,6 +194,12 @@ class LocalLogView:
     high_watermark: int
     flushed_offset: int
 
+
+# Voter changes that may succeed a moment later: retried by `change_voters`.
+_RETRIED_VOTER_ERRORS = frozenset({VoterChangeError.NOT_CAUGHT_UP,
+                                   VoterChangeError.CHANGE_PENDING,
+                                   VoterChangeError.NO_HIGH_WATERMARK})
+_VOTER_RETRY_S = 0.1
 
 # Inbox events. Tuples keep the hot path cheap.
 _TICK = ("tick",)
@@ -249,6 +265,7 @@ class RaftDriver:
         self._applied_offset = 0
         self._role = Role.FOLLOWER
         self._node_access = NodeTaskAccess(self)
+        self._directory_id = ""
         # The highest high watermark a fetch response reported (-1: none yet). An
         # observer compares it with what it applied to know it has caught up.
         self.fetched_high_watermark = -1
@@ -273,7 +290,8 @@ class RaftDriver:
         assert not self._running and self._node is None, "start() twice"
         cfg = self.config
         data_dir = DataDir(Path(cfg.data_dir))
-        check_meta_properties(data_dir.root, cfg.cluster_id, cfg.node_id)
+        meta = check_meta_properties(data_dir.root, cfg.cluster_id, cfg.node_id)
+        self._directory_id = meta.directory_id
         self._qs_file = qs_file.QuorumStateFile(data_dir.quorum_state)
         stored = self._qs_file.read()
         self._log = DurableRaftLog.open(data_dir, cfg.log_config)
@@ -282,8 +300,10 @@ class RaftDriver:
             # Until the tier says what it holds, no local segment may go.
             self._log.retention_floor = 0
         self._snapshots = FileSnapshotStore(data_dir.snapshot_dir)
-        self._node = RaftNode(cfg.raft_config(), self._log, self._snapshots, self._rng,
-                              quorum_state=stored, now_ms=self._clock_ms())
+        self._node = RaftNode(cfg.raft_config(directory_id=meta.directory_id), self._log,
+                              self._snapshots, self._rng, quorum_state=stored,
+                              now_ms=self._clock_ms(),
+                              voters=starting_voters(meta, data_dir, self._log.snapshot_id))
         self._applied_offset = self._log.start_offset
         self._running = True
         self._tasks = [asyncio.create_task(self._run(), name=f"raft-node-{cfg.node_id}"),
@@ -346,6 +366,32 @@ class RaftDriver:
             # On timeout wait_for cancels `fut`; the node then skips it.
             return await asyncio.wait_for(fut, timeout)
 
+    async def change_voters(self, kind: str, voter: Voter, *, timeout_s: float,
+                            dry_run: bool = False) -> VoterChangeResult:
+        """AddVoter ("add"), RemoveVoter ("remove", by node id and directory id) or
+        UpdateVoter ("update") on this node, which must lead (else NOT_LEADER naming
+        the leader). While the change cannot be made yet but soon may -- the new
+        voter still catching up, the previous change or the leader's first commit
+        pending -- it is retried until `timeout_s`; an accepted change is waited on
+        until it commits. Raises `TimeoutError` (a change appended but not committed
+        in time may still commit), `ProposalLostError` (it was cut from the log),
+        `DriverStoppedError`."""
+        self._check_running()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            fut: asyncio.Future[tuple[VoterChangeResult, asyncio.Future[int] | None]] = \
+                loop.create_future()
+            self._offer(("voters", kind, voter, dry_run, fut))
+            result, committed = await asyncio.wait_for(fut, max(0.0, deadline - loop.time()))
+            if result.error not in _RETRIED_VOTER_ERRORS or \
+                    loop.time() + _VOTER_RETRY_S >= deadline:
+                break
+            await asyncio.sleep(_VOTER_RETRY_S)
+        if committed is not None:
+            await asyncio.wait_for(committed, max(0.0, deadline - loop.time()))
+        return result
+
     def run_on_node_task(self, work: Callable[[NodeTaskAccess], None]) -> None:
         """Queue `work` to run on the node task, in order with every other event; it
         gets a `NodeTaskAccess` (append with the offset known at once). Not bounded
@@ -404,10 +450,11 @@ class RaftDriver:
     def status(self) -> DriverStatus:
         node, log = self._node, self._log
         assert node is not None and log is not None, "driver not started"
-        role = node.role.value if node.is_voter else "observer"
+        role = node.role.value if node.is_voter or node.role is Role.LEADER else "observer"
         return DriverStatus(self.node_id, role, node.epoch, node.leader_id, node.high_watermark,
                             log.end_offset, node.flushed_offset, log.start_offset,
-                            self._applied_offset, node.replica_progress or ())
+                            self._applied_offset, node.replica_progress or (),
+                            self._directory_id, node.voters)
 
     def read_log(self, from_offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches of this node's log (committed or not) from `from_offset`."""
@@ -553,6 +600,9 @@ class RaftDriver:
             self._compact(node, event[1], event[2], now)
         elif kind == "work":
             event[1](self._node_access)
+        elif kind == "voters":
+            self._outside_events -= 1
+            self._change_voters(node, event[1], event[2], event[3], event[4], now)
         else:
             raise AssertionError(f"unknown event {event!r}")
 
@@ -568,6 +618,27 @@ class RaftDriver:
         else:
             node.compact(sid, now)
             fut.set_result(None)
+
+    def _change_voters(self, node: RaftNode, kind: str, voter: Voter, dry_run: bool,
+                       fut: asyncio.Future[tuple[VoterChangeResult, asyncio.Future[int] | None]],
+                       now: int) -> None:
+        if fut.done():
+            return
+        if kind == "add":
+            result = node.add_voter(voter, now, dry_run=dry_run)
+        elif kind == "remove":
+            result = node.remove_voter(voter.node_id, voter.directory_id, now, dry_run=dry_run)
+        else:
+            result = node.update_voter(voter, now, dry_run=dry_run)
+        committed = None
+        if result.ok and result.offset is not None:
+            committed = asyncio.get_running_loop().create_future()
+            self._proposals.add(result.offset, 1, node.epoch, committed)
+            logger.info("event=voters_change kind=%s node=%d directory_id=%s endpoint=%s "
+                        "offset=%d voters=%s", kind, voter.node_id, voter.directory_id,
+                        voter.endpoint or "-", result.offset,
+                        result.voters.describe() if result.voters else "-")
+        fut.set_result((result, committed))
 
     def _start_proposal(self, node: RaftNode, records: tuple[bytes, ...], origin: BatchOrigin,
                         fut: asyncio.Future[int], now: int) -> None:
@@ -624,11 +695,16 @@ class RaftDriver:
             self._proposals.truncated(log.end_offset)
         if ready.leader is not None:
             self.listener.on_leader_change(ready.leader.leader_id, ready.leader.epoch)
+        if ready.voters is not None:
+            for voter in ready.voters:
+                if voter.endpoint and voter.node_id != self.node_id:
+                    self._peers.set_address(voter.node_id, voter.endpoint)
+            self.listener.on_voters_changed(ready.voters)
         if ready.snapshot_to_load is not None:
             sid = ready.snapshot_to_load
             path = store.finish_write(sid)
             self.listener.on_snapshot_loaded(sid, path)
-            node.snapshot_loaded(sid, self._clock_ms())
+            node.snapshot_loaded(sid, self._clock_ms(), snapshot_voters(path))
             self._applied_offset = max(self._applied_offset, sid.end_offset)
         if ready.reads:
             self.listener.on_reads_confirmed(ready.reads)

@@ -101,10 +101,11 @@ class DriverConfig:
     def is_voter(self) -> bool:
         return self.node_id in self.voter_addresses
 
-    def raft_config(self) -> RaftConfig:
+    def raft_config(self, directory_id: str = "") -> RaftConfig:
         return RaftConfig(
             node_id=self.node_id,
             cluster_id=self.cluster_id,
+            directory_id=directory_id,
             voters=frozenset(self.voter_addresses),
             election_timeout_ms=self.election_timeout_ms,
             fetch_max_wait_ms=self.fetch_max_wait_ms,

@@ -80,6 +80,26 @@ class PeerClients:
             stub = self._stubs[peer] = pb_grpc.RaftStub(channel)
         return stub
 
+    def set_address(self, peer: int, address: str) -> None:
+        """A voter's endpoint learnt from the log (a new voter, or one that moved):
+        calls go there from now on, over a new channel."""
+        if self._addresses.get(peer) == address:
+            return
+        self._addresses[peer] = address
+        self._stubs.pop(peer, None)
+        stream = self._streams.pop(peer, None)
+        channel = self._channels.pop(peer, None)
+
+        async def close_old() -> None:
+            if stream is not None:
+                await stream.close()
+            if channel is not None:
+                await channel.close(grace=None)
+
+        task = asyncio.create_task(close_old())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def send(self, req: Request, timeout_s: float) -> asyncio.Task[None] | None:
         """Send `req`; its answer goes to `deliver`. Returns the unary call's task
         (None when it went on a stream or was dropped)."""

@@ -19,7 +19,6 @@ from typing import Any, Final
 from controller.logformat import EpochEndOffset, RecordBatch, SnapshotId
 from controller.logformat.batch import decode_batch, encode_batch
 from controller.quorum import raft_service_pb2 as pb
-from controller.raft.voters import MAX_DIRECTORY_ID_CHARS
 from controller.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -34,6 +33,7 @@ from controller.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from controller.raft.voters import MAX_DIRECTORY_ID_CHARS
 from controller.storage.errors import StorageError
 
 _INT32_MAX: Final = 2**31 - 1

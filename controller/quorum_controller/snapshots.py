@@ -56,7 +56,8 @@ def iter_image_chunks(state: MetadataState, epoch: int,
     assert chunk_records > 0
     # Reads at `epoch` only from here on: older change hints can go.
     state.replication.forget_changes_up_to(epoch)
-    head = state.features.snapshot_records(epoch) + state.cluster.snapshot_records(epoch)
+    head = state.voters_snapshot_records(epoch) + state.features.snapshot_records(epoch) \
+        + state.cluster.snapshot_records(epoch)
     pending = [encode_record(r) for r in head]
     replication = state.replication
     for listing in replication.list_topics(epoch):

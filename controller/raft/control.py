@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from controller.records import metadata_pb2 as pb
 from controller.raft.voters import Voter, VoterSet
+from controller.records import metadata_pb2 as pb
 from controller.records.codec import decode_record, encode_record
 from controller.records.registry import make_record
 

@@ -11,6 +11,7 @@ from controller.logformat import (
     RecordBatch,
     SnapshotId,
 )
+from controller.raft.control import encode_voters
 from controller.raft.messages import (
     Errors,
     FetchRequest,
@@ -21,7 +22,6 @@ from controller.raft.messages import (
 from controller.raft.ready import ProposeError, ProposeResult
 from controller.raft.replication import FetchCheck, LeaderState, ParkedFetch, check_fetch_position
 from controller.raft.roles import Role
-from controller.raft.control import encode_voters
 from controller.raft.state import NodeState
 from controller.raft.voters import (
     MAX_VOTERS,
@@ -70,7 +70,8 @@ class LeaderMixin(NodeState):
 
     # ---------------------------------------------------------- voter changes
 
-    def add_voter(self, voter: Voter, now_ms: int) -> VoterChangeResult:
+    def add_voter(self, voter: Voter, now_ms: int, *, dry_run: bool = False
+                  ) -> VoterChangeResult:
         """AddVoter (KIP-853): append the voter set plus `voter`. The replica must
         fetch from us now, with `voter.directory_id`, at or past our high watermark
         (it caught up as an observer), so the new majority can commit at once."""
@@ -111,9 +112,10 @@ class LeaderMixin(NodeState):
                 f"node {voter.node_id} is at offset {seen[0]}, behind the high watermark "
                 f"{self.high_watermark}: retry once it caught up",
             )
-        return self._append_voters(voters.with_voter(voter))
+        return self._append_voters(voters.with_voter(voter), dry_run)
 
-    def remove_voter(self, node_id: int, directory_id: str, now_ms: int) -> VoterChangeResult:
+    def remove_voter(self, node_id: int, directory_id: str, now_ms: int, *,
+                     dry_run: bool = False) -> VoterChangeResult:
         """RemoveVoter (KIP-853). Removing ourselves: we lead until the new voters
         commit it, then resign."""
         self.now_ms = max(self.now_ms, now_ms)
@@ -142,9 +144,10 @@ class LeaderMixin(NodeState):
                 f"{self.config.check_quorum_timeout_ms} ms: without a live majority "
                 "nothing could commit, not even a change back; bring voters back first",
             )
-        return self._append_voters(remaining)
+        return self._append_voters(remaining, dry_run)
 
-    def update_voter(self, voter: Voter, now_ms: int) -> VoterChangeResult:
+    def update_voter(self, voter: Voter, now_ms: int, *, dry_run: bool = False
+                     ) -> VoterChangeResult:
         """UpdateVoter: a voter's new endpoint (same id and directory id)."""
         self.now_ms = max(self.now_ms, now_ms)
         refused = self._voter_change_refused()
@@ -159,10 +162,8 @@ class LeaderMixin(NodeState):
         if not voter.endpoint:
             return self._refuse(VoterChangeError.INVALID, "an endpoint is required")
         if current == voter:
-            return VoterChangeResult(
-                offset=self.voter_history.latest_offset, voters=self.voters
-            )
-        return self._append_voters(self.voters.with_voter(voter))
+            return VoterChangeResult(voters=self.voters, leader_id=self.node_id)
+        return self._append_voters(self.voters.with_voter(voter), dry_run)
 
     def _refuse(self, error: VoterChangeError, message: str) -> VoterChangeResult:
         return VoterChangeResult(error=error, message=message, leader_id=self.leader_id)
@@ -194,7 +195,11 @@ class LeaderMixin(NodeState):
             )
         return None
 
-    def _append_voters(self, voters: VoterSet) -> VoterChangeResult:
+    def _append_voters(self, voters: VoterSet, dry_run: bool) -> VoterChangeResult:
+        """Append the new set (it is in force from now on); `dry_run`: only say it
+        would be accepted."""
+        if dry_run:
+            return VoterChangeResult(voters=voters, leader_id=self.node_id)
         offset = self.append_batch((encode_voters(voters),), True, EMPTY_ORIGIN)
         self.proposed_since_ready = True
         return VoterChangeResult(offset=offset, voters=voters, leader_id=self.node_id)

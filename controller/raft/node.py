@@ -178,7 +178,11 @@ class RaftNode(LeaderMixin, FollowerMixin):
             self._reject(req, Errors.FENCED_LEADER_EPOCH)
             return
         from_voter = self.is_voter_key(req.src, req.src_directory_id)
-        if isinstance(req, BeginQuorumEpochRequest | EndQuorumEpochRequest) and not from_voter:
+        # In a dynamic quorum the leader may be outside our latest set (it removed
+        # itself and leads until that commits; thesis §4.1: servers heed a leader
+        # without consulting their configuration): it addresses us by directory id.
+        from_leader = from_voter or bool(req.dst_directory_id)
+        if isinstance(req, BeginQuorumEpochRequest | EndQuorumEpochRequest) and not from_leader:
             self._reject(req, Errors.NOT_VOTER)
             return
         if req.epoch > self.epoch and not from_voter:

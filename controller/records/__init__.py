@@ -37,6 +37,7 @@ from controller.records.metadata_pb2 import (
     SnapshotHeaderRecord,
     TopicRecord,
     UnregisterBrokerRecord,
+    VotersRecord,
 )
 from controller.records.registry import (
     RECORD_TYPES,
@@ -77,6 +78,7 @@ __all__ = [
     "SnapshotHeaderRecord",
     "TopicRecord",
     "UnregisterBrokerRecord",
+    "VotersRecord",
     "decode_record",
     "encode_record",
     "is_control_record",

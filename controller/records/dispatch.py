@@ -78,6 +78,9 @@ class RecordHandler:
     def on_snapshot_footer(self, record: pb.SnapshotFooterRecord, offset: int) -> None:
         self.unhandled("snapshot_footer", offset)
 
+    def on_voters(self, record: pb.VotersRecord, offset: int) -> None:
+        self.unhandled("voters", offset)
+
 
 def dispatch(record: pb.MetadataRecord, handler: RecordHandler, offset: int) -> None:
     """Call `handler`'s method for the record's type with its payload; ValueError if

@@ -46,7 +46,7 @@ from controller.storage.flush import PendingFlush
 from controller.storage.fsutil import fsync_dir
 from controller.storage.leader_epoch import EpochHistory
 from controller.storage.log_config import LogConfig, RecoveryReport, SegmentInfo
-from controller.storage.segment import Segment, parse_segment_file_name
+from controller.storage.segment import Segment, find_valid_batch_after, parse_segment_file_name
 
 __all__ = ["LogConfig", "RecoveryReport", "SegmentInfo", "SegmentedLog"]
 
@@ -116,6 +116,21 @@ class SegmentedLog:
                 if not is_last:
                     raise LogCorruptionError(str(segment.path), scan.error.reason,
                                              scan.error.offset, scan.error.position)
+                last_epoch = scan.epoch_starts[-1][0] if scan.epoch_starts else \
+                    self._epochs.latest_epoch
+                found = find_valid_batch_after(segment.fd, scan.valid_size_bytes,
+                                               segment.size_bytes, scan.next_offset,
+                                               max(last_epoch, 0))
+                if found is not None:
+                    # Not a torn tail: records this node stored (and may have
+                    # acknowledged) sit behind the damage. Cutting them and carrying
+                    # on would let this node vote as if it still had them.
+                    raise LogCorruptionError(
+                        str(segment.path),
+                        f"{scan.error.reason}; intact batches follow it (offset "
+                        f"{found[1].base_offset} at byte {found[0]}), so this is damage "
+                        "inside the log, not a torn write at its end",
+                        scan.error.offset, scan.error.position)
                 self.recovery = RecoveryReport(segment.size_bytes - scan.valid_size_bytes,
                                                str(segment.path), scan.next_offset,
                                                scan.error.reason)

@@ -14,6 +14,15 @@ without padding (22 characters, e.g. `MkU3OEVBNTcwNTJENDM2Qg`).
     cluster.id=MkU3OEVBNTcwNTJENDM2Qg
     node.id=1
     version=1
+    directory.id=J8bZ0F3wRk-2Xh4Vv0a1Qg
+    kraft.version=1
+
+`directory.id` is this directory's own random id (same form as a cluster id): with
+the node id it is the replica's identity in the quorum, so a wiped and reformatted
+disk is a new replica, never the voter it replaces. `kraft.version=1` marks a
+directory formatted for a dynamic quorum (the voter set lives in the log; see
+controller/raft/voters.py); without it the quorum's voters are the configured ones.
+Directories formatted before these keys existed read as "no directory id, static".
 """
 
 from __future__ import annotations
@@ -71,6 +80,10 @@ class MetaProperties:
     cluster_id: str
     node_id: int
     version: int = META_PROPERTIES_VERSION
+    # "" for directories formatted before directory ids existed.
+    directory_id: str = ""
+    # 1: formatted for a dynamic quorum (voters in the log); 0: static voters.
+    kraft_version: int = 0
 
 
 def random_cluster_id() -> str:
@@ -83,6 +96,17 @@ def random_cluster_id() -> str:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
         if not cluster_id.startswith("-"):
             return cluster_id
+
+
+def random_directory_id() -> str:
+    """A new directory id (the same form as a cluster id)."""
+    return random_cluster_id()
+
+
+def validate_directory_id(directory_id: str) -> None:
+    if not _CLUSTER_ID.match(directory_id):
+        raise ValueError(f"invalid directory id {directory_id!r}: expected 22 characters of "
+                         "URL-safe base64 (as `metakraft storage random-uuid` prints)")
 
 
 def validate_cluster_id(cluster_id: str) -> None:
@@ -115,8 +139,14 @@ def read_meta_properties(data_dir: str | os.PathLike[str]) -> MetaProperties:
             if sep:
                 props[key.strip()] = value.strip()
     try:
-        meta = MetaProperties(props["cluster.id"], int(props["node.id"]), int(props["version"]))
+        meta = MetaProperties(props["cluster.id"], int(props["node.id"]), int(props["version"]),
+                              props.get("directory.id", ""),
+                              int(props.get("kraft.version", "0")))
         validate_cluster_id(meta.cluster_id)
+        if meta.directory_id:
+            validate_directory_id(meta.directory_id)
+        if meta.kraft_version not in (0, 1):
+            raise ValueError(f"unknown kraft.version {meta.kraft_version}")
     except (KeyError, ValueError) as exc:
         raise StorageNotFormattedError(
             f"{path} is damaged ({exc}); restore it or reformat an empty directory: "
@@ -160,14 +190,22 @@ class AlreadyFormattedError(MetaPropertiesError):
 
 
 def format_data_dir(data_dir: str | os.PathLike[str], cluster_id: str, node_id: int,
-                    ignore_formatted: bool = False) -> bool:
+                    ignore_formatted: bool = False, *, directory_id: str | None = None,
+                    kraft_version: int = 0) -> bool:
     """Write meta.properties and create the layout; True if formatted, False if skipped.
+
+    `directory_id`: this directory's id (a new random one when None); `kraft_version`
+    1 for a dynamic quorum (`controller.quorum.bootstrap` writes its first voter set).
 
     An already formatted directory is an error, or skipped untouched with
     `ignore_formatted`. A non-empty directory without meta.properties is always
     refused: it holds something we did not write.
     """
     validate_cluster_id(cluster_id)
+    directory_id = random_directory_id() if directory_id is None else directory_id
+    validate_directory_id(directory_id)
+    if kraft_version not in (0, 1):
+        raise ValueError(f"kraft version must be 0 or 1, got {kraft_version}")
     if node_id < 0:
         raise ValueError(f"node id must be >= 0, got {node_id}")
     layout = DataDir(Path(data_dir))
@@ -188,7 +226,9 @@ def format_data_dir(data_dir: str | os.PathLike[str], cluster_id: str, node_id: 
     layout.log_dir.mkdir(exist_ok=True)
     layout.snapshot_dir.mkdir(exist_ok=True)
     text = (f"# metakraft meta.properties: written by `metakraft storage format`, do not edit\n"
-            f"cluster.id={cluster_id}\nnode.id={node_id}\nversion={META_PROPERTIES_VERSION}\n")
+            f"cluster.id={cluster_id}\nnode.id={node_id}\nversion={META_PROPERTIES_VERSION}\n"
+            f"directory.id={directory_id}\n"
+            + ("kraft.version=1\n" if kraft_version else ""))
     atomic_write_bytes(layout.meta_properties, text.encode("utf-8"))
     fsync_dir(root)
     if root.parent != root:

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import attrs
 
-from controller.logformat.batch import HEADER_SIZE, BatchHeader, peek_batch_header, verify_batch
+from controller.logformat.batch import (
+    HEADER_SIZE,
+    MAGIC,
+    BatchHeader,
+    peek_batch_header,
+    verify_batch,
+)
 from controller.storage.errors import CorruptBatchError, OffsetOutOfRangeError, TruncatedBatchError
 from controller.storage.fsutil import fdatasync
 from controller.storage.index import OffsetIndex
@@ -75,6 +81,39 @@ def iter_stored_batches(fd: int, pos: int, end_pos: int,
             raise type(exc)(exc.reason, exc.offset, pos) from None
         yield pos, header, buf, rel
         pos += header.size_bytes
+
+
+# The magic byte's place in a batch header (controller/logformat/batch.py).
+_MAGIC_AT = 16
+_MAGIC_BYTE = bytes([MAGIC])
+
+
+def find_valid_batch_after(fd: int, pos: int, end_pos: int, min_offset: int,
+                           min_epoch: int) -> tuple[int, BatchHeader] | None:
+    """The first intact batch (header, CRC, lengths) starting after byte `pos` of a
+    file whose batch at `pos` is damaged, with an offset and epoch that could follow
+    the good part: its (file position, header), or None.
+
+    Recovery asks this to tell a torn tail (a write the crash cut short: nothing
+    valid after it, safe to cut) from damage in the middle of the log (valid data
+    after it: cutting would silently drop records this node acknowledged).
+    """
+    data = os.pread(fd, end_pos - pos, pos)
+    start = 1
+    while True:
+        i = data.find(_MAGIC_BYTE, start + _MAGIC_AT)
+        if i < 0:
+            return None
+        at = i - _MAGIC_AT
+        start = at + 1
+        try:
+            header = peek_batch_header(data, at)
+            if header.base_offset < min_offset or header.epoch < min_epoch:
+                continue
+            verify_batch(data, at, header)
+        except CorruptBatchError:
+            continue
+        return pos + at, header
 
 
 @attrs.define

@@ -23,10 +23,10 @@ import attrs
 
 from controller.logformat import EMPTY_ORIGIN
 from controller.raft import MemorySnapshotStore, RaftNode, RecordBatch, Role, SnapshotId
-from controller.raft.control import encode_voters, voters_in
-from controller.raft.voters import Voter, VoterSet
+from controller.raft.control import encode_voters
 from controller.raft.messages import Message, VoteRequest, VoteResponse
 from controller.raft.reads import ReadState
+from controller.raft.voters import Voter, VoterSet
 from tests.simulation.invariants import History, InvariantViolation, same_batch
 from tests.simulation.nodes import SimLog, SimNode, StateMachine, voters_of
 

@@ -10,8 +10,8 @@ A failure names the seed and the command that replays it.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 
 import pytest
 

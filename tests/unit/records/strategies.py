@@ -175,6 +175,11 @@ PAYLOADS: dict[str, st.SearchStrategy[Any]] = {
         format_version=uint32s,
     ),
     "snapshot_footer": message(pb.SnapshotFooterRecord, record_count=int64s),
+    "voters": st.builds(
+        lambda voters: pb.VotersRecord(voters=voters),
+        st.lists(message(pb.VotersRecord.Voter, node_id=broker_ids, directory_id=texts,
+                         endpoint=texts), max_size=5),
+    ),
 }
 
 any_payload = st.sampled_from(sorted(PAYLOADS)).flatmap(lambda name: PAYLOADS[name])

@@ -46,7 +46,7 @@ def test_record_types_table_matches_the_oneof() -> None:
 
 def test_control_records_are_flagged() -> None:
     control = {name for name, t in RECORD_TYPES.items() if t.is_control}
-    assert control == {"leader_change", "snapshot_header", "snapshot_footer"}
+    assert control == {"leader_change", "snapshot_header", "snapshot_footer", "voters"}
     assert is_control_record(make_record(pb.LeaderChangeRecord(leader_id=1)))
     assert not is_control_record(make_record(NoOpRecord()))
 

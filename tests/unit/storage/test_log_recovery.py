@@ -85,7 +85,37 @@ def test_flipped_bytes_in_the_last_segment_never_return_a_wrong_record(tmp_path:
     for _ in range(rng.randint(1, 3)):
         data[rng.randrange(len(data))] ^= rng.randint(1, 255)
     seg.write_bytes(bytes(data))
-    reopen_and_check_prefix(tmp_path, batches)
+    try:
+        reopen_and_check_prefix(tmp_path, batches)
+    except LogCorruptionError as exc:
+        # Damage with intact batches behind it is refused, and nothing is cut.
+        assert "intact batches follow" in str(exc) and exc.path == str(seg)
+        assert seg.read_bytes() == bytes(data)
+
+
+def test_a_damaged_batch_with_intact_batches_behind_it_is_refused(tmp_path: Path) -> None:
+    """Cutting at the first bad batch is right for a torn write at the end; with
+    intact batches behind it, it would drop records this node stored (and may have
+    acknowledged as a voter). The log refuses to open and names file and offset."""
+    batches = build(tmp_path, 30, 7)
+    seg = last_segment(tmp_path)
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    seg.write_bytes(bytes(data))
+    with pytest.raises(LogCorruptionError, match="intact batches follow") as info:
+        SegmentedLog.open(tmp_path, CONFIG)
+    assert info.value.path == str(seg) and info.value.offset is not None
+    assert 0 < info.value.offset < batches[-1].base_offset
+    assert seg.read_bytes() == bytes(data)
+
+
+def test_damage_in_the_last_batch_is_a_torn_tail_and_is_cut(tmp_path: Path) -> None:
+    batches = build(tmp_path, 30, 7)
+    seg = last_segment(tmp_path)
+    data = bytearray(seg.read_bytes())
+    data[-3] ^= 0x01
+    seg.write_bytes(bytes(data))
+    assert reopen_and_check_prefix(tmp_path, batches) == len(batches) - 1
 
 
 def test_appended_garbage_is_cut(tmp_path: Path) -> None:
