@@ -1664,6 +1664,8 @@ class ReplicaState(_message.Message):
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     LAST_FETCH_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     LAST_CAUGHT_UP_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    ENDPOINT_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     log_end_offset: _builtins.int
     """The replica's log end offset as last reported to the leader, -1 if unknown."""
@@ -1671,6 +1673,12 @@ class ReplicaState(_message.Message):
     """When the leader last heard from it (unix ms), -1 if never."""
     last_caught_up_timestamp_ms: _builtins.int
     """When it was last caught up to the leader's log end (unix ms), -1 if never."""
+    directory_id: _builtins.str
+    """Its data directory id: with the id, the replica's identity ("" if unknown, or a
+    static quorum).
+    """
+    endpoint: _builtins.str
+    """host:port it serves on (voters of a dynamic quorum; "" if unknown)."""
     def __init__(
         self,
         *,
@@ -1678,10 +1686,12 @@ class ReplicaState(_message.Message):
         log_end_offset: _builtins.int = ...,
         last_fetch_timestamp_ms: _builtins.int = ...,
         last_caught_up_timestamp_ms: _builtins.int = ...,
+        directory_id: _builtins.str = ...,
+        endpoint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_caught_up_timestamp_ms", b"last_caught_up_timestamp_ms", "last_fetch_timestamp_ms", b"last_fetch_timestamp_ms", "log_end_offset", b"log_end_offset", "replica_id", b"replica_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory_id", b"directory_id", "endpoint", b"endpoint", "last_caught_up_timestamp_ms", b"last_caught_up_timestamp_ms", "last_fetch_timestamp_ms", b"last_fetch_timestamp_ms", "log_end_offset", b"log_end_offset", "replica_id", b"replica_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1696,10 +1706,24 @@ class DescribeQuorumResponse(_message.Message):
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     VOTERS_FIELD_NUMBER: _builtins.int
     OBSERVERS_FIELD_NUMBER: _builtins.int
+    DYNAMIC_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    NODE_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    NODE_ENDPOINT_FIELD_NUMBER: _builtins.int
     leader_id: _builtins.int
     """-1 when there is no leader."""
     leader_epoch: _builtins.int
     high_watermark: _builtins.int
+    dynamic: _builtins.bool
+    """The voter set lives in the log and can change (formatted with initial
+    controllers); false: the configured, static voters.
+    """
+    node_id: _builtins.int
+    """The controller that answered: its id, directory id and address (what
+    `metakraft quorum add-controller` reads from a new controller).
+    """
+    node_directory_id: _builtins.str
+    node_endpoint: _builtins.str
     @_builtins.property
     def voters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaState]: ...
     @_builtins.property
@@ -1712,14 +1736,161 @@ class DescribeQuorumResponse(_message.Message):
         high_watermark: _builtins.int = ...,
         voters: _abc.Iterable[Global___ReplicaState] | None = ...,
         observers: _abc.Iterable[Global___ReplicaState] | None = ...,
+        dynamic: _builtins.bool = ...,
+        node_id: _builtins.int = ...,
+        node_directory_id: _builtins.str = ...,
+        node_endpoint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "observers", b"observers", "voters", b"voters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dynamic", b"dynamic", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "node_directory_id", b"node_directory_id", "node_endpoint", b"node_endpoint", "node_id", b"node_id", "observers", b"observers", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeQuorumResponse: _TypeAlias = DescribeQuorumResponse  # noqa: Y015
+
+@_typing.final
+class AddRaftVoterRequest(_message.Message):
+    """Add a voter to a dynamic quorum (KIP-853 AddVoter). The replica must be a
+    formatted, started controller fetching from the leader and caught up; the leader
+    waits (up to timeout_ms) while it catches up, then until the change commits.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    ENDPOINT_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    directory_id: _builtins.str
+    endpoint: _builtins.str
+    validate_only: _builtins.bool
+    """Check only: change nothing."""
+    timeout_ms: _builtins.int
+    """0: the controller's request timeout."""
+    @_builtins.property
+    def header(self) -> Global___RequestHeader: ...
+    def __init__(
+        self,
+        *,
+        header: Global___RequestHeader | None = ...,
+        node_id: _builtins.int = ...,
+        directory_id: _builtins.str = ...,
+        endpoint: _builtins.str = ...,
+        validate_only: _builtins.bool = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory_id", b"directory_id", "endpoint", b"endpoint", "header", b"header", "node_id", b"node_id", "timeout_ms", b"timeout_ms", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddRaftVoterRequest: _TypeAlias = AddRaftVoterRequest  # noqa: Y015
+
+@_typing.final
+class RemoveRaftVoterRequest(_message.Message):
+    """Remove a voter (KIP-853 RemoveVoter), named by id and directory id."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    directory_id: _builtins.str
+    validate_only: _builtins.bool
+    timeout_ms: _builtins.int
+    @_builtins.property
+    def header(self) -> Global___RequestHeader: ...
+    def __init__(
+        self,
+        *,
+        header: Global___RequestHeader | None = ...,
+        node_id: _builtins.int = ...,
+        directory_id: _builtins.str = ...,
+        validate_only: _builtins.bool = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory_id", b"directory_id", "header", b"header", "node_id", b"node_id", "timeout_ms", b"timeout_ms", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveRaftVoterRequest: _TypeAlias = RemoveRaftVoterRequest  # noqa: Y015
+
+@_typing.final
+class UpdateRaftVoterRequest(_message.Message):
+    """A voter's new endpoint (KIP-853 UpdateVoter)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    ENDPOINT_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    directory_id: _builtins.str
+    endpoint: _builtins.str
+    validate_only: _builtins.bool
+    timeout_ms: _builtins.int
+    @_builtins.property
+    def header(self) -> Global___RequestHeader: ...
+    def __init__(
+        self,
+        *,
+        header: Global___RequestHeader | None = ...,
+        node_id: _builtins.int = ...,
+        directory_id: _builtins.str = ...,
+        endpoint: _builtins.str = ...,
+        validate_only: _builtins.bool = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory_id", b"directory_id", "endpoint", b"endpoint", "header", b"header", "node_id", b"node_id", "timeout_ms", b"timeout_ms", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateRaftVoterRequest: _TypeAlias = UpdateRaftVoterRequest  # noqa: Y015
+
+@_typing.final
+class RaftVoterChangeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    VOTERS_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """The offset of the voter set written (-1: none, e.g. validate_only or an error)."""
+    @_builtins.property
+    def error(self) -> Global___Error: ...
+    @_builtins.property
+    def voters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaState]:
+        """The voter set after the change (what it would be, for validate_only)."""
+
+    def __init__(
+        self,
+        *,
+        error: Global___Error | None = ...,
+        offset: _builtins.int = ...,
+        voters: _abc.Iterable[Global___ReplicaState] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "offset", b"offset", "voters", b"voters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RaftVoterChangeResponse: _TypeAlias = RaftVoterChangeResponse  # noqa: Y015
 
 @_typing.final
 class DescribeFeaturesRequest(_message.Message):

@@ -104,6 +104,21 @@ class AdminStub:
                 request_serializer=controller_dot_api_dot_admin__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=controller_dot_api_dot_admin__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
+        self.AddRaftVoter = channel.unary_unary(
+                '/metakraft.admin.v1.Admin/AddRaftVoter',
+                request_serializer=controller_dot_api_dot_admin__pb2.AddRaftVoterRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.FromString,
+                _registered_method=True)
+        self.RemoveRaftVoter = channel.unary_unary(
+                '/metakraft.admin.v1.Admin/RemoveRaftVoter',
+                request_serializer=controller_dot_api_dot_admin__pb2.RemoveRaftVoterRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.FromString,
+                _registered_method=True)
+        self.UpdateRaftVoter = channel.unary_unary(
+                '/metakraft.admin.v1.Admin/UpdateRaftVoter',
+                request_serializer=controller_dot_api_dot_admin__pb2.UpdateRaftVoterRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.FromString,
+                _registered_method=True)
         self.DescribeFeatures = channel.unary_unary(
                 '/metakraft.admin.v1.Admin/DescribeFeatures',
                 request_serializer=controller_dot_api_dot_admin__pb2.DescribeFeaturesRequest.SerializeToString,
@@ -222,6 +237,24 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddRaftVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveRaftVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateRaftVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeFeatures(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -326,6 +359,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DescribeQuorum,
                     request_deserializer=controller_dot_api_dot_admin__pb2.DescribeQuorumRequest.FromString,
                     response_serializer=controller_dot_api_dot_admin__pb2.DescribeQuorumResponse.SerializeToString,
+            ),
+            'AddRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddRaftVoter,
+                    request_deserializer=controller_dot_api_dot_admin__pb2.AddRaftVoterRequest.FromString,
+                    response_serializer=controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.SerializeToString,
+            ),
+            'RemoveRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveRaftVoter,
+                    request_deserializer=controller_dot_api_dot_admin__pb2.RemoveRaftVoterRequest.FromString,
+                    response_serializer=controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.SerializeToString,
+            ),
+            'UpdateRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateRaftVoter,
+                    request_deserializer=controller_dot_api_dot_admin__pb2.UpdateRaftVoterRequest.FromString,
+                    response_serializer=controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.SerializeToString,
             ),
             'DescribeFeatures': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeFeatures,
@@ -714,6 +762,87 @@ class Admin:
             '/metakraft.admin.v1.Admin/DescribeQuorum',
             controller_dot_api_dot_admin__pb2.DescribeQuorumRequest.SerializeToString,
             controller_dot_api_dot_admin__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metakraft.admin.v1.Admin/AddRaftVoter',
+            controller_dot_api_dot_admin__pb2.AddRaftVoterRequest.SerializeToString,
+            controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metakraft.admin.v1.Admin/RemoveRaftVoter',
+            controller_dot_api_dot_admin__pb2.RemoveRaftVoterRequest.SerializeToString,
+            controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metakraft.admin.v1.Admin/UpdateRaftVoter',
+            controller_dot_api_dot_admin__pb2.UpdateRaftVoterRequest.SerializeToString,
+            controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,

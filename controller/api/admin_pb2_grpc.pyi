@@ -89,6 +89,9 @@ class AdminStub:
     ElectLeaders: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ElectLeadersRequest, _admin_pb2.ElectLeadersResponse]
     UnregisterBroker: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UnregisterBrokerRequest, _admin_pb2.UnregisterBrokerResponse]
     DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeQuorumRequest, _admin_pb2.DescribeQuorumResponse]
+    AddRaftVoter: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AddRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]
+    RemoveRaftVoter: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RemoveRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]
+    UpdateRaftVoter: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UpdateRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]
     DescribeFeatures: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeFeaturesRequest, _admin_pb2.DescribeFeaturesResponse]
     UpdateFeatures: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UpdateFeaturesRequest, _admin_pb2.UpdateFeaturesResponse]
     CreateAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]
@@ -120,6 +123,9 @@ class AdminAsyncStub(AdminStub):
     ElectLeaders: _aio.UnaryUnaryMultiCallable[_admin_pb2.ElectLeadersRequest, _admin_pb2.ElectLeadersResponse]  # type: ignore[assignment]
     UnregisterBroker: _aio.UnaryUnaryMultiCallable[_admin_pb2.UnregisterBrokerRequest, _admin_pb2.UnregisterBrokerResponse]  # type: ignore[assignment]
     DescribeQuorum: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeQuorumRequest, _admin_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
+    AddRaftVoter: _aio.UnaryUnaryMultiCallable[_admin_pb2.AddRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]  # type: ignore[assignment]
+    RemoveRaftVoter: _aio.UnaryUnaryMultiCallable[_admin_pb2.RemoveRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]  # type: ignore[assignment]
+    UpdateRaftVoter: _aio.UnaryUnaryMultiCallable[_admin_pb2.UpdateRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]  # type: ignore[assignment]
     DescribeFeatures: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeFeaturesRequest, _admin_pb2.DescribeFeaturesResponse]  # type: ignore[assignment]
     UpdateFeatures: _aio.UnaryUnaryMultiCallable[_admin_pb2.UpdateFeaturesRequest, _admin_pb2.UpdateFeaturesResponse]  # type: ignore[assignment]
     CreateAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]  # type: ignore[assignment]
@@ -226,6 +232,27 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DescribeQuorumRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DescribeQuorumResponse, _abc.Awaitable[_admin_pb2.DescribeQuorumResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AddRaftVoter(
+        self,
+        request: _admin_pb2.AddRaftVoterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RaftVoterChangeResponse, _abc.Awaitable[_admin_pb2.RaftVoterChangeResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RemoveRaftVoter(
+        self,
+        request: _admin_pb2.RemoveRaftVoterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RaftVoterChangeResponse, _abc.Awaitable[_admin_pb2.RaftVoterChangeResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateRaftVoter(
+        self,
+        request: _admin_pb2.UpdateRaftVoterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RaftVoterChangeResponse, _abc.Awaitable[_admin_pb2.RaftVoterChangeResponse]]: ...
 
     @_abc_1.abstractmethod
     def DescribeFeatures(

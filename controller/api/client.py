@@ -49,7 +49,12 @@ from controller.api import admin_pb2_grpc as apb_grpc
 from controller.api import convert as cv
 from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY, READ_OFFSET_KEY
 from controller.api.rpcs import ADMIN_RPCS_BY_NAME
-from controller.api.seam import ClusterDescription, QuorumDescription, ReadConsistency
+from controller.api.seam import (
+    ClusterDescription,
+    QuorumDescription,
+    ReadConsistency,
+    VoterChangeOutcome,
+)
 from controller.api.stream_client import AdminStream, StreamItemError
 from controller.metadata import (
     AlterConfigsResource,
@@ -284,7 +289,7 @@ class AdminClient:
             return self.leader_address
         return self._bootstrap[self._next_bootstrap % len(self._bootstrap)]
 
-    def _call(self, method: str, request: Any) -> Any:
+    def _call(self, method: str, request: Any, *, attempt_timeout_ms: int | None = None) -> Any:
         write = ADMIN_RPCS_BY_NAME[method].write
         request_id = self._new_request_id()
         self.last_request_id = request_id
@@ -315,7 +320,7 @@ class AdminClient:
             target = self._target()
             self._forget_dead_stream(target)
             retry_now = False
-            attempt_s = min(remaining, self._attempt_timeout_ms / 1000)
+            attempt_s = min(remaining, (attempt_timeout_ms or self._attempt_timeout_ms) / 1000)
             try:
                 response, trailing = self._send(target, method, request, attempt_s)
                 if self.consistency is ReadConsistency.LINEARIZABLE or write:
@@ -508,6 +513,38 @@ class AdminClient:
     def describe_quorum(self) -> QuorumDescription:
         response = self._call("DescribeQuorum", apb.DescribeQuorumRequest())
         return cv.quorum_from_pb(response)
+
+    def add_raft_voter(self, node_id: int, directory_id: str, endpoint: str, *,
+                       validate_only: bool = False) -> VoterChangeOutcome:
+        """Make a started controller (fetching as an observer) a voter; the leader waits
+        while it catches up, then until the change commits (within this client's
+        timeout)."""
+        request = apb.AddRaftVoterRequest(node_id=node_id, directory_id=directory_id,
+                                          endpoint=endpoint, validate_only=validate_only,
+                                          timeout_ms=self._voter_change_timeout_ms())
+        return cv.voter_change_from_pb(self._call("AddRaftVoter", request,
+                                                  attempt_timeout_ms=self._timeout_ms))
+
+    def remove_raft_voter(self, node_id: int, directory_id: str, *,
+                          validate_only: bool = False) -> VoterChangeOutcome:
+        request = apb.RemoveRaftVoterRequest(node_id=node_id, directory_id=directory_id,
+                                             validate_only=validate_only,
+                                             timeout_ms=self._voter_change_timeout_ms())
+        return cv.voter_change_from_pb(self._call("RemoveRaftVoter", request,
+                                                  attempt_timeout_ms=self._timeout_ms))
+
+    def update_raft_voter(self, node_id: int, directory_id: str, endpoint: str, *,
+                          validate_only: bool = False) -> VoterChangeOutcome:
+        request = apb.UpdateRaftVoterRequest(node_id=node_id, directory_id=directory_id,
+                                             endpoint=endpoint, validate_only=validate_only,
+                                             timeout_ms=self._voter_change_timeout_ms())
+        return cv.voter_change_from_pb(self._call("UpdateRaftVoter", request,
+                                                  attempt_timeout_ms=self._timeout_ms))
+
+    def _voter_change_timeout_ms(self) -> int:
+        # The server answers a little before the client gives up, so the client gets
+        # its verdict rather than a deadline.
+        return max(1, self._timeout_ms - min(1000, self._timeout_ms // 5))
 
     def describe_features(self) -> tuple[FeatureDescription, ...]:
         response = self._call("DescribeFeatures", apb.DescribeFeaturesRequest())

@@ -15,7 +15,12 @@ from typing import TypeVar
 
 from controller.api import admin_pb2 as apb
 from controller.api import broker_pb2 as bpb
-from controller.api.seam import ClusterDescription, QuorumDescription, ReplicaState
+from controller.api.seam import (
+    ClusterDescription,
+    QuorumDescription,
+    ReplicaState,
+    VoterChangeOutcome,
+)
 from controller.metadata import (
     AlterConfigOp,
     AlterConfigsResource,
@@ -464,6 +469,8 @@ def _replica_to_pb(state: ReplicaState) -> apb.ReplicaState:
         log_end_offset=state.log_end_offset,
         last_fetch_timestamp_ms=state.last_fetch_timestamp_ms,
         last_caught_up_timestamp_ms=state.last_caught_up_timestamp_ms,
+        directory_id=state.directory_id,
+        endpoint=state.endpoint,
     )
 
 
@@ -473,6 +480,8 @@ def _replica_from_pb(msg: apb.ReplicaState) -> ReplicaState:
         msg.log_end_offset,
         msg.last_fetch_timestamp_ms,
         msg.last_caught_up_timestamp_ms,
+        msg.directory_id,
+        msg.endpoint,
     )
 
 
@@ -483,6 +492,10 @@ def quorum_to_pb(desc: QuorumDescription) -> apb.DescribeQuorumResponse:
         high_watermark=desc.high_watermark,
         voters=[_replica_to_pb(v) for v in desc.voters],
         observers=[_replica_to_pb(o) for o in desc.observers],
+        dynamic=desc.dynamic,
+        node_id=desc.node_id,
+        node_directory_id=desc.node_directory_id,
+        node_endpoint=desc.node_endpoint,
     )
 
 
@@ -493,7 +506,21 @@ def quorum_from_pb(msg: apb.DescribeQuorumResponse) -> QuorumDescription:
         msg.high_watermark,
         tuple(_replica_from_pb(v) for v in msg.voters),
         tuple(_replica_from_pb(o) for o in msg.observers),
+        msg.dynamic,
+        msg.node_id,
+        msg.node_directory_id,
+        msg.node_endpoint,
     )
+
+
+def voter_change_to_pb(outcome: VoterChangeOutcome) -> apb.RaftVoterChangeResponse:
+    return apb.RaftVoterChangeResponse(error=error_to_pb(outcome.error), offset=outcome.offset,
+                                       voters=[_replica_to_pb(v) for v in outcome.voters])
+
+
+def voter_change_from_pb(msg: apb.RaftVoterChangeResponse) -> VoterChangeOutcome:
+    return VoterChangeOutcome(error_from_pb(msg.error), msg.offset,
+                              tuple(_replica_from_pb(v) for v in msg.voters))
 
 
 def feature_description_to_pb(desc: FeatureDescription) -> apb.FeatureDescription:

@@ -15,6 +15,7 @@ whole (PERMISSION_DENIED) if any one is denied: it writes nothing.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -25,7 +26,7 @@ from controller.api import acl_convert as acv
 from controller.api import admin_pb2 as apb
 from controller.api import convert as cv
 from controller.api.access import Access, Caller, cluster_action, topic_action
-from controller.api.seam import ControllerFacade, Origin
+from controller.api.seam import ControllerFacade, Origin, VoterChangeKind
 from controller.metadata.config_schema import ResourceType as ConfigResourceType
 from controller.security.acl import Operation
 from controller.security.authorizer import Action
@@ -203,6 +204,15 @@ async def _describe_quorum(f: ControllerFacade, _r: apb.DescribeQuorumRequest, c
     return cv.quorum_to_pb(await f.describe_quorum(origin=c.origin))
 
 
+async def _change_voters(kind: VoterChangeKind, f: ControllerFacade, r: Any, c: Call
+                         ) -> apb.RaftVoterChangeResponse:
+    endpoint = getattr(r, "endpoint", "")
+    outcome = await f.change_raft_voters(kind, r.node_id, r.directory_id, endpoint,
+                                         validate_only=r.validate_only,
+                                         timeout_ms=r.timeout_ms, origin=c.origin)
+    return cv.voter_change_to_pb(outcome)
+
+
 async def _describe_features(f: ControllerFacade, _r: apb.DescribeFeaturesRequest, c: Call
                              ) -> apb.DescribeFeaturesResponse:
     found = await f.describe_features(origin=c.origin)
@@ -279,6 +289,16 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
              on_cluster(Operation.ALTER), _unregister_broker),
     AdminRpc("DescribeQuorum", apb.DescribeQuorumRequest, False, "DESCRIBE on the cluster",
              on_cluster(Operation.DESCRIBE), _describe_quorum),
+    # Raft-level changes, not metadata writes (no request-id memory): the CLI checks
+    # the voter set before it retries one.
+    AdminRpc("AddRaftVoter", apb.AddRaftVoterRequest, False, "ALTER on the cluster",
+             on_cluster(Operation.ALTER), functools.partial(_change_voters, VoterChangeKind.ADD)),
+    AdminRpc("RemoveRaftVoter", apb.RemoveRaftVoterRequest, False, "ALTER on the cluster",
+             on_cluster(Operation.ALTER),
+             functools.partial(_change_voters, VoterChangeKind.REMOVE)),
+    AdminRpc("UpdateRaftVoter", apb.UpdateRaftVoterRequest, False, "ALTER on the cluster",
+             on_cluster(Operation.ALTER),
+             functools.partial(_change_voters, VoterChangeKind.UPDATE)),
     AdminRpc("DescribeFeatures", apb.DescribeFeaturesRequest, False, "DESCRIBE on the cluster",
              on_cluster(Operation.DESCRIBE), _describe_features),
     AdminRpc("UpdateFeatures", apb.UpdateFeaturesRequest, True, "ALTER on the cluster",

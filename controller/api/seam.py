@@ -115,6 +115,8 @@ class ReplicaState:
     log_end_offset: int = -1
     last_fetch_timestamp_ms: int = -1
     last_caught_up_timestamp_ms: int = -1
+    directory_id: str = ""
+    endpoint: str = ""
 
 
 @attrs.frozen
@@ -125,6 +127,28 @@ class QuorumDescription:
     high_watermark: int
     voters: tuple[ReplicaState, ...]
     observers: tuple[ReplicaState, ...] = ()
+    # The voter set lives in the log and can change (else: the configured voters).
+    dynamic: bool = False
+    # Who answered: its id, directory id and address.
+    node_id: int = -1
+    node_directory_id: str = ""
+    node_endpoint: str = ""
+
+
+class VoterChangeKind(enum.Enum):
+    ADD = "add"
+    REMOVE = "remove"
+    UPDATE = "update"
+
+
+@attrs.frozen
+class VoterChangeOutcome:
+    """What a voter change did: `offset` of the voter set written (-1: none) and the
+    voter set after it."""
+
+    error: ApiError
+    offset: int = -1
+    voters: tuple[ReplicaState, ...] = ()
 
 
 # -- errors --------------------------------------------------------------------------
@@ -226,6 +250,13 @@ class ControllerFacade(Protocol):
     async def unregister_broker(self, broker_id: int, *, origin: Origin) -> ApiError: ...
 
     async def describe_quorum(self, *, origin: Origin) -> QuorumDescription: ...
+
+    async def change_raft_voters(self, kind: VoterChangeKind, node_id: int, directory_id: str,
+                                 endpoint: str, *, validate_only: bool, timeout_ms: int,
+                                 origin: Origin) -> VoterChangeOutcome:
+        """Add, remove or update a voter of a dynamic quorum (on the active
+        controller; raises `NotControllerError` elsewhere)."""
+        ...
 
     async def describe_features(self, *, origin: Origin) -> tuple[FeatureDescription, ...]: ...
 

@@ -8,6 +8,12 @@ import time
 import click
 
 from controller.api.client import AdminClient
+from controller.api.seam import (
+    QuorumDescription,
+    ReadConsistency,
+    ReplicaState,
+    VoterChangeOutcome,
+)
 from controller.cli.admin_output import (
     EXIT_ITEM_FAILED,
     EXIT_OK,
@@ -22,7 +28,7 @@ from controller.cli.admin_output import (
     status,
     table,
 )
-from controller.metadata import FeatureUpdate
+from controller.metadata import ApiError, ErrorCode, FeatureUpdate
 from controller.metadata.features import METADATA_VERSION
 
 
@@ -81,8 +87,9 @@ def quorum_describe(opts: AdminOptions, replication: bool) -> None:
                 ("leader id", desc.leader_id if desc.leader_id >= 0 else "none"),
                 ("leader epoch", desc.leader_epoch),
                 ("high watermark", desc.high_watermark),
-                ("voters", ids([v.replica_id for v in desc.voters])),
+                ("voters", ", ".join(_voter_label(v) for v in desc.voters)),
                 ("observers", ids([o.replica_id for o in desc.observers])),
+                ("voter set", "dynamic (in the log)" if desc.dynamic else "static (configured)"),
             ]
             console().print(table("Quorum", ("", ""), rows))
             return EXIT_OK
@@ -97,6 +104,7 @@ def quorum_describe(opts: AdminOptions, replication: bool) -> None:
                 rows2.append(
                     (
                         s.replica_id,
+                        s.directory_id or "-",
                         kind,
                         s.log_end_offset if known else "?",
                         # The leader's log end may run ahead of the high watermark.
@@ -107,6 +115,7 @@ def quorum_describe(opts: AdminOptions, replication: bool) -> None:
                 )
         columns = (
             "replica",
+            "directory id",
             "role",
             "log end offset",
             "lag",
@@ -115,6 +124,108 @@ def quorum_describe(opts: AdminOptions, replication: bool) -> None:
         )
         console().print(table("Quorum replication", columns, rows2))
         return EXIT_OK
+
+    run_admin(opts, action)
+
+
+def _voter_label(state: ReplicaState) -> str:
+    label = str(state.replica_id)
+    if state.endpoint:
+        label += f"@{state.endpoint}"
+    return label + (f" ({state.directory_id})" if state.directory_id else "")
+
+
+def _identity_of(opts: AdminOptions, address: str) -> QuorumDescription:
+    """Ask the controller at `address` itself who it is (a stale read: it answers from
+    what it has, as an observer too)."""
+    with AdminClient([address], timeout_ms=opts.timeout_ms, tls=opts.tls,
+                     consistency=ReadConsistency.STALE) as client:
+        return client.describe_quorum()
+
+
+def _voter_change_result(opts: AdminOptions, what: str, outcome: VoterChangeOutcome,
+                         dry_run: bool) -> int:
+    if opts.json:
+        emit_json(outcome)
+        return EXIT_OK if outcome.error.ok else EXIT_ITEM_FAILED
+    if not outcome.error.ok:
+        click.echo(f"error: {what}: {outcome.error}", err=True)
+        return EXIT_ITEM_FAILED
+    voters = ", ".join(_voter_label(v) for v in outcome.voters)
+    if dry_run:
+        click.echo(f"{what}: would be accepted; the voters would be: {voters}")
+    else:
+        click.echo(f"{what}: done (voter set at offset {outcome.offset}); voters: {voters}")
+    return EXIT_OK
+
+
+@quorum.command("add-controller")
+@click.option("--controller", "address", required=True, metavar="HOST:PORT",
+              help="The controller to add: formatted with --no-initial-controllers, started, "
+              "and fetching from the quorum (its id and directory id are read from it).")
+@click.option("--dry-run", is_flag=True, help="Check only; change nothing.")
+@admin_options
+def quorum_add_controller(opts: AdminOptions, address: str, dry_run: bool) -> None:
+    """Make a running controller a voter (KIP-853 AddVoter). The leader waits while it
+    catches up, then until the change commits; one change at a time."""
+
+    def action(client: AdminClient) -> int:
+        me = _identity_of(opts, address)
+        if not me.dynamic and not me.node_directory_id:
+            click.echo(f"error: the controller at {address} has no directory id (formatted "
+                       "for a static quorum); format it with --no-initial-controllers", err=True)
+            return EXIT_ITEM_FAILED
+        what = f"add controller {me.node_id} ({me.node_directory_id}) at {me.node_endpoint}"
+        outcome = client.add_raft_voter(me.node_id, me.node_directory_id, me.node_endpoint,
+                                        validate_only=dry_run)
+        if outcome.error.code is ErrorCode.DUPLICATE_VOTER and any(
+                v.replica_id == me.node_id and v.directory_id == me.node_directory_id
+                for v in client.describe_quorum().voters):
+            # A retry of an add that went through: the outcome asked for is there.
+            outcome = VoterChangeOutcome(ApiError(ErrorCode.NONE), -1,
+                                         client.describe_quorum().voters)
+        return _voter_change_result(opts, what, outcome, dry_run)
+
+    run_admin(opts, action)
+
+
+@quorum.command("remove-controller")
+@click.option("--id", "node_id", required=True, type=click.IntRange(min=0),
+              help="The voter's node id.")
+@click.option("--directory-id", required=True,
+              help="The voter's directory id (`quorum describe`): names the exact replica, "
+              "so a reformatted disk under the same id is never removed by mistake.")
+@click.option("--dry-run", is_flag=True, help="Check only; change nothing.")
+@admin_options
+def quorum_remove_controller(opts: AdminOptions, node_id: int, directory_id: str,
+                             dry_run: bool) -> None:
+    """Remove a voter (KIP-853 RemoveVoter). Removing the active controller: it leads
+    until the change commits, then hands over."""
+
+    def action(client: AdminClient) -> int:
+        outcome = client.remove_raft_voter(node_id, directory_id, validate_only=dry_run)
+        return _voter_change_result(opts, f"remove controller {node_id} ({directory_id})",
+                                    outcome, dry_run)
+
+    run_admin(opts, action)
+
+
+@quorum.command("update-controller")
+@click.option("--id", "node_id", required=True, type=click.IntRange(min=0))
+@click.option("--directory-id", required=True)
+@click.option("--endpoint", required=True, metavar="HOST:PORT",
+              help="Where the voter serves now.")
+@click.option("--dry-run", is_flag=True, help="Check only; change nothing.")
+@admin_options
+def quorum_update_controller(opts: AdminOptions, node_id: int, directory_id: str,
+                             endpoint: str, dry_run: bool) -> None:
+    """Record a voter's new endpoint (KIP-853 UpdateVoter)."""
+
+    def action(client: AdminClient) -> int:
+        outcome = client.update_raft_voter(node_id, directory_id, endpoint,
+                                           validate_only=dry_run)
+        return _voter_change_result(opts, f"update controller {node_id} to {endpoint}",
+                                    outcome, dry_run)
 
     run_admin(opts, action)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from controller.quorum_controller.config_file import EXAMPLE_CONFIG, load_config
+from controller.storage.errors import LogCorruptionError, StorageError
 from controller.toml_config import ConfigError
 
 
@@ -32,4 +33,19 @@ def controller(config_path: Path | None, print_example: bool) -> None:
     from controller.quorum_controller.logs import setup_logging
 
     setup_logging(config.log_level, config.log_format)
-    sys.exit(asyncio.run(run_controller(config)))
+    try:
+        sys.exit(asyncio.run(run_controller(config)))
+    except LogCorruptionError as exc:
+        data_dir = config.driver.data_dir
+        click.echo(
+            f"metakraft controller: refusing to start: the metadata log is damaged: {exc}. "
+            "Records behind the damage may include writes this controller acknowledged, so "
+            "it must not vote or serve as it is. Replace its disk (docs/operations.md, "
+            "\"Replacing a controller's disk\"): `metakraft storage reformat-replica "
+            f"--data-dir {data_dir}`, start it, then `metakraft quorum remove-controller "
+            f"--id {config.driver.node_id} --directory-id <old id>` and `metakraft quorum "
+            "add-controller --controller HOST:PORT`.", err=True)
+        sys.exit(1)
+    except StorageError as exc:
+        click.echo(f"metakraft controller: refusing to start: {exc}", err=True)
+        sys.exit(1)

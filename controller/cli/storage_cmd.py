@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
 
-from controller.storage.errors import MetaPropertiesError, StorageError
+from controller.quorum.bootstrap import format_controller, parse_initial_controllers
+from controller.storage.errors import StorageError
 from controller.storage.leader_epoch import LeaderEpochCheckpoint
 from controller.storage.meta_properties import (
     DataDir,
@@ -36,19 +38,83 @@ def random_uuid() -> None:
 @click.option("--cluster-id", required=True, help="From `metakraft storage random-uuid`.")
 @click.option("--node-id", required=True, type=click.IntRange(min=0))
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False))
+@click.option("--initial-controllers", metavar="ID@HOST:PORT:DIRID,...",
+              help="A dynamic quorum's first voters (give every initial controller the same "
+              "list; directory ids from `metakraft storage random-uuid`). This node takes "
+              "its directory id from its entry.")
+@click.option("--no-initial-controllers", is_flag=True,
+              help="A controller (or broker) that joins a dynamic quorum: it learns the "
+              "voters from the log; `metakraft quorum add-controller` makes it a voter.")
 @click.option("--ignore-formatted", is_flag=True,
               help="Leave an already formatted directory as it is (exit 0) instead of failing.")
-def format_cmd(cluster_id: str, node_id: int, data_dir: str, ignore_formatted: bool) -> None:
-    """Write meta.properties and the directory layout into an empty DATA_DIR."""
+def format_cmd(cluster_id: str, node_id: int, data_dir: str, initial_controllers: str | None,
+               no_initial_controllers: bool, ignore_formatted: bool) -> None:
+    """Write meta.properties and the directory layout into an empty DATA_DIR.
+
+    Without --initial-controllers or --no-initial-controllers the quorum's voters are
+    the configured ones (static: they cannot change online)."""
+    if initial_controllers is not None and no_initial_controllers:
+        click.echo("error: give --initial-controllers or --no-initial-controllers, not both",
+                   err=True)
+        sys.exit(2)
     try:
-        formatted = format_data_dir(data_dir, cluster_id, node_id, ignore_formatted)
-    except (MetaPropertiesError, ValueError, OSError) as exc:
+        if initial_controllers is not None or no_initial_controllers:
+            voters = None if initial_controllers is None else \
+                parse_initial_controllers(initial_controllers)
+            formatted = format_controller(data_dir, cluster_id, node_id,
+                                          initial_controllers=voters,
+                                          ignore_formatted=ignore_formatted)
+        else:
+            formatted = format_data_dir(data_dir, cluster_id, node_id, ignore_formatted)
+    except (StorageError, ValueError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     if formatted:
-        click.echo(f"Formatted {data_dir} for cluster {cluster_id}, node {node_id}.")
+        meta = read_meta_properties(data_dir)
+        kind = "a dynamic quorum" if meta.kraft_version else "a static quorum"
+        click.echo(f"Formatted {data_dir} for cluster {cluster_id}, node {node_id}, "
+                   f"directory id {meta.directory_id} ({kind}).")
     else:
         click.echo(f"{data_dir} is already formatted; left unchanged (--ignore-formatted).")
+
+
+@storage.command("reformat-replica")
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("--cluster-id", help="Needed only when meta.properties is unreadable.")
+@click.option("--node-id", type=click.IntRange(min=0),
+              help="Needed only when meta.properties is unreadable.")
+def reformat_replica(data_dir: str, cluster_id: str | None, node_id: int | None) -> None:
+    """Replace a controller's damaged or lost disk: move DATA_DIR aside and format it
+    again as a NEW replica (same node id, new directory id, joining the dynamic quorum).
+
+    The old replica's identity stays a voter until removed: then start the controller
+    (it catches up as an observer), run `metakraft quorum remove-controller --id N
+    --directory-id OLD` and `metakraft quorum add-controller --controller HOST:PORT`.
+    Nothing is deleted: the old directory is kept beside, renamed."""
+    root = Path(data_dir)
+    old_directory_id = "?"
+    try:
+        meta = read_meta_properties(root)
+        cluster_id, node_id, old_directory_id = meta.cluster_id, meta.node_id, meta.directory_id
+    except StorageError as exc:
+        if cluster_id is None or node_id is None:
+            click.echo(f"error: {exc}; give --cluster-id and --node-id", err=True)
+            sys.exit(1)
+    assert cluster_id is not None and node_id is not None
+    aside = root.with_name(f"{root.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}")
+    try:
+        root.rename(aside)
+        format_controller(root, cluster_id, node_id, initial_controllers=None)
+    except (StorageError, ValueError, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    new = read_meta_properties(root)
+    click.echo(f"Moved {root} to {aside} and formatted {root} as a new replica of node "
+               f"{node_id}: directory id {new.directory_id} (was {old_directory_id}).\n"
+               "Next: start the controller; then\n"
+               f"  metakraft quorum remove-controller --bootstrap ... --id {node_id} "
+               f"--directory-id {old_directory_id}\n"
+               "  metakraft quorum add-controller --bootstrap ... --controller HOST:PORT")
 
 
 @storage.command("info")
@@ -69,6 +135,7 @@ def info(data_dir: str) -> None:
     click.echo(json.dumps({
         "data_dir": str(layout.root),
         "cluster_id": meta.cluster_id, "node_id": meta.node_id, "version": meta.version,
+        "directory_id": meta.directory_id, "kraft_version": meta.kraft_version,
         "quorum_state": None if state is None else {
             "epoch": state.epoch, "voted_for": state.voted_for, "leader_id": state.leader_id},
         "leader_epochs": epochs,

@@ -162,6 +162,9 @@ class NodeTaskAccess:
             raise ProposalRejectedError(f"read refused: {error.value} (too many reads waiting)")
 
 
+STATIC_EMPTY = VoterSet((), dynamic=False)
+
+
 @attrs.frozen(slots=True)
 class DriverStatus:
     node_id: int
@@ -178,7 +181,7 @@ class DriverStatus:
     # This replica's data directory id ("" for a static quorum's old directories).
     directory_id: str = ""
     # The latest voter set in this node's log (a static one: ids only).
-    voters: VoterSet = VoterSet((), dynamic=False)
+    voters: VoterSet = STATIC_EMPTY
 
 
 @attrs.frozen(slots=True)

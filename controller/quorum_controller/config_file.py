@@ -175,10 +175,12 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
     if not data_dir.is_absolute():
         data_dir = (path.parent / data_dir).resolve()
     voters = id_address_table(doc, "voters", "controller")
-    if node_id not in voters:
+    if node_id not in voters and "listen" not in doc:
         raise ConfigError(
-            f"node_id {node_id} is not among the voters {sorted(voters)}: a controller must "
-            "be a voter (observers are brokers and tools); add it to [voters] or fix node_id")
+            f"node_id {node_id} is not among the voters {sorted(voters)}: list it in [voters], "
+            "or, for a controller that joins a dynamic quorum (formatted with "
+            "--no-initial-controllers), set listen = \"HOST:PORT\" and list the current "
+            "voters in [voters]")
     listen = host_port(require_str(doc, "listen"), "listen") if "listen" in doc else voters[node_id]
 
     raft = sub_table(doc, "raft")
@@ -221,7 +223,8 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
                               log_config=LogConfig(**log_values), tiered=tier is not None,
                               **raft_values)
         settings = attrs.evolve(ControllerSettings(node_id=node_id, cluster_id=cluster_id,
-                                                   voter_addresses=voters), **ctl_values)
+                                                   voter_addresses=voters,
+                                                   listen_address=listen), **ctl_values)
     except ValueError as exc:
         raise ConfigError(f"inconsistent settings: {exc}") from None
     return DaemonConfig(path=path, driver=driver, controller=settings, listen=listen,

@@ -49,6 +49,7 @@ from controller.quorum_controller.ports import ControllerSettings, NodeAccess, Q
 from controller.quorum_controller.snapshots import SnapshotScheduler, iter_snapshot_bytes
 from controller.quorum_controller.turns import RequestQueue
 from controller.raft.reads import ReadState
+from controller.raft.voters import VoterSet
 from controller.storage import snapshot_file as sf
 from timeline import SnapshotRegistry
 
@@ -257,6 +258,9 @@ class QuorumController(CommitListener):
         if self.machine.committed(batches, self._clock_ms()):
             self.request_tick()
         self._settle()
+
+    def on_voters_changed(self, voters: VoterSet) -> None:
+        self.machine.voters_changed({v.node_id: v.endpoint for v in voters if v.endpoint})
 
     def on_reads_confirmed(self, reads: Sequence[ReadState]) -> None:
         self.machine.reads_confirmed((r.read_id, r.index) for r in reads)

@@ -8,6 +8,7 @@ REQUEST_TOO_LARGE on every item and changes nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -17,6 +18,8 @@ from controller.api.seam import (
     Origin,
     QuorumDescription,
     ReplicaState,
+    VoterChangeKind,
+    VoterChangeOutcome,
 )
 from controller.logformat.batch import BatchOrigin
 from controller.metadata import (
@@ -51,9 +54,11 @@ from controller.metadata import (
     TopicListing,
     TopicPartition,
 )
+from controller.quorum.proposals import ProposalLostError
 from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import RequestTooLargeError
 from controller.quorum_controller.ports import QuorumPort
+from controller.raft.voters import Voter, VoterChangeError
 from controller.security.acl import AclBinding, AclFilter
 
 T = TypeVar("T")
@@ -67,6 +72,22 @@ def batch_origin(origin: Origin) -> BatchOrigin:
 
     return BatchOrigin(clip(origin.principal), clip(origin.client_address),
                        clip(origin.request_id))
+
+
+# The longest a voter change may wait (the new voter catching up, then the commit).
+_MAX_VOTER_CHANGE_MS = 10 * 60 * 1000
+
+_VOTER_ERROR_CODES = {
+    VoterChangeError.STATIC_QUORUM: ErrorCode.UNSUPPORTED_VERSION,
+    VoterChangeError.NO_HIGH_WATERMARK: ErrorCode.REQUEST_TIMED_OUT,
+    VoterChangeError.CHANGE_PENDING: ErrorCode.REQUEST_TIMED_OUT,
+    VoterChangeError.NOT_CAUGHT_UP: ErrorCode.REQUEST_TIMED_OUT,
+    VoterChangeError.DUPLICATE_VOTER: ErrorCode.DUPLICATE_VOTER,
+    VoterChangeError.UNKNOWN_VOTER: ErrorCode.VOTER_NOT_FOUND,
+}
+
+
+logger = logging.getLogger(__name__)
 
 
 def _too_large(message: str) -> ApiError:
@@ -179,21 +200,71 @@ class ControllerApi:
             # knows only its own log end.
             status = self._quorum.status()
             leader = -1 if status.leader_id is None else status.leader_id
+            settings = self.controller.settings
+            me = (status.voters.dynamic, status.node_id, status.directory_id,
+                  settings.listen_address or settings.voter_addresses.get(status.node_id, ""))
+            voter_ids = sorted(status.voters.ids) or sorted(settings.voter_addresses)
+            known = {v.node_id: v for v in status.voters}
+
+            def replica(replica_id: int, log_end_offset: int = -1, last_fetch_ms: int = -1,
+                        caught_up_ms: int = -1, directory_id: str = "") -> ReplicaState:
+                voter = known.get(replica_id)
+                return ReplicaState(replica_id, log_end_offset, last_fetch_ms, caught_up_ms,
+                                    voter.directory_id if voter else directory_id,
+                                    voter.endpoint if voter else "")
+
             if not status.replicas:
-                voters = tuple(
-                    ReplicaState(v, status.end_offset if v == status.node_id else -1)
-                    for v in sorted(self.controller.settings.voter_addresses))
-                return QuorumDescription(leader, status.epoch, status.high_watermark, voters)
-            states = {p.replica_id: ReplicaState(p.replica_id, p.log_end_offset, p.last_fetch_ms)
+                voters = tuple(replica(v, status.end_offset if v == status.node_id else -1)
+                               for v in voter_ids)
+                return QuorumDescription(leader, status.epoch, status.high_watermark, voters,
+                                         (), *me)
+            states = {p.replica_id: replica(p.replica_id, p.log_end_offset, p.last_fetch_ms,
+                                            p.last_caught_up_ms, p.directory_id)
                       for p in status.replicas}
             return QuorumDescription(
                 leader, status.epoch, status.high_watermark,
                 tuple(states[p.replica_id] for p in status.replicas if p.is_voter),
-                tuple(states[p.replica_id] for p in status.replicas if not p.is_voter))
+                tuple(states[p.replica_id] for p in status.replicas if not p.is_voter), *me)
 
         result: QuorumDescription = await self.controller.read(
             "describe_quorum", describe, origin.consistency)
         return result
+
+    async def change_raft_voters(self, kind: VoterChangeKind, node_id: int, directory_id: str,
+                                 endpoint: str, *, validate_only: bool, timeout_ms: int,
+                                 origin: Origin) -> VoterChangeOutcome:
+        limit = self.controller.settings.request_timeout_ms
+        timeout_ms = limit if timeout_ms <= 0 else min(timeout_ms, _MAX_VOTER_CHANGE_MS)
+        try:
+            voter = Voter(node_id, directory_id, endpoint)
+        except ValueError as exc:
+            return VoterChangeOutcome(ApiError(ErrorCode.INVALID_REQUEST, str(exc)))
+        try:
+            result = await self._quorum.change_voters(kind.value, voter, timeout_s=timeout_ms / 1e3,
+                                                      dry_run=validate_only)
+        except TimeoutError:
+            return VoterChangeOutcome(ApiError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"the voter change did not commit within {timeout_ms} ms; it may still: "
+                "check `metakraft quorum describe` before retrying"))
+        except ProposalLostError as exc:
+            return VoterChangeOutcome(ApiError(
+                ErrorCode.NOT_CONTROLLER, f"the leader changed before the voter change "
+                f"committed, and it was dropped ({exc}); retry"))
+        if result.error is VoterChangeError.NOT_LEADER:
+            raise self.controller.machine.not_controller()
+        voters = () if result.voters is None else tuple(
+            ReplicaState(v.node_id, directory_id=v.directory_id, endpoint=v.endpoint)
+            for v in result.voters)
+        if result.error is None:
+            logger.info("event=voters_changed kind=%s node=%d directory_id=%s principal=%s "
+                        "request_id=%s validate_only=%s offset=%s", kind.value, node_id,
+                        directory_id, origin.principal, origin.request_id, validate_only,
+                        -1 if result.offset is None else result.offset)
+            return VoterChangeOutcome(
+                ApiError(ErrorCode.NONE), -1 if result.offset is None else result.offset, voters)
+        code = _VOTER_ERROR_CODES.get(result.error, ErrorCode.INVALID_REQUEST)
+        return VoterChangeOutcome(ApiError(code, result.message), -1, voters)
 
     # ---------------------------------------------------------------- configs
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from controller.api.seam import (
@@ -104,6 +104,8 @@ class ControllerMachine:
         self.state = MetadataState(cluster_id=settings.cluster_id, rng=rng,
                                    session_timeout_ms=settings.session_timeout_ms,
                                    controller_ids=frozenset(settings.voter_addresses))
+        # Voter id -> endpoint, from the log's voter set (a dynamic quorum).
+        self.voter_endpoints: dict[int, str] = {}
         self.registry = self.state.registry
         # Invariants: a registry snapshot exists at committed_next - 1, and none below
         # it except from the offset a snapshot file being written reads; the newest
@@ -171,7 +173,15 @@ class ControllerMachine:
 
     def not_controller(self) -> NotControllerError:
         leader = self._leader_id if self._leader_id != self.settings.node_id else None
-        return NotControllerError(leader, self.settings.leader_address(leader))
+        address = self.settings.leader_address(leader)
+        if leader is not None:
+            address = self.voter_endpoints.get(leader, address)
+        return NotControllerError(leader, address)
+
+    def voters_changed(self, endpoints: Mapping[int, str]) -> None:
+        """The voter set in the log names these endpoints (a dynamic quorum): where
+        clients are sent when one of them is the active controller."""
+        self.voter_endpoints = dict(endpoints)
 
     def take_instructions(self) -> list[Instruction]:
         out, self._out = self._out, []

@@ -14,6 +14,7 @@ from controller.logformat.batch import BatchOrigin
 
 if TYPE_CHECKING:
     from controller.quorum.driver import DriverStatus
+    from controller.raft.voters import Voter, VoterChangeResult
 
 
 class NodeAccess(Protocol):
@@ -59,6 +60,11 @@ class QuorumPort(Protocol):
         """The controller wrote `snapshot_id` (a committed offset): drop the log below."""
         ...
 
+    async def change_voters(self, kind: str, voter: Voter, *, timeout_s: float,
+                            dry_run: bool = False) -> VoterChangeResult:
+        """Add / remove / update a voter (`RaftDriver.change_voters`)."""
+        ...
+
 
 def _frozen_map(value: Mapping[int, str]) -> Mapping[int, str]:
     return MappingProxyType(dict(value))
@@ -73,8 +79,11 @@ def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> Non
 class ControllerSettings:
     node_id: int
     cluster_id: str
-    # Voter id -> host:port, to tell clients where the active controller is.
+    # Voter id -> host:port, to tell clients where the active controller is (the
+    # configured voters; a dynamic quorum's log adds the endpoints of new ones).
     voter_addresses: Mapping[int, str] = attrs.field(converter=_frozen_map)
+    # Where this controller serves ("" : its entry in voter_addresses).
+    listen_address: str = ""
     session_timeout_ms: int = attrs.field(default=9_000, validator=_positive)
     # Events queued for the controller and not yet run, plus requests parked until a
     # new leader is active: past this a request is refused as busy.

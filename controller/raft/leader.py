@@ -263,6 +263,7 @@ class LeaderMixin(NodeState):
                 self.now_ms,
                 is_voter=is_voter,
                 directory_id=req.src_directory_id,
+                caught_up=req.fetch_offset >= self.log.end_offset,
             )
             self.update_high_watermark()
             # A barrier no response carried yet is news too: reads wait on it.

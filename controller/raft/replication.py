@@ -86,6 +86,8 @@ class ReplicaProgress:
     last_fetch_ms: int
     # The directory id an observer last fetched with ("" for voters: see the set).
     directory_id: str = ""
+    # The node clock when its fetch last reached our log end (-1: not in this epoch).
+    last_caught_up_ms: int = -1
 
 
 @attrs.define(slots=True)
@@ -105,6 +107,8 @@ class LeaderState:
     fetch_offsets: dict[int, int] = attrs.field(factory=dict)
     # Last time each voter fetched (check quorum).
     last_contact_ms: dict[int, int] = attrs.field(factory=dict)
+    # Last time each replica's fetch reached our log end (reported only).
+    caught_up_ms: dict[int, int] = attrs.field(factory=dict)
     parked: dict[int, ParkedFetch] = attrs.field(factory=dict)
     # Voters that have not fetched in this epoch yet: they get BeginQuorumEpoch.
     awaiting_begin: set[int] = attrs.field(factory=set)
@@ -126,9 +130,12 @@ class LeaderState:
         *,
         is_voter: bool = True,
         directory_id: str = "",
+        caught_up: bool = False,
     ) -> None:
         """`is_voter`: the fetch came from the voter of this id (its directory id
         matches); a replica of a voter's id with another directory is an observer."""
+        if caught_up:
+            self.caught_up_ms[replica_id] = now_ms
         if replica_id not in self.voters or not is_voter:
             # None: its position did not match our log, so its log end is unknown.
             self.observer_fetches[replica_id] = (
@@ -207,15 +214,20 @@ class LeaderState:
     ) -> tuple[ReplicaProgress, ...]:
         """Voters (by id, us with our own log end) then observers (by id)."""
         voters = tuple(
-            ReplicaProgress(v, True, own_end_offset, now_ms)
+            ReplicaProgress(v, True, own_end_offset, now_ms, "", now_ms)
             if v == self.node_id
             else ReplicaProgress(
-                v, True, self.fetch_offsets.get(v, -1), self.last_contact_ms.get(v, -1)
+                v,
+                True,
+                self.fetch_offsets.get(v, -1),
+                self.last_contact_ms.get(v, -1),
+                "",
+                self.caught_up_ms.get(v, -1),
             )
             for v in sorted(self.voters)
         )
         observers = tuple(
-            ReplicaProgress(o, False, offset, at, directory_id)
+            ReplicaProgress(o, False, offset, at, directory_id, self.caught_up_ms.get(o, -1))
             for o, (offset, at, directory_id) in sorted(self.observer_fetches.items())
         )
         return voters + observers

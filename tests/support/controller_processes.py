@@ -23,11 +23,19 @@ from controller.api.broker_convert import (
 )
 from controller.logformat.batch import RecordBatch
 from controller.metadata import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from controller.quorum.bootstrap import format_controller
+from controller.raft.voters import Voter, VoterSet
 from controller.records.domain import Listener
 from controller.rpc import create_sync_channel
 from controller.security.tls import TlsCredentials
 from controller.storage.log import SegmentedLog
-from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
+from controller.storage.meta_properties import (
+    DataDir,
+    format_data_dir,
+    random_cluster_id,
+    random_directory_id,
+    read_meta_properties,
+)
 from tests.support.nemesis import Nemesis
 from tests.support.pki import PLAINTEXT_TABLE, TestPki
 from tests.support.polling import wait_until
@@ -66,36 +74,84 @@ class ControllerCluster:
     def __init__(self, root: Path, count: int = 3, *, session_timeout_ms: int = 600_000,
                  snapshot_interval_bytes: int = 16 << 20, extra_config: str = "",
                  env: dict[str, str] | None = None, secure: bool = False,
-                 authorizer: str = "", nemesis: Nemesis | None = None) -> None:
+                 authorizer: str = "", nemesis: Nemesis | None = None,
+                 dynamic: bool = False, spare: int = 0) -> None:
         """`secure`: mutual TLS with certificates from `self.pki` (controllers are
         `User:controller-<id>`, `User:admin` is a super user), and `authorizer` more
         lines of the [authorizer] table; else plaintext. `nemesis`: every controller
         reaches every other through its proxy for that link (named `c<id>`), so a
-        test can partition them (`name(node_id)`, `via(client, node_id)`)."""
+        test can partition them (`name(node_id)`, `via(client, node_id)`).
+        `dynamic`: formatted with initial controllers (the voter set lives in the log;
+        `metakraft quorum add-controller` etc. change it); `spare` more controllers
+        formatted to join later (`--no-initial-controllers`), not started."""
+        self._env = env
+        self._session_timeout_ms = session_timeout_ms
+        self._snapshot_interval_bytes = snapshot_interval_bytes
+        self._extra_config = extra_config
+        self._authorizer = authorizer
+        self.dynamic = dynamic
         self.root = root
         self.pki = TestPki(root / "tls") if secure else None
         self.cluster_id = random_cluster_id()
-        ports = free_ports(count)
+        ports = free_ports(count + spare)
         # Controller ids of their own (as `metakraft dev` gives them): brokers take
         # small ids, and a broker may not take a controller's.
         self.addresses = {FIRST_CONTROLLER_ID + i: f"127.0.0.1:{p}"
-                          for i, p in enumerate(ports)}
+                          for i, p in enumerate(ports[:count])}
+        self.spare_addresses = {FIRST_CONTROLLER_ID + count + i: f"127.0.0.1:{p}"
+                                for i, p in enumerate(ports[count:])}
         self.nemesis = nemesis
         self.nodes: dict[int, ControllerProcess] = {}
+        initial = None
+        if dynamic:
+            initial = VoterSet.of(Voter(i, random_directory_id(), a)
+                                  for i, a in self.addresses.items())
         for node_id, address in self.addresses.items():
-            voters = "\n".join(f'{i} = "{a if i == node_id else self._dial(node_id, i)}"'
-                               for i, a in self.addresses.items())
             data_dir = root / f"c{node_id}"
-            format_data_dir(data_dir, self.cluster_id, node_id)
-            config = root / f"c{node_id}.toml"
-            config.write_text(
-                f'node_id = {node_id}\ncluster_id = "{self.cluster_id}"\n'
-                f'data_dir = "{data_dir}"\n[voters]\n{voters}\n'
-                f"[controller]\nsession_timeout_ms = {session_timeout_ms}\n"
-                f"snapshot_interval_bytes = {snapshot_interval_bytes}\n"
-                '[logging]\nlevel = "INFO"\n' + self._security_tables(node_id, authorizer)
-                + extra_config)
-            self.nodes[node_id] = ControllerProcess(node_id, address, config, data_dir, env)
+            if initial is None:
+                format_data_dir(data_dir, self.cluster_id, node_id)
+            else:
+                format_controller(data_dir, self.cluster_id, node_id,
+                                  initial_controllers=initial)
+            self.nodes[node_id] = self._process(node_id, address, data_dir, listen=False)
+        for node_id, address in self.spare_addresses.items():
+            self.nodes[node_id] = self.format_joining(node_id, address)
+
+    def _process(self, node_id: int, address: str, data_dir: Path, *,
+                 listen: bool) -> ControllerProcess:
+        """Write the node's config (the voters: the initial ones) and its process."""
+        voters = "\n".join(f'{i} = "{a if i == node_id else self._dial(node_id, i)}"'
+                           for i, a in self.addresses.items())
+        config = self.root / f"c{node_id}.toml"
+        config.write_text(
+            f'node_id = {node_id}\ncluster_id = "{self.cluster_id}"\n'
+            f'data_dir = "{data_dir}"\n' + (f'listen = "{address}"\n' if listen else "")
+            + f"[voters]\n{voters}\n"
+            f"[controller]\nsession_timeout_ms = {self._session_timeout_ms}\n"
+            f"snapshot_interval_bytes = {self._snapshot_interval_bytes}\n"
+            '[logging]\nlevel = "INFO"\n' + self._security_tables(node_id, self._authorizer)
+            + self._extra_config)
+        return ControllerProcess(node_id, address, config, data_dir, self._env)
+
+    def format_joining(self, node_id: int, address: str) -> ControllerProcess:
+        """A controller that joins the dynamic quorum (`--no-initial-controllers`),
+        at `address`; not started. Its data dir must not exist yet."""
+        data_dir = self.root / f"c{node_id}"
+        format_controller(data_dir, self.cluster_id, node_id, initial_controllers=None)
+        return self._process(node_id, address, data_dir, listen=True)
+
+    def replace_disk(self, node_id: int) -> str:
+        """The node's disk is lost: move its data dir aside and format a new replica
+        (new directory id, joining); returns the old directory id. Stopped nodes only."""
+        node = self.nodes[node_id]
+        assert not node.running
+        old = read_meta_properties(node.data_dir).directory_id
+        node.data_dir.rename(node.data_dir.with_name(node.data_dir.name + ".lost"))
+        self.nodes[node_id] = self.format_joining(node_id, node.address)
+        return old
+
+    def directory_id(self, node_id: int) -> str:
+        return read_meta_properties(self.nodes[node_id].data_dir).directory_id
 
     def _security_tables(self, node_id: int, authorizer: str) -> str:
         if self.pki is None:
@@ -131,8 +187,9 @@ class ControllerCluster:
         return list(self.addresses.values())
 
     def start(self) -> None:
-        for node in self.nodes.values():
-            node.start()
+        for node_id, node in self.nodes.items():
+            if node_id not in self.spare_addresses:
+                node.start()
 
     def close(self) -> None:
         for node in self.nodes.values():
