@@ -28,7 +28,7 @@ from controller.cli.admin_output import (
     status,
     table,
 )
-from controller.metadata import ApiError, ErrorCode, FeatureUpdate
+from controller.metadata import FeatureUpdate
 from controller.metadata.features import METADATA_VERSION
 
 
@@ -178,12 +178,6 @@ def quorum_add_controller(opts: AdminOptions, address: str, dry_run: bool) -> No
         what = f"add controller {me.node_id} ({me.node_directory_id}) at {me.node_endpoint}"
         outcome = client.add_raft_voter(me.node_id, me.node_directory_id, me.node_endpoint,
                                         validate_only=dry_run)
-        if outcome.error.code is ErrorCode.DUPLICATE_VOTER and any(
-                v.replica_id == me.node_id and v.directory_id == me.node_directory_id
-                for v in client.describe_quorum().voters):
-            # A retry of an add that went through: the outcome asked for is there.
-            outcome = VoterChangeOutcome(ApiError(ErrorCode.NONE), -1,
-                                         client.describe_quorum().voters)
         return _voter_change_result(opts, what, outcome, dry_run)
 
     run_admin(opts, action)

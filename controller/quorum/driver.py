@@ -64,7 +64,7 @@ from controller.raft.reads import ReadState
 from controller.raft.ready import ProposeError, Ready
 from controller.raft.replication import ReplicaProgress
 from controller.raft.roles import Role
-from controller.raft.voters import Voter, VoterChangeError, VoterChangeResult, VoterSet
+from controller.raft.voters import Voter, VoterChangeResult, VoterSet
 from controller.storage import quorum_state as qs_file
 from controller.storage.errors import StorageError
 from controller.storage.log_config import SegmentInfo
@@ -150,6 +150,30 @@ class NodeTaskAccess:
         assert result.base_offset is not None
         return result.base_offset
 
+    def change_voters(self, kind: str, voter: Voter, dry_run: bool
+                      ) -> tuple[VoterChangeResult, asyncio.Future[int] | None]:
+        """AddVoter ("add"), RemoveVoter ("remove", by id and directory id) or
+        UpdateVoter ("update") now, on this node (it must lead). When a VotersRecord was
+        appended (at `result.offset`), also a future that resolves once it commits
+        (`ProposalLostError` if it is cut from the log)."""
+        node = self._node()
+        now = self._driver._clock_ms()
+        if kind == "add":
+            result = node.add_voter(voter, now, dry_run=dry_run)
+        elif kind == "remove":
+            result = node.remove_voter(voter.node_id, voter.directory_id, now, dry_run=dry_run)
+        else:
+            result = node.update_voter(voter, now, dry_run=dry_run)
+        if not result.ok or result.offset is None:
+            return result, None
+        committed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._driver._proposals.add(result.offset, 1, node.epoch, committed)
+        logger.info("event=voters_change kind=%s node=%d directory_id=%s endpoint=%s "
+                    "offset=%d voters=%s", kind, voter.node_id, voter.directory_id,
+                    voter.endpoint or "-", result.offset,
+                    result.voters.describe() if result.voters else "-")
+        return result, committed
+
     def read_index(self, read_id: int) -> None:
         """Start confirming a linearizable read (ReadIndex); it comes back through
         `CommitListener.on_reads_confirmed`. Raises `NotLeaderError`, or
@@ -197,12 +221,6 @@ class LocalLogView:
     high_watermark: int
     flushed_offset: int
 
-
-# Voter changes that may succeed a moment later: retried by `change_voters`.
-_RETRIED_VOTER_ERRORS = frozenset({VoterChangeError.NOT_CAUGHT_UP,
-                                   VoterChangeError.CHANGE_PENDING,
-                                   VoterChangeError.NO_HIGH_WATERMARK})
-_VOTER_RETRY_S = 0.1
 
 # Inbox events. Tuples keep the hot path cheap.
 _TICK = ("tick",)
@@ -368,32 +386,6 @@ class RaftDriver:
             self._offer(("propose", tuple(records), origin, fut))
             # On timeout wait_for cancels `fut`; the node then skips it.
             return await asyncio.wait_for(fut, timeout)
-
-    async def change_voters(self, kind: str, voter: Voter, *, timeout_s: float,
-                            dry_run: bool = False) -> VoterChangeResult:
-        """AddVoter ("add"), RemoveVoter ("remove", by node id and directory id) or
-        UpdateVoter ("update") on this node, which must lead (else NOT_LEADER naming
-        the leader). While the change cannot be made yet but soon may -- the new
-        voter still catching up, the previous change or the leader's first commit
-        pending -- it is retried until `timeout_s`; an accepted change is waited on
-        until it commits. Raises `TimeoutError` (a change appended but not committed
-        in time may still commit), `ProposalLostError` (it was cut from the log),
-        `DriverStoppedError`."""
-        self._check_running()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            fut: asyncio.Future[tuple[VoterChangeResult, asyncio.Future[int] | None]] = \
-                loop.create_future()
-            self._offer(("voters", kind, voter, dry_run, fut))
-            result, committed = await asyncio.wait_for(fut, max(0.0, deadline - loop.time()))
-            if result.error not in _RETRIED_VOTER_ERRORS or \
-                    loop.time() + _VOTER_RETRY_S >= deadline:
-                break
-            await asyncio.sleep(_VOTER_RETRY_S)
-        if committed is not None:
-            await asyncio.wait_for(committed, max(0.0, deadline - loop.time()))
-        return result
 
     def run_on_node_task(self, work: Callable[[NodeTaskAccess], None]) -> None:
         """Queue `work` to run on the node task, in order with every other event; it
@@ -603,9 +595,6 @@ class RaftDriver:
             self._compact(node, event[1], event[2], now)
         elif kind == "work":
             event[1](self._node_access)
-        elif kind == "voters":
-            self._outside_events -= 1
-            self._change_voters(node, event[1], event[2], event[3], event[4], now)
         else:
             raise AssertionError(f"unknown event {event!r}")
 
@@ -621,27 +610,6 @@ class RaftDriver:
         else:
             node.compact(sid, now)
             fut.set_result(None)
-
-    def _change_voters(self, node: RaftNode, kind: str, voter: Voter, dry_run: bool,
-                       fut: asyncio.Future[tuple[VoterChangeResult, asyncio.Future[int] | None]],
-                       now: int) -> None:
-        if fut.done():
-            return
-        if kind == "add":
-            result = node.add_voter(voter, now, dry_run=dry_run)
-        elif kind == "remove":
-            result = node.remove_voter(voter.node_id, voter.directory_id, now, dry_run=dry_run)
-        else:
-            result = node.update_voter(voter, now, dry_run=dry_run)
-        committed = None
-        if result.ok and result.offset is not None:
-            committed = asyncio.get_running_loop().create_future()
-            self._proposals.add(result.offset, 1, node.epoch, committed)
-            logger.info("event=voters_change kind=%s node=%d directory_id=%s endpoint=%s "
-                        "offset=%d voters=%s", kind, voter.node_id, voter.directory_id,
-                        voter.endpoint or "-", result.offset,
-                        result.voters.describe() if result.voters else "-")
-        fut.set_result((result, committed))
 
     def _start_proposal(self, node: RaftNode, records: tuple[bytes, ...], origin: BatchOrigin,
                         fut: asyncio.Future[int], now: int) -> None:

@@ -49,9 +49,15 @@ from controller.quorum_controller.ports import ControllerSettings, NodeAccess, Q
 from controller.quorum_controller.snapshots import SnapshotScheduler, iter_snapshot_bytes
 from controller.quorum_controller.turns import RequestQueue
 from controller.raft.reads import ReadState
-from controller.raft.voters import VoterSet
+from controller.raft.voters import Voter, VoterChangeError, VoterChangeResult, VoterSet
 from controller.storage import snapshot_file as sf
 from timeline import SnapshotRegistry
+
+# Voter changes that may succeed a moment later: retried by `change_voters`.
+_RETRIED_VOTER_ERRORS = frozenset({VoterChangeError.NOT_CAUGHT_UP,
+                                   VoterChangeError.CHANGE_PENDING,
+                                   VoterChangeError.NO_HIGH_WATERMARK})
+_VOTER_RETRY_S = 0.1
 
 
 class QuorumController(CommitListener):
@@ -191,6 +197,43 @@ class QuorumController(CommitListener):
                                             query=query, consistency=consistency))
         READ_OFFSET.set(answer.read_offset)
         return answer.value
+
+    async def change_voters(self, kind: str, voter: Voter, *, timeout_s: float,
+                            dry_run: bool = False) -> VoterChangeResult:
+        """AddVoter ("add"), RemoveVoter ("remove") or UpdateVoter ("update") on the
+        active controller (else NOT_LEADER naming the leader). While the change cannot
+        be made yet but soon may -- the new voter still catching up, the previous
+        change or this leader's first commit pending -- it is retried until
+        `timeout_s`; an accepted change is waited on until it commits. Raises
+        `TimeoutError` (appended and not committed in time: it may still commit),
+        `ProposalLostError` (cut from the log), `NotControllerError` (stopped)."""
+        quorum = self._quorum
+        assert quorum is not None, "attach() first"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            fut: asyncio.Future[tuple[VoterChangeResult, asyncio.Future[int] | None]] = \
+                loop.create_future()
+
+            def work(access: NodeAccess,
+                     fut: asyncio.Future[tuple[VoterChangeResult, asyncio.Future[int] | None]]
+                     = fut) -> None:
+                if not fut.done():
+                    fut.set_result(self.machine.change_voters(access, kind, voter, dry_run))
+                self._settle()
+
+            try:
+                quorum.run_on_node_task(work)
+            except DriverStoppedError:
+                raise NotControllerError(None, None) from None
+            result, committed = await asyncio.wait_for(fut, max(0.0, deadline - loop.time()))
+            if result.error not in _RETRIED_VOTER_ERRORS or \
+                    loop.time() + _VOTER_RETRY_S >= deadline:
+                break
+            await asyncio.sleep(_VOTER_RETRY_S)
+        if committed is not None:
+            await asyncio.wait_for(committed, max(0.0, deadline - loop.time()))
+        return result
 
     async def _submit(self, req: Request) -> Answer:
         if self.queued_events >= self.settings.max_queued_events:

@@ -240,8 +240,9 @@ class ControllerApi:
         except ValueError as exc:
             return VoterChangeOutcome(ApiError(ErrorCode.INVALID_REQUEST, str(exc)))
         try:
-            result = await self._quorum.change_voters(kind.value, voter, timeout_s=timeout_ms / 1e3,
-                                                      dry_run=validate_only)
+            result = await self.controller.change_voters(kind.value, voter,
+                                                         timeout_s=timeout_ms / 1e3,
+                                                         dry_run=validate_only)
         except TimeoutError:
             return VoterChangeOutcome(ApiError(
                 ErrorCode.REQUEST_TIMED_OUT,

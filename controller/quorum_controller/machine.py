@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.api.seam import (
     ControllerBusyError,
@@ -75,7 +75,12 @@ from controller.quorum_controller.events import (
 )
 from controller.quorum_controller.ports import ControllerSettings, NodeAccess
 from controller.quorum_controller.purgatory import BatchKey, Purgatory, Waiter
+from controller.raft.control import encode_voters
+from controller.raft.voters import Voter, VoterChangeError, VoterChangeResult
 from controller.records import MetadataRecord, encode_record
+
+if TYPE_CHECKING:
+    import asyncio
 
 logger = logging.getLogger("metakraft.controller")
 
@@ -177,6 +182,30 @@ class ControllerMachine:
         if leader is not None:
             address = self.voter_endpoints.get(leader, address)
         return NotControllerError(leader, address)
+
+    def change_voters(self, node: NodeAccess, kind: str, voter: Voter, dry_run: bool
+                      ) -> tuple[VoterChangeResult, asyncio.Future[int] | None]:
+        """A voter change, on the active controller only: the Raft node appends the
+        VotersRecord, which is then replayed here like our own batches (the state at
+        every offset is ours to snapshot, and only our appends may reach the log)."""
+        if self._mode is not Mode.ACTIVE:
+            error = VoterChangeError.NOT_LEADER if self._mode is Mode.STANDBY \
+                else VoterChangeError.NO_HIGH_WATERMARK
+            return VoterChangeResult(error=error, message="not the active controller yet",
+                                     leader_id=self._leader_id), None
+        base = node.next_offset
+        assert base == self._replayed_next, (base, self._replayed_next)
+        result, committed = node.change_voters(kind, voter, dry_run)
+        if result.offset is not None and committed is not None:
+            assert result.offset == base, (result.offset, base)
+            self.state.replay_encoded([encode_voters(result.voters)] if result.voters else [],
+                                      base)
+            self.registry.create_snapshot(base)
+            self._replayed_next = base + 1
+            key = BatchKey(base, base, self._epoch)
+            self._uncommitted[base] = key
+            self._last_key = key
+        return result, committed
 
     def voters_changed(self, endpoints: Mapping[int, str]) -> None:
         """The voter set in the log names these endpoints (a dynamic quorum): where

@@ -13,6 +13,8 @@ from controller.logformat import SnapshotId
 from controller.logformat.batch import BatchOrigin
 
 if TYPE_CHECKING:
+    import asyncio
+
     from controller.quorum.driver import DriverStatus
     from controller.raft.voters import Voter, VoterChangeResult
 
@@ -38,6 +40,12 @@ class NodeAccess(Protocol):
         `controller.quorum.errors.NotLeaderError` or `ProposalRejectedError`."""
         ...
 
+    def change_voters(self, kind: str, voter: Voter, dry_run: bool
+                      ) -> tuple[VoterChangeResult, asyncio.Future[int] | None]:
+        """Add / remove / update a voter now (`NodeTaskAccess.change_voters`): the
+        result, and when a VotersRecord was appended a future of its commit."""
+        ...
+
     def read_index(self, read_id: int) -> None:
         """Ask the node to confirm its leadership for a linearizable read (ReadIndex);
         the confirmation comes back as `ControllerMachine.reads_confirmed`. Raises
@@ -60,10 +68,6 @@ class QuorumPort(Protocol):
         """The controller wrote `snapshot_id` (a committed offset): drop the log below."""
         ...
 
-    async def change_voters(self, kind: str, voter: Voter, *, timeout_s: float,
-                            dry_run: bool = False) -> VoterChangeResult:
-        """Add / remove / update a voter (`RaftDriver.change_voters`)."""
-        ...
 
 
 def _frozen_map(value: Mapping[int, str]) -> Mapping[int, str]:
