@@ -12,8 +12,10 @@ import json
 
 from controller.devcluster.layout import ClusterSpec, NodeSpec
 from controller.devcluster.security import ensure_credentials, tls_table
+from controller.quorum.bootstrap import format_controller
+from controller.raft.voters import Voter, VoterSet
 from controller.storage.fsutil import atomic_write_bytes
-from controller.storage.meta_properties import check_meta_properties, format_data_dir
+from controller.storage.meta_properties import check_meta_properties, random_directory_id
 
 # A broker silent this long is fenced: about ten missed heartbeats.
 SESSION_TIMEOUT_MS = 5_000
@@ -91,13 +93,19 @@ def node_config(spec: ClusterSpec, node: NodeSpec) -> str:
     return controller_config(spec, node) if node.role == "controller" else broker_config(spec, node)
 
 
-def prepare_node(spec: ClusterSpec, node: NodeSpec) -> bool:
+def prepare_node(spec: ClusterSpec, node: NodeSpec,
+                 initial_controllers: VoterSet | None = None) -> bool:
     """Format the node's data dir if new, check it belongs to this cluster and node,
-    and (re)write its config. True if the data dir was formatted now."""
+    and (re)write its config. True if the data dir was formatted now.
+
+    Controllers of a new cluster are the initial voters of a dynamic quorum
+    (`initial_controllers`); a controller added later, and every broker, joins it
+    (`--no-initial-controllers`: the voter set comes from the log)."""
     paths = spec.paths(node)
     paths.root.mkdir(parents=True, exist_ok=True)
-    formatted = format_data_dir(paths.data_dir, spec.cluster_id, node.node_id,
-                                ignore_formatted=True)
+    voters = initial_controllers if node.role == "controller" else None
+    formatted = format_controller(paths.data_dir, spec.cluster_id, node.node_id,
+                                  initial_controllers=voters, ignore_formatted=True)
     # Raises MetaPropertiesError (a clear message) if the dir is another cluster's.
     check_meta_properties(paths.data_dir, spec.cluster_id, node.node_id)
     atomic_write_bytes(paths.config, node_config(spec, node).encode("utf-8"))
@@ -109,4 +117,8 @@ def prepare_cluster(spec: ClusterSpec) -> list[NodeSpec]:
     spec.root.mkdir(parents=True, exist_ok=True)
     if spec.secure:
         ensure_credentials(spec)
-    return [node for node in spec.nodes if prepare_node(spec, node)]
+    initial = None
+    if not any(spec.paths(n).data_dir.exists() for n in spec.controllers):
+        initial = VoterSet.of(Voter(n.node_id, random_directory_id(), n.address)
+                              for n in spec.controllers)
+    return [node for node in spec.nodes if prepare_node(spec, node, initial)]

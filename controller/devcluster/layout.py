@@ -25,8 +25,13 @@ from typing import Any, Literal
 import attrs
 
 from controller.devcluster.ports import LOOPBACK, pick_free_ports, port_is_free
+from controller.storage.errors import StorageError
 from controller.storage.fsutil import atomic_write_bytes
-from controller.storage.meta_properties import random_cluster_id, validate_cluster_id
+from controller.storage.meta_properties import (
+    random_cluster_id,
+    read_meta_properties,
+    validate_cluster_id,
+)
 
 Role = Literal["controller", "broker"]
 CLUSTER_JSON = "cluster.json"
@@ -87,6 +92,9 @@ class ClusterSpec:
     nodes: tuple[NodeSpec, ...]
     # Mutual TLS and the authorizer (`metakraft dev --insecure`: plaintext).
     secure: bool = True
+    # Controllers to take out of the voter set in this run (`--controllers` lower than
+    # before): they run until removed, then stop and leave the spec (data kept).
+    leaving: frozenset[int] = frozenset()
 
     @property
     def controllers(self) -> tuple[NodeSpec, ...]:
@@ -209,8 +217,10 @@ def plan_cluster(root: Path, controllers: int | None, brokers: int | None, *,
     """The cluster to run under `root` and whether it resumes an existing one.
 
     None counts mean: the existing cluster's, or the defaults on a first run. A
-    resumed cluster keeps its controllers (the voter set is fixed); brokers can be
-    added, and brokers past the count asked for are left out (their data stays).
+    resumed cluster's controllers change online (a dynamic quorum): new ones join
+    (`DevSession.reconcile_voters` adds them), the highest ids leave (removed, then
+    stopped; their data stays). Brokers can be added, and brokers past the count
+    asked for are left out (their data stays).
     """
     existing = read_cluster_json(root)
     if existing is None:
@@ -223,11 +233,16 @@ def plan_cluster(root: Path, controllers: int | None, brokers: int | None, *,
         return ClusterSpec(root, new_cluster_id(), tuple(_fresh_nodes(want_c, want_b, set()))), False
 
     have_c = len(existing.controllers)
-    if controllers is not None and controllers != have_c:
+    want_c = have_c if controllers is None else controllers
+    if want_c < 1:
+        raise DevClusterError("--controllers must be at least 1")
+    if want_c != have_c and not is_dynamic(existing):
         raise DevClusterError(
-            f"the cluster in {root} has {have_c} controllers; the voter set of an existing "
-            f"cluster does not change. Pass --controllers {have_c}, or use a new --data-dir "
-            f"(or delete {root}) for a cluster of {controllers}")
+            f"the cluster in {root} has {have_c} controllers and a static voter set (it was "
+            f"created before dynamic quorums): pass --controllers {have_c}, or use a new "
+            f"--data-dir (or delete {root}) for a cluster of {controllers}")
+    by_id = sorted(existing.controllers, key=lambda n: n.node_id)
+    leaving = frozenset(n.node_id for n in by_id[want_c:])
     want_b = len(existing.brokers) if brokers is None else brokers
     if want_b < 0:
         raise DevClusterError("--brokers must be at least 0")
@@ -249,7 +264,24 @@ def plan_cluster(root: Path, controllers: int | None, brokers: int | None, *,
     for port in pick_free_ports(extra, avoid=taken):
         nodes.append(NodeSpec("broker", next_id, port))
         next_id += 1
-    return ClusterSpec(root, existing.cluster_id, tuple(nodes)), True
+    next_controller = max(n.node_id for n in existing.controllers) + 1
+    new_controllers = max(0, want_c - have_c)
+    ports = iter(pick_free_ports(2 * new_controllers, avoid=taken))
+    for i in range(new_controllers):
+        nodes.insert(have_c + i, NodeSpec("controller", next_controller + i, next(ports),
+                                          next(ports)))
+    return ClusterSpec(root, existing.cluster_id, tuple(nodes), leaving=leaving), True
+
+
+def is_dynamic(spec: ClusterSpec) -> bool:
+    """Were the cluster's controllers formatted for a dynamic quorum? (Clusters made
+    before dynamic quorums existed have a static voter set.)"""
+    for node in spec.controllers:
+        try:
+            return read_meta_properties(spec.paths(node).data_dir).kraft_version >= 1
+        except StorageError:
+            continue
+    return True  # nothing formatted yet: it will be dynamic
 
 
 def pid_alive(pid: int) -> bool:

@@ -149,6 +149,7 @@ def start_cluster(session: DevSession) -> int:
             status.update(f"{message}; waiting for the rest...")
 
         leader = session.start_and_wait(progress)
+        session.reconcile_voters(progress)
     console.print(f"  [green]ready[/] {create_demo_topic(session)}", highlight=False)
     console.print(f"  cluster.json: {spec.root / 'cluster.json'}", highlight=False)
     return leader

@@ -8,11 +8,14 @@ stops at the first failure (exit 1); the runner stops the cluster either way.
   2. kill -9 a partition leader's broker: fenced, leaderships moved, ISRs shrunk;
   3. restart it: unfenced, back in the ISRs, its replicas reconciled;
   4. reassign a partition to a broker that had none of it: moved, leader elected;
-  5. (the runner) stop everything: brokers first, then controllers.
+  5. replace a controller whose data dir was deleted: kill -9, delete, format a new
+     replica (new directory id), start it, remove the lost voter, add the new one;
+  6. (the runner) stop everything: brokers first, then controllers.
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -21,18 +24,20 @@ import attrs
 from rich.table import Table
 
 from controller.api.client import AdminClientError
-from controller.devcluster.configs import SESSION_TIMEOUT_MS
+from controller.devcluster.configs import SESSION_TIMEOUT_MS, prepare_node
 from controller.devcluster.layout import DevClusterError, NodeSpec
-from controller.devcluster.probe import broker_status
+from controller.devcluster.probe import broker_status, serving
 from controller.devcluster.runner import EXIT_FAILED, EXIT_OK
 from controller.devcluster.session import DevSession, Interrupted, ProcessDied
 from controller.metadata import CreatableTopic, ErrorCode, ReassignmentRequest, TopicDescription
+from controller.storage.meta_properties import read_meta_properties
 
 TOPICS = ("tour-a", "tour-b")
 # Fencing waits a session timeout; the rest is reaction and replication.
 FENCE_TIMEOUT_S = SESSION_TIMEOUT_MS / 1000 + 15.0
 CONVERGE_TIMEOUT_S = 30.0
 MIN_BROKERS = 3
+STEPS = 6
 
 
 class StepFailed(Exception):
@@ -57,6 +62,7 @@ class Tour:
         self.console = session.console
         assert session.probe is not None
         self.admin = session.probe.admin
+        self.tls = session.probe.tls
 
     # -- reading -----------------------------------------------------------------------
 
@@ -103,7 +109,7 @@ class Tour:
     # -- steps -------------------------------------------------------------------------
 
     def step(self, number: int, text: str) -> None:
-        self.console.print(f"\n[bold]step {number}/5:[/] {text}", highlight=False)
+        self.console.print(f"\n[bold]step {number}/{STEPS}:[/] {text}", highlight=False)
 
     def ok(self, text: str) -> None:
         self.console.print(f"  [green]\\[ok][/] {text}", highlight=False)
@@ -213,6 +219,47 @@ class Tour:
                 f"{leaving} removed its replica, broker {spare} created one")
 
 
+    def replace_controller(self) -> None:
+        session, spec = self.session, self.session.spec
+        before = self.admin.describe_quorum()
+        victim = next(n for n in spec.controllers if n.node_id != before.leader_id)
+        data_dir = spec.paths(victim).data_dir
+        old = read_meta_properties(data_dir).directory_id
+        self.step(5, f"replace {victim.name}, whose data dir is lost: kill -9 it, delete "
+                     f"{data_dir}, format a new replica, remove the lost voter, add the new one")
+        session.supervisor.kill(victim.name, signal.SIGKILL)
+        shutil.rmtree(data_dir)
+        prepare_node(spec, victim)  # a new replica: empty, with a new directory id
+        new = read_meta_properties(data_dir).directory_id
+        self.ok(f"{victim.name} killed, its data deleted, formatted again: directory id "
+                f"{old} -> {new}")
+        pid = session.supervisor.start(victim.name)
+        self.wait(f"{victim.name} to serve", lambda: serving(victim.address, self.tls),
+                  CONVERGE_TIMEOUT_S)
+        self.ok(f"{victim.name} started (pid {pid}); it observes until it is a voter")
+        session.reconcile_voters(lambda message: self.ok(message))
+
+        def replaced() -> bool:
+            voters = {(v.replica_id, v.directory_id) for v in self.admin.describe_quorum().voters}
+            return (victim.node_id, new) in voters and (victim.node_id, old) not in voters
+
+        self.wait("the voter set to name the new replica", replaced, CONVERGE_TIMEOUT_S)
+        self.show_quorum()
+        self.ok(f"{victim.name} is a voter again under directory id {new}; the lost disk's "
+                f"identity {old} can no longer vote")
+
+    def show_quorum(self) -> None:
+        desc = self.admin.describe_quorum()
+        table = Table(title="the controller quorum", title_justify="left")
+        for column in ("voter", "directory id", "endpoint", "log end offset"):
+            table.add_column(column, no_wrap=True)
+        for v in desc.voters:
+            role = " (leader)" if v.replica_id == desc.leader_id else ""
+            table.add_row(f"{v.replica_id}{role}", v.directory_id, v.endpoint,
+                          str(v.log_end_offset))
+        self.console.print(table)
+
+
 def _ids(values: tuple[int, ...]) -> str:
     return ",".join(str(v) for v in values)
 
@@ -239,6 +286,7 @@ def run_scenario(session: DevSession) -> int:
         victim = tour.kill_broker()
         tour.restart_broker(victim)
         tour.reassign()
+        tour.replace_controller()
     except (StepFailed, AdminClientError) as exc:
         console.print(f"  [red]\\[FAILED][/] {exc}", highlight=False)
         return EXIT_FAILED
@@ -257,7 +305,8 @@ def run_scenario(session: DevSession) -> int:
 def finish_scenario(session: DevSession, code: int) -> int:
     """Step 5: stop everything and check every process exited cleanly."""
     console = session.console
-    console.print("\n[bold]step 5/5:[/] stop everything (brokers first, then controllers)")
+    console.print(f"\n[bold]step {STEPS}/{STEPS}:[/] stop everything (brokers first, then "
+                  "controllers)")
     codes = session.stop()
     unclean = {name: c for name, c in codes.items() if c != 0}
     if unclean:

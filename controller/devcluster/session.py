@@ -23,6 +23,7 @@ from typing import IO, TypeVar
 import attrs
 from rich.console import Console
 
+from controller.api.seam import VoterChangeOutcome
 from controller.devcluster.configs import CONTROLLED_SHUTDOWN_TIMEOUT_MS, prepare_cluster
 from controller.devcluster.layout import (
     ClusterSpec,
@@ -35,6 +36,7 @@ from controller.devcluster.ports import pick_free_ports
 from controller.devcluster.probe import BrokerView, ClusterProbe, broker_running, serving
 from controller.devcluster.security import principal_of
 from controller.devcluster.supervisor import Exit, Supervisor
+from controller.storage.meta_properties import read_meta_properties
 
 T = TypeVar("T")
 POLL_INTERVAL_S = 0.2
@@ -106,6 +108,11 @@ def leftover_processes(root: Path, spec: ClusterSpec) -> list[str]:
         if str(entry.get("config_path")) in cmdline:
             found.append(f"{entry.get('name')} (pid {pid})")
     return found
+
+
+def _check(what: str, outcome: VoterChangeOutcome) -> None:
+    if not outcome.error.ok:
+        raise DevClusterError(f"{what}: {outcome.error}")
 
 
 class DevSession:
@@ -250,6 +257,39 @@ class DevSession:
                           BROKERS_READY_TIMEOUT_S)
             on_progress(f"{node.name} registered and unfenced (listening on {node.address})")
         return leader
+
+    def reconcile_voters(self, on_progress: Callable[[str], None]) -> None:
+        """Make the quorum's voter set match the spec: add each controller that is
+        not a voter (a new one, or one whose disk was replaced: its old identity is
+        removed first), then remove the controllers leaving and stop them."""
+        assert self.probe is not None
+        admin = self.probe.admin
+        if not admin.describe_quorum().dynamic:
+            return  # a cluster from before dynamic quorums: its voters are fixed
+        for node in self.spec.controllers:
+            if node.node_id in self.spec.leaving:
+                continue
+            directory_id = read_meta_properties(self.spec.paths(node).data_dir).directory_id
+            voters = {v.replica_id: v.directory_id for v in admin.describe_quorum().voters}
+            old = voters.get(node.node_id)
+            if old == directory_id:
+                continue
+            if old is not None:
+                _check(f"remove {node.name}'s lost disk ({old})",
+                       admin.remove_raft_voter(node.node_id, old))
+                on_progress(f"{node.name}: removed the voter of its lost disk ({old})")
+            _check(f"add {node.name}",
+                   admin.add_raft_voter(node.node_id, directory_id, node.address))
+            on_progress(f"{node.name} joined the voters (directory id {directory_id})")
+        for node in [n for n in self.spec.controllers if n.node_id in self.spec.leaving]:
+            voters = {v.replica_id: v.directory_id for v in admin.describe_quorum().voters}
+            if node.node_id in voters:
+                _check(f"remove {node.name}",
+                       admin.remove_raft_voter(node.node_id, voters[node.node_id]))
+            self.supervisor.stop_and_forget(node.name, CONTROLLER_STOP_TIMEOUT_S)
+            self.spec = self.supervisor.spec
+            on_progress(f"{node.name} left the voters and stopped (its data stays in "
+                        f"{self.spec.paths(node).root})")
 
     def broker_views(self) -> dict[int, BrokerView]:
         assert self.probe is not None

@@ -84,6 +84,18 @@ class Supervisor:
         statuses = {name: m.status for name, m in self._procs.items()}
         return write_cluster_json(self.spec, statuses, supervisor_pid=os.getpid())
 
+    def stop_and_forget(self, name: str, timeout_s: float) -> int | None:
+        """Stop one process (SIGTERM, then SIGKILL) and drop its node from the spec
+        (a controller that left the quorum; its data stays). Its exit code, None if it
+        was not running."""
+        code = self._stop_group([name], timeout_s).get(name)
+        self.spec = attrs.evolve(self.spec, nodes=tuple(n for n in self.spec.nodes
+                                                        if n.name != name),
+                                 leaving=self.spec.leaving - {int(name.rsplit("-", 1)[1])})
+        del self._procs[name]
+        self.write_json()
+        return code
+
     def replace_spec(self, spec: ClusterSpec) -> None:
         """New ports after a bind conflict: only while nothing runs."""
         assert not self.running_names(), "replace_spec with processes running"

@@ -668,7 +668,11 @@ class RaftDriver:
             self.listener.on_leader_change(ready.leader.leader_id, ready.leader.epoch)
         if ready.voters is not None:
             for voter in ready.voters:
-                if voter.endpoint and voter.node_id != self.node_id:
+                # The configured address wins (the operator's word is the freshest,
+                # e.g. a controller restarted on another port); the log's endpoint
+                # reaches voters the configuration does not list.
+                if voter.endpoint and voter.node_id != self.node_id and \
+                        voter.node_id not in self.config.voter_addresses:
                     self._peers.set_address(voter.node_id, voter.endpoint)
             self.listener.on_voters_changed(ready.voters)
         if ready.snapshot_to_load is not None:

@@ -179,8 +179,8 @@ class ControllerMachine:
     def not_controller(self) -> NotControllerError:
         leader = self._leader_id if self._leader_id != self.settings.node_id else None
         address = self.settings.leader_address(leader)
-        if leader is not None:
-            address = self.voter_endpoints.get(leader, address)
+        if address is None and leader is not None:
+            address = self.voter_endpoints.get(leader)
         return NotControllerError(leader, address)
 
     def change_voters(self, node: NodeAccess, kind: str, voter: Voter, dry_run: bool
