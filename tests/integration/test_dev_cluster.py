@@ -63,15 +63,17 @@ def test_scenario_runs_the_tour_and_exits_0(data_dir: Path, secure: bool) -> Non
                        "fenced after its session timed out", "leader moved",
                        "registered again and unfenced", "rejoined: back in every ISR",
                        "[ok] reassignment accepted", "removed its replica",
+                       "removed the voter of its lost disk", "joined the voters",
+                       "is a voter again under directory id",
                        "[ok] stopped 6 processes, every exit code 0", "scenario passed"):
         assert checkpoint in out, f"missing {checkpoint!r} in:\n{out}"
     assert "[FAILED]" not in out
     assert not any(pid_alive(pid) for pid in recorded_pids(data_dir))
 
 
-def _run_until_ready(data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+def _run_until_ready(data_dir: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
-        proc = subprocess.Popen(dev_command("dev", "--data-dir", str(data_dir)),
+        proc = subprocess.Popen(dev_command("dev", "--data-dir", str(data_dir), *args),
                                 cwd=REPO_ROOT, env=dev_env(), stdout=out,
                                 stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
@@ -82,9 +84,9 @@ def _run_until_ready(data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _stop(proc: subprocess.Popen[bytes], data_dir: Path, log: Path) -> None:
+def _stop(proc: subprocess.Popen[bytes], data_dir: Path, log: Path, processes: int = 6) -> None:
     pids = recorded_pids(data_dir)
-    assert len(pids) == 6 and all(pid_alive(p) for p in pids), log.read_text()
+    assert len(pids) == processes and all(pid_alive(p) for p in pids), log.read_text()
     proc.send_signal(signal.SIGINT)
     assert proc.wait(40) == 0, log.read_text()
     assert not any(pid_alive(p) for p in pids), "a child outlived metakraft dev"
@@ -137,6 +139,47 @@ def test_background_cluster_cli_sigint_and_resume(data_dir: Path, tmp_path: Path
         assert listed.returncode == 0, listed.stderr
         assert [t["name"] for t in json.loads(listed.stdout)] == ["demo"]
         _stop(proc, data_dir, log)
+    finally:
+        kill_everything(proc, data_dir)
+
+
+def test_resume_with_more_or_fewer_controllers_changes_the_quorum_online(
+        data_dir: Path, tmp_path: Path) -> None:
+    proc: subprocess.Popen[bytes] | None = None
+    quick = ("--brokers", "0", "--insecure")
+
+    def voters(bootstrap: str) -> dict[int, str]:
+        found = metakraft("quorum", "describe", "--bootstrap", bootstrap, "--output", "json")
+        assert found.returncode == 0, found.stderr
+        desc = json.loads(found.stdout)
+        assert desc["dynamic"] is True
+        return {v["replica_id"]: v["directory_id"] for v in desc["voters"]}
+
+    try:
+        log = tmp_path / "three.out"
+        proc = _run_until_ready(data_dir, log, "--controllers", "3", *quick)
+        first = voters(json.loads((data_dir / "cluster.json").read_text())["bootstrap"])
+        assert sorted(first) == [3000, 3001, 3002] and all(first.values())
+        _stop(proc, data_dir, log, processes=3)
+
+        log = tmp_path / "four.out"
+        proc = _run_until_ready(data_dir, log, "--controllers", "4", *quick)
+        assert "controller-3003 joined the voters" in log.read_text()
+        doc = json.loads((data_dir / "cluster.json").read_text())
+        grown = voters(doc["bootstrap"])
+        assert sorted(grown) == [3000, 3001, 3002, 3003]
+        assert {k: grown[k] for k in first} == first  # the same replicas, one more
+        _stop(proc, data_dir, log, processes=4)
+
+        log = tmp_path / "two.out"
+        proc = _run_until_ready(data_dir, log, "--controllers", "2", *quick)
+        text = log.read_text()
+        assert "controller-3002 left the voters" in text and "controller-3003 left" in text
+        doc = json.loads((data_dir / "cluster.json").read_text())
+        assert sorted(p["node_id"] for p in doc["processes"]) == [3000, 3001]
+        assert sorted(voters(doc["bootstrap"])) == [3000, 3001]
+        assert (data_dir / "controller-3003" / "data" / "meta.properties").exists()
+        _stop(proc, data_dir, log, processes=2)
     finally:
         kill_everything(proc, data_dir)
 

@@ -12,6 +12,7 @@ from controller.cli.dev_cmd import dev
 from controller.devcluster.layout import plan_cluster, write_cluster_json
 from controller.devcluster.runner import next_steps
 from controller.devcluster.session import DevSession
+from controller.storage.meta_properties import format_data_dir
 
 
 def test_scenario_needs_three_brokers(tmp_path: Path) -> None:
@@ -21,9 +22,12 @@ def test_scenario_needs_three_brokers(tmp_path: Path) -> None:
     assert not (tmp_path / "cluster.json").exists()
 
 
-def test_resume_with_another_controller_count_is_refused(tmp_path: Path) -> None:
+def test_resume_of_a_static_cluster_with_another_controller_count_is_refused(
+        tmp_path: Path) -> None:
     spec, _ = plan_cluster(tmp_path, 3, 0)
     write_cluster_json(spec, {})
+    for node in spec.controllers:  # formatted before dynamic quorums existed
+        format_data_dir(spec.paths(node).data_dir, spec.cluster_id, node.node_id)
     result = CliRunner().invoke(dev, ["--data-dir", str(tmp_path), "--controllers", "5"])
     assert result.exit_code == 2, result.output
     assert "has 3 controllers" in result.output

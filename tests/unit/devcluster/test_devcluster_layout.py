@@ -26,7 +26,11 @@ from controller.devcluster.ports import pick_free_ports, port_is_free
 from controller.devcluster.session import DevSession, leftover_processes
 from controller.quorum_controller.config_file import load_config as load_controller_config
 from controller.storage.errors import MetaPropertiesError
-from controller.storage.meta_properties import check_meta_properties, random_cluster_id
+from controller.storage.meta_properties import (
+    check_meta_properties,
+    format_data_dir,
+    random_cluster_id,
+)
 
 
 def all_ports(spec: ClusterSpec) -> list[int]:
@@ -103,11 +107,28 @@ def test_resume_moves_only_a_taken_port_and_keeps_voters_consistent(tmp_path: Pa
         assert parse_broker_config(path.read_text(), path).controllers == again.voters()
 
 
-def test_resume_refuses_another_controller_count_and_adjusts_brokers(tmp_path: Path) -> None:
+def test_resume_of_a_static_cluster_refuses_another_controller_count(tmp_path: Path) -> None:
     spec, _ = plan_cluster(tmp_path, 3, 2)
     write_cluster_json(spec, {})
-    with pytest.raises(DevClusterError, match="--controllers 3"):
+    for node in spec.controllers:  # formatted before dynamic quorums existed
+        format_data_dir(spec.paths(node).data_dir, spec.cluster_id, node.node_id)
+    with pytest.raises(DevClusterError, match=r"static voter set.*--controllers 3"):
         plan_cluster(tmp_path, 5, None)
+
+
+def test_resume_changes_a_dynamic_quorum_and_the_brokers(tmp_path: Path) -> None:
+    spec, _ = plan_cluster(tmp_path, 3, 2)
+    write_cluster_json(spec, {})
+    grown, _ = plan_cluster(tmp_path, 5, None, is_free=lambda _p: True)
+    assert [n.node_id for n in grown.controllers] == [3000, 3001, 3002, 3003, 3004]
+    assert grown.controllers[:3] == spec.controllers and not grown.leaving
+    ports = all_ports(grown)
+    assert len(ports) == len(set(ports))
+    shrunk, _ = plan_cluster(tmp_path, 1, None, is_free=lambda _p: True)
+    # The leaving controllers run until they are out of the voter set.
+    assert shrunk.controllers == spec.controllers and shrunk.leaving == {3001, 3002}
+    with pytest.raises(DevClusterError, match="at least 1"):
+        plan_cluster(tmp_path, 0, None)
     more, _ = plan_cluster(tmp_path, 3, 4, is_free=lambda _p: True)
     assert [n.node_id for n in more.brokers] == [1, 2, 3, 4]
     assert more.brokers[:2] == spec.brokers
