@@ -196,7 +196,7 @@ class ControllerMachine:
         base = node.next_offset
         assert base == self._replayed_next, (base, self._replayed_next)
         result, committed = node.change_voters(kind, voter, dry_run)
-        if result.offset is not None and committed is not None:
+        if result.offset is not None:
             assert result.offset == base, (result.offset, base)
             self.state.replay_encoded([encode_voters(result.voters)] if result.voters else [],
                                       base)

@@ -26,7 +26,7 @@ from controller.raft import MemorySnapshotStore, RaftNode, RecordBatch, Role, Sn
 from controller.raft.control import encode_voters
 from controller.raft.messages import Message, VoteRequest, VoteResponse
 from controller.raft.reads import ReadState
-from controller.raft.voters import Voter, VoterSet
+from controller.raft.voters import EMPTY_VOTER_SET, Voter, VoterSet
 from tests.simulation.invariants import History, InvariantViolation, same_batch
 from tests.simulation.nodes import SimLog, SimNode, StateMachine, voters_of
 
@@ -60,6 +60,8 @@ class Cluster:
                     base_offset=0, epoch=0, append_time_ms=0, is_control=True,
                     origin=EMPTY_ORIGIN, records=(bootstrap,)))
                 self.nodes[v].log.sync()
+        # The configured voters (controllers, in the system simulation).
+        self.voters = voters
         self.history.committed_voters = VoterSet.static(voters)
         # A replacement in progress: (node id, the wiped disk's directory id).
         self.replacing: tuple[int, str] | None = None
@@ -149,7 +151,7 @@ class Cluster:
             node_rng,
             quorum_state=node.durable_qs,
             now_ms=self.now_ms,
-            voters=node.base_voters(),
+            voters=self._base_voters(node),
         )
         if node.raft.epoch < node.max_epoch_sent:
             raise InvariantViolation(
@@ -332,7 +334,8 @@ class Cluster:
         elif kind == "add" and leaders:
             leader = leaders[0]
             assert leader.raft is not None
-            candidates = [n for n in up if not leader.raft.voters.get(n.id)]
+            candidates = [n for n in up if not leader.raft.voters.get(n.id)
+                          and self._may_vote(n)]
             if candidates:
                 self._change_voters(leader, "add", self.rng.choice(candidates).voter)
         elif kind == "remove" and leaders:
@@ -540,7 +543,7 @@ class Cluster:
             data = node.store.finish_write(snapshot_id)
             self._load_snapshot(node, snapshot_id, data)
             node.snapshots_loaded += 1
-            voters = voters_of(StateMachine.decode(data)) if node.dynamic else None
+            voters = self._snapshot_voters(data) if node.dynamic else None
             raft.snapshot_loaded(snapshot_id, self.now_ms, voters)
         self._check_node(node)
         self._retick(node)
@@ -568,6 +571,24 @@ class Cluster:
 
     def _on_ready(self, node: SimNode, ready: Any) -> None:
         """After a Ready's messages and commits went out (leader changes, ...)."""
+
+    def _snapshot_voters(self, data: bytes) -> VoterSet:
+        """The voter set a snapshot's bytes carry (as a driver reads it)."""
+        return voters_of(StateMachine.decode(data))
+
+    def _base_voters(self, node: SimNode) -> VoterSet | None:
+        """The voter set in force at the node's log start: its snapshot's, none yet for
+        a fresh replica of a dynamic quorum, None for a static one."""
+        if not node.dynamic:
+            return None
+        start = node.log.snapshot_id
+        if start.end_offset == 0:
+            return EMPTY_VOTER_SET
+        return self._snapshot_voters(node.store.read_all(start))
+
+    def _may_vote(self, node: SimNode) -> bool:
+        """May this node be added as a voter? (The system simulation: controllers.)"""
+        return True
 
     def _send(self, node: SimNode, message: Message) -> None:
         if not (isinstance(message, VoteRequest) and message.pre_vote):

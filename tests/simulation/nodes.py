@@ -133,13 +133,3 @@ class SimNode:
     @property
     def voter(self) -> Voter:
         return Voter(self.id, self.config.directory_id, f"n{self.id}:9000")
-
-    def base_voters(self) -> VoterSet | None:
-        """The voter set in force at the log's start, as a driver reads it from the
-        snapshot the log starts at (None: a static quorum)."""
-        if not self.dynamic:
-            return None
-        start = self.log.snapshot_id
-        if start.end_offset == 0:
-            return EMPTY_VOTER_SET
-        return voters_of(StateMachine.decode(self.store.read_all(start)))

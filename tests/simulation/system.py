@@ -62,9 +62,11 @@ from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.ports import ControllerSettings
 from controller.quorum_controller.snapshots import iter_image_chunks
 from controller.raft import Role
+from controller.raft.control import voters_from_record
 from controller.raft.messages import Errors, FetchResponse, Message
 from controller.raft.reads import ReadState
 from controller.raft.ready import ProposeError
+from controller.raft.voters import EMPTY_VOTER_SET, Voter, VoterChangeResult, VoterSet
 from controller.records import decode_record
 from controller.records.domain import Listener
 from tests.simulation.cluster import Cluster
@@ -128,6 +130,20 @@ class SimAccess:
             raise ProposalRejectedError(result.error.value)
         assert result.base_offset is not None
         return result.base_offset
+
+    def change_voters(self, kind: str, voter: Voter, dry_run: bool
+                      ) -> tuple[VoterChangeResult, None]:
+        raft = self._node.raft
+        assert raft is not None
+        now = self._cluster.now_ms
+        if kind == "add":
+            result = raft.add_voter(voter, now, dry_run=dry_run)
+        elif kind == "remove":
+            result = raft.remove_voter(voter.node_id, voter.directory_id, now, dry_run=dry_run)
+        else:
+            result = raft.update_voter(voter, now, dry_run=dry_run)
+        # The simulation checks commits itself; no future to await.
+        return result, None
 
     def read_index(self, read_id: int) -> None:
         raft = self._node.raft
@@ -379,6 +395,30 @@ class SystemCluster(Cluster):
         node.sm = ControllerSM(self, node)
         if data is not None:
             node.sm.machine.load_snapshot(start.end_offset, start.epoch, _decode_snapshot(data))
+
+    def _snapshot_voters(self, data: bytes) -> VoterSet:
+        found = EMPTY_VOTER_SET
+        for record in _decode_snapshot(data):
+            decoded = decode_record(record)
+            if decoded.WhichOneof("record") == "voters":
+                found = voters_from_record(decoded.voters)
+        return found
+
+    def _may_vote(self, node: SimNode) -> bool:
+        return node.is_voter  # a controller (brokers only observe)
+
+    def _change_voters(self, leader: SimNode, kind: str, voter: Voter) -> bool:
+        """Through the active controller, as the admin API does: its machine replays
+        the VotersRecord the Raft node appends."""
+        machine = self._controller(leader)
+        if machine is None or leader.raft is None:
+            return False
+        result, _ = machine.change_voters(SimAccess(self, leader), kind, voter, False)
+        if result.ok:
+            self.voter_changes += 1
+        self._after_event(leader)
+        self._answers(leader)
+        return result.ok
 
     def _load_snapshot(self, node: SimNode, snapshot_id: SnapshotId, data: bytes) -> None:
         machine = self._controller(node)

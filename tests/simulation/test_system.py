@@ -75,6 +75,8 @@ def test_seeds(seeds: range) -> None:
         _coverage["retries_sent"] += cluster.outcomes["retries_sent"]
         _coverage["retries_answered_from_table"] += \
             cluster.outcomes["retries_answered_from_table"]
+        _coverage["voter_changes"] += cluster.voter_changes
+        _coverage["wiped_controllers"] += cluster.wipes
 
 
 def test_the_paths_were_exercised() -> None:
@@ -98,6 +100,9 @@ def test_the_paths_were_exercised() -> None:
     assert _coverage["stale_reads"] > 4 * seeds, _coverage
     assert _coverage["retries_sent"] > 10 * seeds, _coverage  # same request id again
     assert _coverage["retries_answered_from_table"] > seeds // 100, _coverage
+    # Membership through the active controller: removals, re-adds, wiped disks replaced.
+    assert _coverage["voter_changes"] > seeds // 2, _coverage
+    assert _coverage["wiped_controllers"] > seeds // 10, _coverage
 
 
 def _first_failure(seeds: range) -> str | None:
