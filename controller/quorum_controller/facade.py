@@ -74,6 +74,9 @@ def batch_origin(origin: Origin) -> BatchOrigin:
                        clip(origin.request_id))
 
 
+# The Raft layer's feature level: 1 = the voter set lives in the log (KIP-853).
+KRAFT_VERSION = "kraft.version"
+
 # The longest a voter change may wait (the new voter catching up, then the commit).
 _MAX_VOTER_CHANGE_MS = 10 * 60 * 1000
 
@@ -330,11 +333,20 @@ class ControllerApi:
         result: tuple[FeatureDescription, ...] = await self.controller.read(
             "describe_features", lambda epoch: self._state.features.describe(epoch),
             origin.consistency)
-        return result
+        # The Raft layer's own feature: 1 when the voter set lives in the log (voter
+        # changes allowed), 0 for a static quorum. Set when the quorum is formatted.
+        dynamic = self._quorum.status().voters.dynamic
+        return (*result, FeatureDescription(KRAFT_VERSION, int(dynamic), 0, 1))
 
     async def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool,
                               origin: Origin) -> tuple[FeatureUpdateResult, ...]:
         items = tuple(updates)
+        if any(u.name == KRAFT_VERSION for u in items):
+            error = ApiError(ErrorCode.UNSUPPORTED_VERSION, (
+                f"{KRAFT_VERSION} is chosen when the controllers are formatted: 1 with "
+                "--initial-controllers (a dynamic quorum), else 0; a static quorum cannot "
+                "be upgraded online"))
+            return tuple(FeatureUpdateResult(u.name, error) for u in items)
         return await self._write(
             "update_features", len(items),
             lambda _next, _now: self._state.features.update_features(

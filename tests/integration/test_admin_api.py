@@ -121,8 +121,12 @@ def test_every_admin_rpc(client: AdminClient, controller: LocalController) -> No
     quorum = client.describe_quorum()
     assert quorum.leader_id == controller.node_id and quorum.high_watermark > 0
 
-    (feature,) = client.describe_features()
-    assert feature.name == "metadata.version" and feature.finalized_level == feature.max_supported
+    features = {f.name: f for f in client.describe_features()}
+    feature = features["metadata.version"]
+    assert feature.finalized_level == feature.max_supported
+    # The Raft layer's own level: this quorum was formatted static (no initial controllers).
+    assert features["kraft.version"].finalized_level == 0
+    assert set(features) == {"metadata.version", "kraft.version"}
     (same,) = client.update_features([FeatureUpdate("metadata.version", feature.max_supported)])
     assert same.error.ok
 

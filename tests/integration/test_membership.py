@@ -16,7 +16,7 @@ import pytest
 
 from controller.api.client import AdminClient
 from controller.api.seam import QuorumDescription, ReadConsistency
-from controller.metadata import CreatableTopic, ErrorCode
+from controller.metadata import CreatableTopic, ErrorCode, FeatureUpdate
 from controller.storage.meta_properties import DataDir
 from tests.support.controller_processes import ControllerCluster
 from tests.support.polling import wait_until
@@ -254,6 +254,9 @@ def test_bad_voter_changes_are_refused_and_change_nothing(cluster: ControllerClu
                                         cluster.spare_addresses[spare])
     assert outcome.error.code is ErrorCode.REQUEST_TIMED_OUT, outcome
     assert "has not fetched" in outcome.error.message
+    with AdminClient(cluster.bootstrap, timeout_ms=10_000) as client:
+        levels = {f.name: f.finalized_level for f in client.describe_features()}
+    assert levels["kraft.version"] == 1
     # --dry-run says what would happen and does nothing.
     done = cli(cluster, "quorum", "remove-controller", "--id", str(some),
                "--directory-id", cluster.directory_id(some), "--dry-run")
@@ -271,7 +274,12 @@ def test_a_static_quorum_refuses_voter_changes(tmp_path: Path) -> None:
         some = sorted(static.addresses)[0]
         with AdminClient(static.bootstrap, timeout_ms=10_000) as client:
             outcome = client.remove_raft_voter(some, "")
-        assert outcome.error.code is ErrorCode.UNSUPPORTED_VERSION, outcome
-        assert "static" in outcome.error.message
+            assert outcome.error.code is ErrorCode.UNSUPPORTED_VERSION, outcome
+            assert "static" in outcome.error.message
+            # The gate is the finalized kraft.version, chosen at format time.
+            levels = {f.name: f.finalized_level for f in client.describe_features()}
+            assert levels["kraft.version"] == 0
+            (refused,) = client.update_features([FeatureUpdate("kraft.version", 1)])
+            assert refused.error.code is ErrorCode.UNSUPPORTED_VERSION
     finally:
         static.close()
