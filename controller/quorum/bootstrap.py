@@ -18,7 +18,7 @@ from controller.logformat import EMPTY_ORIGIN, RecordBatch, SnapshotId
 from controller.quorum.log_adapter import DurableRaftLog
 from controller.raft.control import encode_voters, voters_from_record
 from controller.raft.voters import EMPTY_VOTER_SET, Voter, VoterSet
-from controller.records import decode_record
+from controller.records import RecordDecodeError, decode_record
 from controller.storage.meta_properties import (
     DataDir,
     MetaProperties,
@@ -87,7 +87,10 @@ def snapshot_voters(path: str | os.PathLike[str]) -> VoterSet | None:
     for i, data in enumerate(reader.records()):
         if i >= _SNAPSHOT_VOTERS_SCAN:
             break
-        record = decode_record(data)
+        try:
+            record = decode_record(data)
+        except RecordDecodeError:
+            return None  # not metadata records (the state machine's own format)
         if record.WhichOneof("record") == "voters":
             return voters_from_record(record.voters)
     return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_right
+from collections.abc import Iterator
 from pathlib import Path
 
 from controller.logformat import EMPTY_SNAPSHOT, EpochEndOffset, RecordBatch, SnapshotId
@@ -240,6 +241,9 @@ class DurableRaftLog:
         flushed = self._log.flush()
         self._sync_checkpoint()
         return flushed
+
+    def control_batches(self, from_offset: int) -> Iterator[RecordBatch]:
+        return self._log.control_batches(max(from_offset, self.start_offset))
 
     def read_stored(self, from_offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches from `from_offset` (a batch boundary), for tools and tests."""

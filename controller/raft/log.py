@@ -19,6 +19,7 @@ The real `SegmentedLog` is adapted to `RaftLog` by the driver. The contract:
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterator
 from typing import Protocol
 
 from controller.logformat import EMPTY_SNAPSHOT, EpochEndOffset, RecordBatch, SnapshotId
@@ -63,6 +64,11 @@ class RaftLog(Protocol):
 
     def truncate_to(self, offset: int) -> None:
         """Buffered removal of every record >= `offset` (a batch boundary)."""
+        ...
+
+    def control_batches(self, from_offset: int) -> Iterator[RecordBatch]:
+        """The control batches (voter sets, leader changes) from `from_offset` on, in
+        order: what a starting node scans for voter sets, without decoding the rest."""
         ...
 
     def reset_to_snapshot(self, snapshot_id: SnapshotId) -> None:
@@ -139,6 +145,9 @@ class MemoryRaftLog:
         self._push(batch)
         self._pending.append(("append", batch))
         self._ops_issued += 1
+
+    def control_batches(self, from_offset: int) -> Iterator[RecordBatch]:
+        return (b for b in self._batches if b.is_control and b.next_offset > from_offset)
 
     def read(self, from_offset: int, max_batches: int, max_bytes: int) -> list[RecordBatch]:
         if not self.start_offset <= from_offset <= self.end_offset:

@@ -36,9 +36,6 @@ from controller.raft.roles import Role, check_transition
 from controller.raft.snapshot import SnapshotFetch, SnapshotStore
 from controller.raft.voters import VoterHistory, VoterSet
 
-# Batches read per step when a starting node scans its log for voter sets.
-_SCAN_BATCHES = 4096
-
 
 class RandomSource(Protocol):
     """What the core needs of `random.Random`: a float in [0, 1)."""
@@ -181,15 +178,10 @@ class NodeState:
         return at is not None and at >= self.high_watermark
 
     def _scan_log_for_voters(self) -> None:
-        offset = self.log.start_offset
-        while offset < self.log.end_offset:
-            batches = self.log.read(offset, _SCAN_BATCHES, 1 << 62)
-            assert batches, "log shorter than its end offset"
-            for batch in batches:
-                found = voters_in(batch.records) if batch.is_control else None
-                if found is not None:
-                    self.voter_history.add(batch.base_offset, found)
-            offset = batches[-1].next_offset
+        for batch in self.log.control_batches(self.log.start_offset):
+            found = voters_in(batch.records)
+            if found is not None:
+                self.voter_history.add(batch.base_offset, found)
 
     def _note_voters(self, batch: RecordBatch) -> None:
         """An appended batch: a VotersRecord in it is in force from now on."""

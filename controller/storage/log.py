@@ -430,6 +430,15 @@ class SegmentedLog:
         return [decode_batch(buf, rel, verified=h)[0] for h, buf, rel in
                 self._select(from_offset, max_bytes, max_offset)]
 
+    def control_batches(self, from_offset: int) -> Iterator[RecordBatch]:
+        """The control batches from the one holding `from_offset` on, decoded; the
+        others are only walked (header and CRC), never decoded."""
+        if from_offset >= self.end_offset:
+            return
+        for header, buf, rel in self._iter_stored(from_offset, _MAX_CHUNK_BYTES):
+            if header.is_control:
+                yield decode_batch(buf, rel, verified=header)[0]
+
     def close(self) -> None:
         for segment in self._segments:
             segment.close()
