@@ -181,3 +181,17 @@ def test_malformed_messages_are_refused() -> None:
         from_pb(both)
     with pytest.raises(WireError, match="snapshot_id"):
         from_pb(pb.FetchSnapshotRequest(header=header))
+
+
+def test_directory_ids_travel_and_oversized_ones_are_refused() -> None:
+    from controller.quorum import raft_service_pb2 as rpb
+    from controller.quorum.wire import WireError, from_pb, to_pb
+    from controller.raft.messages import BeginQuorumEpochRequest
+
+    req = BeginQuorumEpochRequest(cluster_id="c", src=1, dst=2, epoch=3,
+                                  src_directory_id="dir1", dst_directory_id="dir2")
+    assert from_pb(to_pb(req)) == req
+    bad = rpb.BeginQuorumEpochRequest(header=rpb.Header(cluster_id="c", src=1, dst=2, epoch=3,
+                                                        dst_directory_id="x" * 65))
+    with pytest.raises(WireError, match="directory id"):
+        from_pb(bad)

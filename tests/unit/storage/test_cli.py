@@ -12,8 +12,11 @@ from controller.cli.log_cmd import log as log_group
 from controller.cli.storage_cmd import storage as storage_group
 from controller.logformat import SnapshotId
 from controller.logformat.batch import BatchOrigin
+from controller.quorum.bootstrap import parse_initial_controllers
+from controller.raft.control import voters_in
 from controller.records import PartitionRecord, TopicRecord, encode_record, make_record
 from controller.storage.log import LogConfig, SegmentedLog
+from controller.storage.meta_properties import DataDir, read_meta_properties
 from controller.storage.snapshot_file import SnapshotWriter
 
 CONFIG = LogConfig(index_interval_bytes=128)
@@ -158,3 +161,52 @@ def test_verify_detects_torn_tail(tmp_path: Path) -> None:
 def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
     code, _, err = run("log", "verify", str(tmp_path / "nope"))
     assert code == 2 and "does not exist" in err
+
+
+def test_format_a_dynamic_quorum_and_reformat_a_replica(tmp_path: Path) -> None:
+    code, out, _ = run("storage", "random-uuid")
+    cid = out.strip()
+    d1, d2 = (run("storage", "random-uuid")[1].strip() for _ in range(2))
+    initial = f"1@127.0.0.1:9001:{d1},2@127.0.0.1:9002:{d2}"
+    first = tmp_path / "c1"
+    code, out, err = run("storage", "format", "--cluster-id", cid, "--node-id", "1",
+                         "--data-dir", str(first), "--initial-controllers", initial)
+    assert code == 0, err
+    assert f"directory id {d1} (a dynamic quorum)" in out
+    meta = read_meta_properties(first)
+    assert (meta.directory_id, meta.kraft_version) == (d1, 1)
+    # The log starts with the initial voter set, at offset 0 in epoch 0.
+    with SegmentedLog.open(DataDir(first).log_dir) as log:
+        (batch,) = log.read_batches(0)
+    assert batch.is_control and batch.epoch == 0 and batch.base_offset == 0
+    assert voters_in(batch.records) == parse_initial_controllers(initial)
+    # A controller that joins later: an empty log, its own new directory id.
+    joining = tmp_path / "c3"
+    code, out, err = run("storage", "format", "--cluster-id", cid, "--node-id", "3",
+                         "--data-dir", str(joining), "--no-initial-controllers")
+    assert code == 0, err
+    assert read_meta_properties(joining).kraft_version == 1
+    assert not list(DataDir(joining).log_dir.glob("*.log"))
+    # Bad input: both modes, a node missing from the list, a malformed list.
+    code, _, err = run("storage", "format", "--cluster-id", cid, "--node-id", "4",
+                       "--data-dir", str(tmp_path / "c4"), "--initial-controllers", initial,
+                       "--no-initial-controllers")
+    assert code == 2 and "not both" in err
+    code, _, err = run("storage", "format", "--cluster-id", cid, "--node-id", "4",
+                       "--data-dir", str(tmp_path / "c4"), "--initial-controllers", initial)
+    assert code == 1 and "not among the initial controllers" in err
+    assert not (tmp_path / "c4").exists()
+    for bad in ("1@h:1", "x@h:1:" + d1, f"1@h:1:{d1},1@h:2:{d2}", "1@h:1:short"):
+        code, _, err = run("storage", "format", "--cluster-id", cid, "--node-id", "1",
+                           "--data-dir", str(tmp_path / "c5"), "--initial-controllers", bad)
+        assert code == 1 and "error:" in err, bad
+    # A lost disk: moved aside (nothing deleted), formatted as a new replica of node 1.
+    code, out, err = run("storage", "reformat-replica", "--data-dir", str(first))
+    assert code == 0, err
+    assert f"--directory-id {d1}" in out
+    new = read_meta_properties(first)
+    assert new.node_id == 1 and new.cluster_id == cid and new.kraft_version == 1
+    assert new.directory_id not in (d1, d2)
+    assert not list(DataDir(first).log_dir.glob("*.log"))
+    (aside,) = tmp_path.glob("c1.replaced-*")
+    assert read_meta_properties(aside).directory_id == d1
