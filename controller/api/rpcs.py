@@ -289,14 +289,15 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
              on_cluster(Operation.ALTER), _unregister_broker),
     AdminRpc("DescribeQuorum", apb.DescribeQuorumRequest, False, "DESCRIBE on the cluster",
              on_cluster(Operation.DESCRIBE), _describe_quorum),
-    # Raft-level changes, not metadata writes (no request-id memory): the CLI checks
-    # the voter set before it retries one.
-    AdminRpc("AddRaftVoter", apb.AddRaftVoterRequest, False, "ALTER on the cluster",
+    # Raft-level writes, without the table of recent writes: a client resends one only
+    # after a transport failure, and a resent change that went through the first time
+    # is refused as such (DUPLICATE_VOTER, VOTER_NOT_FOUND), changing nothing.
+    AdminRpc("AddRaftVoter", apb.AddRaftVoterRequest, True, "ALTER on the cluster",
              on_cluster(Operation.ALTER), functools.partial(_change_voters, VoterChangeKind.ADD)),
-    AdminRpc("RemoveRaftVoter", apb.RemoveRaftVoterRequest, False, "ALTER on the cluster",
+    AdminRpc("RemoveRaftVoter", apb.RemoveRaftVoterRequest, True, "ALTER on the cluster",
              on_cluster(Operation.ALTER),
              functools.partial(_change_voters, VoterChangeKind.REMOVE)),
-    AdminRpc("UpdateRaftVoter", apb.UpdateRaftVoterRequest, False, "ALTER on the cluster",
+    AdminRpc("UpdateRaftVoter", apb.UpdateRaftVoterRequest, True, "ALTER on the cluster",
              on_cluster(Operation.ALTER),
              functools.partial(_change_voters, VoterChangeKind.UPDATE)),
     AdminRpc("DescribeFeatures", apb.DescribeFeaturesRequest, False, "DESCRIBE on the cluster",

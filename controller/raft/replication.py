@@ -164,9 +164,10 @@ class LeaderState:
                 self.fetch_offsets[added] = seen[0]
             self.last_contact_ms[added] = now_ms
         for removed in self.voters - voters:
-            offset = self.fetch_offsets.pop(removed, -1)
-            at = self.last_contact_ms.pop(removed, -1)
-            self.observer_fetches[removed] = (offset, at, "")
+            # It shows up as an observer at its next fetch (with its directory id); an
+            # entry already there is another replica of that id fetching, kept as is.
+            self.fetch_offsets.pop(removed, None)
+            self.last_contact_ms.pop(removed, None)
             self.awaiting_begin.discard(removed)
             self.parked.pop(removed, None)
         self.voters = voters

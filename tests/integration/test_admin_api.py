@@ -130,6 +130,12 @@ def test_every_admin_rpc(client: AdminClient, controller: LocalController) -> No
     (same,) = client.update_features([FeatureUpdate("metadata.version", feature.max_supported)])
     assert same.error.ok
 
+    # The quorum's voter RPCs travel end to end (this in-process double is static).
+    for outcome in (client.add_raft_voter(9, "A" * 22, "127.0.0.1:1"),
+                    client.remove_raft_voter(1, "A" * 22),
+                    client.update_raft_voter(1, "A" * 22, "127.0.0.1:2", validate_only=True)):
+        assert outcome.error.code is ErrorCode.UNSUPPORTED_VERSION and outcome.offset == -1
+
     register_brokers(client.leader_address or "", [4])
     assert client.unregister_broker(4).ok
     assert client.unregister_broker(4).code is ErrorCode.BROKER_ID_NOT_REGISTERED

@@ -24,7 +24,14 @@ from typing import TypeVar
 
 import attrs
 
-from controller.api.seam import ClusterDescription, Origin, QuorumDescription, ReplicaState
+from controller.api.seam import (
+    ClusterDescription,
+    Origin,
+    QuorumDescription,
+    ReplicaState,
+    VoterChangeKind,
+    VoterChangeOutcome,
+)
 from controller.metadata import (
     AlterConfigsResource,
     AlterConfigsResult,
@@ -46,6 +53,7 @@ from controller.metadata import (
     DescribeConfigsResult,
     ElectionType,
     ElectLeadersResult,
+    ErrorCode,
     FeatureControlManager,
     FeatureDescription,
     FeatureUpdate,
@@ -265,7 +273,15 @@ class LocalController:
         return await self._read("describe_quorum", query)
 
     async def describe_features(self, *, origin: Origin) -> tuple[FeatureDescription, ...]:
-        return await self._read("describe_features", self.state.features.describe)
+        found = await self._read("describe_features", self.state.features.describe)
+        # One in-process controller: a static voter set.
+        return (*found, FeatureDescription("kraft.version", 0, 0, 1))
+
+    async def change_raft_voters(self, kind: VoterChangeKind, node_id: int, directory_id: str,
+                                 endpoint: str, *, validate_only: bool, timeout_ms: int,
+                                 origin: Origin) -> VoterChangeOutcome:
+        return VoterChangeOutcome(ApiError(
+            ErrorCode.UNSUPPORTED_VERSION, "the voter set is static (one in-process controller)"))
 
     async def update_features(
         self, updates: Sequence[FeatureUpdate], *, validate_only: bool, origin: Origin

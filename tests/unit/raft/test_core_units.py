@@ -168,15 +168,18 @@ def test_replica_progress_reports_the_leaders_view_without_counting_observers() 
     state = LeaderState(
         node_id=1, epoch=2, voters=frozenset({1, 2, 3}), epoch_start_offset=5, started_ms=0
     )
-    state.record_fetch(2, 7, now_ms=10)
-    state.record_fetch(9, 4, now_ms=11)  # an observer
+    state.record_fetch(2, 7, now_ms=10, caught_up=True)
+    state.record_fetch(9, 4, now_ms=11, directory_id="d9")  # an observer
     state.record_fetch(8, None, now_ms=12)  # an observer whose position did not match
+    # A replica of voter 3's id fetching with another directory id: an observer.
+    state.record_fetch(3, 6, now_ms=13, is_voter=False, directory_id="new disk")
     assert state.replica_progress(own_end_offset=8, now_ms=20) == (
-        ReplicaProgress(1, True, 8, 20),
-        ReplicaProgress(2, True, 7, 10),
+        ReplicaProgress(1, True, 8, 20, "", 20),
+        ReplicaProgress(2, True, 7, 10, "", 10),
         ReplicaProgress(3, True, -1, -1),
+        ReplicaProgress(3, False, 6, 13, "new disk"),
         ReplicaProgress(8, False, -1, 12),
-        ReplicaProgress(9, False, 4, 11),
+        ReplicaProgress(9, False, 4, 11, "d9"),
     )
     # Reporting observers changes nothing the leader decides.
     assert state.high_watermark_candidate(own_flushed_offset=8) == 7
