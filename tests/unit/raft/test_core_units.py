@@ -208,3 +208,18 @@ def test_proposals_between_two_readies_reach_a_parked_follower_in_one_fetch_resp
         assert [b.records for b in answer.batches] == [(b"a",), (b"b",), (b"c",)]
     # Nothing more to tell them until something changes.
     assert not any(isinstance(m, msgs.FetchResponse) for m in leader.ready().messages)
+
+
+def test_removing_a_voter_keeps_the_replica_of_its_id_that_fetches_with_a_new_disk() -> None:
+    """Replacing a lost disk: the new replica of node 3 fetches (an observer: another
+    directory id) while the old identity is still a voter; removing the old identity
+    must not erase what the leader knows of the new replica, which is added next."""
+    state = LeaderState(
+        node_id=1, epoch=2, voters=frozenset({1, 2, 3}), epoch_start_offset=5, started_ms=0
+    )
+    state.record_fetch(3, 9, now_ms=10, is_voter=False, directory_id="new disk")
+    state.set_voters(frozenset({1, 2}), now_ms=11)
+    assert state.observer_fetches[3] == (9, 10, "new disk")
+    # Added back, it starts from the progress it made as an observer.
+    state.set_voters(frozenset({1, 2, 3}), now_ms=12)
+    assert state.fetch_offsets[3] == 9 and 3 not in state.observer_fetches
