@@ -157,13 +157,7 @@ class NodeTaskAccess:
         appended (at `result.offset`), also a future that resolves once it commits
         (`ProposalLostError` if it is cut from the log)."""
         node = self._node()
-        now = self._driver._clock_ms()
-        if kind == "add":
-            result = node.add_voter(voter, now, dry_run=dry_run)
-        elif kind == "remove":
-            result = node.remove_voter(voter.node_id, voter.directory_id, now, dry_run=dry_run)
-        else:
-            result = node.update_voter(voter, now, dry_run=dry_run)
+        result = node.change_voters(kind, voter, self._driver._clock_ms(), dry_run=dry_run)
         if not result.ok or result.offset is None:
             return result, None
         committed: asyncio.Future[int] = asyncio.get_running_loop().create_future()

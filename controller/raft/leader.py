@@ -165,6 +165,17 @@ class LeaderMixin(NodeState):
             return VoterChangeResult(voters=self.voters, leader_id=self.node_id)
         return self._append_voters(self.voters.with_voter(voter), dry_run)
 
+    def change_voters(self, kind: str, voter: Voter, now_ms: int, *, dry_run: bool = False
+                      ) -> VoterChangeResult:
+        """`add_voter` ("add"), `remove_voter` ("remove": by `voter`'s id and directory
+        id) or `update_voter` ("update")."""
+        if kind == "add":
+            return self.add_voter(voter, now_ms, dry_run=dry_run)
+        if kind == "remove":
+            return self.remove_voter(voter.node_id, voter.directory_id, now_ms, dry_run=dry_run)
+        assert kind == "update", kind
+        return self.update_voter(voter, now_ms, dry_run=dry_run)
+
     def _refuse(self, error: VoterChangeError, message: str) -> VoterChangeResult:
         return VoterChangeResult(error=error, message=message, leader_id=self.leader_id)
 

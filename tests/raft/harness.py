@@ -73,7 +73,7 @@ from controller.raft import (
     SnapshotId,
 )
 from controller.raft import messages as msgs
-from controller.raft.control import encode_voters, voters_in
+from controller.raft.control import encode_voters
 from controller.raft.voters import (
     EMPTY_VOTER_SET,
     Voter,
@@ -81,6 +81,7 @@ from controller.raft.voters import (
     VoterChangeResult,
     VoterSet,
 )
+from tests.simulation.nodes import voters_of
 
 CLUSTER_ID = "script-cluster"
 STEP_MS = 10
@@ -128,7 +129,7 @@ class Node:
         start = self.log.snapshot_id
         if start.end_offset == 0:
             return EMPTY_VOTER_SET
-        return _snapshot_voters(_decode_snapshot(self.store.read_all(start)))
+        return voters_of(_decode_snapshot(self.store.read_all(start)))
 
 
 class Script:
@@ -175,7 +176,7 @@ class Script:
                 data = node.store.finish_write(ready.snapshot_to_load)
                 node.applied = _decode_snapshot(data)
                 node.snapshots_loaded += 1
-                voters = _snapshot_voters(node.applied) if node.dynamic else None
+                voters = voters_of(node.applied) if node.dynamic else None
                 raft.snapshot_loaded(ready.snapshot_to_load, self.now_ms, voters)
                 continue
             if ready.empty:
@@ -369,16 +370,9 @@ class Script:
         raft = self.raft(int(leader))
         target = self.nodes[int(node_id)].voter
         opts = dict(e.split("=", 1) for e in extra if "=" in e)
-        if kind == "add":
-            voter = Voter(target.node_id, opts.get("dir", target.directory_id),
-                          opts.get("endpoint", target.endpoint))
-            result = raft.add_voter(voter, self.now_ms)
-        elif kind == "remove":
-            directory = opts.get("dir", target.directory_id)
-            result = raft.remove_voter(target.node_id, directory, self.now_ms)
-        else:
-            result = raft.update_voter(
-                Voter(target.node_id, target.directory_id, extra[0]), self.now_ms)
+        endpoint = extra[0] if kind == "update" else opts.get("endpoint", target.endpoint)
+        voter = Voter(target.node_id, opts.get("dir", target.directory_id), endpoint)
+        result = raft.change_voters(kind, voter, self.now_ms)
         self._drain(self.nodes[int(leader)])
         return result
 
@@ -525,15 +519,6 @@ def _parse_value(text: str) -> Any:
     if text.startswith("error:"):
         return msgs.Errors[text.split(":")[1]]
     return text
-
-
-def _snapshot_voters(batches: list[RecordBatch]) -> VoterSet:
-    """The last voter set among a snapshot's batches (a dynamic quorum always has one)."""
-    found = EMPTY_VOTER_SET
-    for batch in batches:
-        if batch.is_control:
-            found = voters_in(batch.records) or found
-    return found
 
 
 def _encode_snapshot(batches: list[RecordBatch]) -> bytes:

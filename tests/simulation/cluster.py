@@ -365,10 +365,7 @@ class Cluster:
     def _change_voters(self, leader: SimNode, kind: str, voter: Voter) -> bool:
         raft = leader.raft
         assert raft is not None
-        if kind == "add":
-            result = raft.add_voter(voter, self.now_ms)
-        else:
-            result = raft.remove_voter(voter.node_id, voter.directory_id, self.now_ms)
+        result = raft.change_voters(kind, voter, self.now_ms)
         if result.ok:
             self.voter_changes += 1
         self._after_event(leader)

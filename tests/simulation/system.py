@@ -135,15 +135,8 @@ class SimAccess:
                       ) -> tuple[VoterChangeResult, None]:
         raft = self._node.raft
         assert raft is not None
-        now = self._cluster.now_ms
-        if kind == "add":
-            result = raft.add_voter(voter, now, dry_run=dry_run)
-        elif kind == "remove":
-            result = raft.remove_voter(voter.node_id, voter.directory_id, now, dry_run=dry_run)
-        else:
-            result = raft.update_voter(voter, now, dry_run=dry_run)
         # The simulation checks commits itself; no future to await.
-        return result, None
+        return raft.change_voters(kind, voter, self._cluster.now_ms, dry_run=dry_run), None
 
     def read_index(self, read_id: int) -> None:
         raft = self._node.raft
