@@ -87,7 +87,7 @@ def quorum_describe(opts: AdminOptions, replication: bool) -> None:
                 ("leader id", desc.leader_id if desc.leader_id >= 0 else "none"),
                 ("leader epoch", desc.leader_epoch),
                 ("high watermark", desc.high_watermark),
-                ("voters", ", ".join(_voter_label(v) for v in desc.voters)),
+                ("voters", "\n".join(_voter_label(v) for v in desc.voters)),
                 ("observers", ids([o.replica_id for o in desc.observers])),
                 ("voter set", "dynamic (in the log)" if desc.dynamic else "static (configured)"),
             ]
