@@ -27,6 +27,7 @@ from controller.raft.election import grant_pre_vote, grant_vote, log_is_up_to_da
 from controller.raft.follower import FollowerMixin
 from controller.raft.leader import LeaderMixin
 from controller.raft.log import RaftLog
+from controller.raft.membership import MembershipMixin
 from controller.raft.messages import (
     REQUEST_TYPES,
     BeginQuorumEpochRequest,
@@ -50,7 +51,7 @@ from controller.raft.state import RandomSource
 from controller.raft.voters import VoterSet
 
 
-class RaftNode(LeaderMixin, FollowerMixin):
+class RaftNode(LeaderMixin, MembershipMixin, FollowerMixin):
     def __init__(
         self,
         config: RaftConfig,
