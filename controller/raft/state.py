@@ -36,6 +36,9 @@ from controller.raft.roles import Role, check_transition
 from controller.raft.snapshot import SnapshotFetch, SnapshotStore
 from controller.raft.voters import VoterHistory, VoterSet
 
+# How far the election timeout's spread grows after elections without a winner.
+_MAX_BACKOFF_STEPS = 3
+
 
 class RandomSource(Protocol):
     """What the core needs of `random.Random`: a float in [0, 1)."""
@@ -102,6 +105,8 @@ class NodeState:
         self._flushes: deque[list[int]] = deque()
 
         # --- timers and per-role state ----------------------------------------------
+        # Our elections in a row that ended without a leader (the timeout's spread).
+        self.failed_elections = 0
         self.election_deadline_ms = now_ms + self.random_election_timeout_ms()
         # Last time the leader of our epoch reached us (None: not since we learnt
         # of it). Pre-vote stickiness reads it; a leader *hint* never sets it.
@@ -240,8 +245,13 @@ class NodeState:
         return self.leader_id
 
     def random_election_timeout_ms(self) -> int:
+        """Drawn from [base, (2 + k) * base) after k elections in a row that ended
+        without a leader (k at most `_MAX_BACKOFF_STEPS`): two candidates that split
+        the vote draw from a wider range each round, so they soon stop running at the
+        same moment (an even number of voters splits often: 2 of 4 is no majority)."""
         base = self.config.election_timeout_ms
-        return base + int(self._rng.random() * base)
+        spread = base << min(self.failed_elections, _MAX_BACKOFF_STEPS)
+        return base + int(self._rng.random() * spread)
 
     def reset_election_timer(self) -> None:
         self.election_deadline_ms = self.now_ms + self.random_election_timeout_ms()
@@ -339,6 +349,8 @@ class NodeState:
         if leader_id != self.leader_id:
             self.last_leader_contact_ms = None
             self.fetch_failures = 0
+        if leader_id is not None:
+            self.failed_elections = 0
         self.leader_id = leader_id
         if self.snapshot_fetch is not None and self.snapshot_fetch.leader_id != leader_id:
             self.snapshot_fetch = None
@@ -351,6 +363,8 @@ class NodeState:
 
     def become_prospective(self) -> None:
         """Start a pre-vote round for epoch + 1 (our epoch does not change)."""
+        if self.role is Role.CANDIDATE:
+            self.failed_elections += 1  # our election timed out without a winner
         self._transition(Role.PROSPECTIVE)
         self.snapshot_fetch = None
         self.tally = VoteTally(self.epoch + 1, pre_vote=True, voters=self.voters.ids)
@@ -382,6 +396,7 @@ class NodeState:
         assert self.tally is not None and self.tally.won and not self.tally.pre_vote
         granted = frozenset(self.tally.granted)
         self._transition(Role.LEADER)
+        self.failed_elections = 0
         self.leader_id = self.node_id
         others = self.other_voters()
         self.leader_state = LeaderState(

@@ -31,6 +31,7 @@ from tests.simulation.invariants import History, InvariantViolation, same_batch
 from tests.simulation.nodes import SimLog, SimNode, StateMachine, voters_of
 
 TICK_MS = 10
+DYNAMIC_EXTRA_SETTLE_MS = 800
 
 
 class Cluster:
@@ -94,6 +95,12 @@ class Cluster:
                 self._start(node)
         self._at(self.rng.randint(5, 30), "propose")
         self._at(self.rng.randint(5, 30), "read")
+        if self.dynamic:
+            # Membership changes leave even-sized voter sets (2 of 4 is no majority),
+            # where split votes take more rounds to resolve: the same faults, a longer
+            # quiet time to converge in after them.
+            self.duration_ms += DYNAMIC_EXTRA_SETTLE_MS
+            self.settle_ms += DYNAMIC_EXTRA_SETTLE_MS
         self._schedule_faults()
 
     # ------------------------------------------------------------ scheduling
