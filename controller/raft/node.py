@@ -364,6 +364,12 @@ class RaftNode(LeaderMixin, MembershipMixin, FollowerMixin):
             self.maybe_fetch()
             return
         if resp.epoch < self.epoch:
+            if isinstance(resp, VoteResponse) and resp.pre_vote:
+                # A pre-vote moves no epoch: a voter still in an older one answers our
+                # round too (vote_epoch says which). Dropping it could leave a voter
+                # that missed our failed election's vote requests unable to ever help
+                # elect anyone (simulation seed 79076).
+                self._on_vote_response(resp)
             return  # about an epoch we left
         if (
             isinstance(resp, VoteResponse)

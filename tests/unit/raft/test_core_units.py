@@ -223,3 +223,25 @@ def test_removing_a_voter_keeps_the_replica_of_its_id_that_fetches_with_a_new_di
     # Added back, it starts from the progress it made as an observer.
     state.set_voters(frozenset({1, 2, 3}), now_ms=12)
     assert state.fetch_offsets[3] == 9 and 3 not in state.observer_fetches
+
+
+def test_a_pre_vote_granted_by_a_voter_in_an_older_epoch_counts() -> None:
+    """Pre-votes move no epoch, so a voter that missed our failed election's vote
+    requests still answers from an older epoch; dropping its grant (as a stale
+    response) left a quorum unable to elect anyone (simulation seed 79076)."""
+    from controller.logformat import QuorumState
+    from controller.raft import MemorySnapshotStore, RaftNode
+    from controller.raft.messages import Errors, VoteResponse
+
+    class Fixed:
+        def random(self) -> float:
+            return 0.0
+
+    config = RaftConfig(node_id=2, cluster_id="c", voters=frozenset({1, 2, 3}))
+    node = RaftNode(config, MemoryRaftLog(), MemorySnapshotStore(), Fixed(),
+                    quorum_state=QuorumState(2, 2, None), now_ms=0)
+    node.tick(10_000)
+    assert node.role is Role.PROSPECTIVE and node.epoch == 2
+    node.receive(VoteResponse(cluster_id="c", src=3, dst=2, epoch=1, error=Errors.NONE,
+                              pre_vote=True, vote_epoch=3, granted=True, leader_id=None), 10_001)
+    assert node.role is Role.CANDIDATE and node.epoch == 3
