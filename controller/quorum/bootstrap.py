@@ -25,7 +25,7 @@ from controller.storage.meta_properties import (
     format_data_dir,
     validate_directory_id,
 )
-from controller.storage.snapshot_file import SnapshotReader
+from controller.storage.snapshot_file import head_records
 
 # How many records after a snapshot's header may precede its voter set (it is first).
 _SNAPSHOT_VOTERS_SCAN = 4
@@ -82,11 +82,9 @@ def write_bootstrap_voters(layout: DataDir, voters: VoterSet) -> None:
 
 def snapshot_voters(path: str | os.PathLike[str]) -> VoterSet | None:
     """The voter set a snapshot file carries (right after its header), None if it has
-    none (a static quorum's snapshot)."""
-    reader = SnapshotReader.open(path)
-    for i, data in enumerate(reader.records()):
-        if i >= _SNAPSHOT_VOTERS_SCAN:
-            break
+    none (a static quorum's snapshot). Reads only the file's first batches: the
+    controller loads, and so verifies, the whole file."""
+    for data in head_records(path, _SNAPSHOT_VOTERS_SCAN):
         try:
             record = decode_record(data)
         except RecordDecodeError:

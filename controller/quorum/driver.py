@@ -280,7 +280,6 @@ class RaftDriver:
         self._applied_offset = 0
         self._role = Role.FOLLOWER
         self._node_access = NodeTaskAccess(self)
-        self._directory_id = ""
         # The highest high watermark a fetch response reported (-1: none yet). An
         # observer compares it with what it applied to know it has caught up.
         self.fetched_high_watermark = -1
@@ -306,7 +305,6 @@ class RaftDriver:
         cfg = self.config
         data_dir = DataDir(Path(cfg.data_dir))
         meta = check_meta_properties(data_dir.root, cfg.cluster_id, cfg.node_id)
-        self._directory_id = meta.directory_id
         self._qs_file = qs_file.QuorumStateFile(data_dir.quorum_state)
         stored = self._qs_file.read()
         self._log = DurableRaftLog.open(data_dir, cfg.log_config)
@@ -443,7 +441,7 @@ class RaftDriver:
         return DriverStatus(self.node_id, role, node.epoch, node.leader_id, node.high_watermark,
                             log.end_offset, node.flushed_offset, log.start_offset,
                             self._applied_offset, node.replica_progress or (),
-                            self._directory_id, node.voters)
+                            node.directory_id, node.voters)
 
     def read_log(self, from_offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches of this node's log (committed or not) from `from_offset`."""

@@ -19,16 +19,12 @@ from controller.raft.messages import (
     FetchSnapshotResponse,
 )
 from controller.raft.ready import ProposeError, ProposeResult
-from controller.raft.replication import FetchCheck, LeaderState, ParkedFetch, check_fetch_position
+from controller.raft.replication import FetchCheck, ParkedFetch, check_fetch_position
 from controller.raft.roles import Role
 from controller.raft.state import NodeState
 
 
 class LeaderMixin(NodeState):
-    def _leading(self) -> LeaderState:
-        assert self.role is Role.LEADER and self.leader_state is not None
-        return self.leader_state
-
     # ------------------------------------------------------------- proposals
 
     def propose(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from controller.logformat import EMPTY_ORIGIN
 from controller.raft.control import encode_voters
-from controller.raft.replication import LeaderState
 from controller.raft.roles import Role
 from controller.raft.state import NodeState
 from controller.raft.voters import (
@@ -25,10 +24,6 @@ class MembershipMixin(NodeState):
         §4.2.2); the most caught-up voter takes over at once."""
         if self.role is Role.LEADER and not self.is_voter and not self.voter_change_pending:
             self.become_resigned(graceful=True)
-
-    def _leader_state(self) -> LeaderState:
-        assert self.role is Role.LEADER and self.leader_state is not None
-        return self.leader_state
 
     def add_voter(self, voter: Voter, now_ms: int, *, dry_run: bool = False
                   ) -> VoterChangeResult:
@@ -52,7 +47,7 @@ class MembershipMixin(NodeState):
             )
         if len(voters) >= MAX_VOTERS:
             return self._refuse(VoterChangeError.INVALID, f"at most {MAX_VOTERS} voters")
-        seen = self._leader_state().observer_fetches.get(voter.node_id)
+        seen = self._leading().observer_fetches.get(voter.node_id)
         timeout = self.config.check_quorum_timeout_ms
         if seen is None or self.now_ms - seen[1] > timeout:
             return self._refuse(
@@ -95,7 +90,7 @@ class MembershipMixin(NodeState):
                 VoterChangeError.LAST_VOTER, f"node {node_id} is the only voter"
             )
         remaining = voters.without(node_id)
-        live = self._leader_state().live_voters(self.now_ms, self.config.check_quorum_timeout_ms)
+        live = self._leading().live_voters(self.now_ms, self.config.check_quorum_timeout_ms)
         if len(live & remaining.ids) < remaining.majority:
             return self._refuse(
                 VoterChangeError.WOULD_LOSE_QUORUM,
@@ -154,7 +149,7 @@ class MembershipMixin(NodeState):
                 "the voter set is static (the quorum was formatted without "
                 "--initial-controllers); it cannot change online",
             )
-        if self.high_watermark <= self._leader_state().epoch_start_offset:
+        if self.high_watermark <= self._leading().epoch_start_offset:
             return self._refuse(
                 VoterChangeError.NO_HIGH_WATERMARK,
                 "the leader has not committed in its epoch yet; retry",

@@ -216,6 +216,11 @@ class NodeState:
     def leader(self) -> LeaderAndEpoch:
         return LeaderAndEpoch(self.leader_id, self.epoch)
 
+    def _leading(self) -> LeaderState:
+        """The leader's per-epoch state (only while we lead)."""
+        assert self.role is Role.LEADER and self.leader_state is not None
+        return self.leader_state
+
     @property
     def replica_progress(self) -> tuple[ReplicaProgress, ...] | None:
         """The leader's view of every replica (None unless we lead); read-only."""

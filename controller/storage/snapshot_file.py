@@ -18,7 +18,7 @@ reader still checks every CRC and the footer. `remove_partial_snapshots` deletes
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 
 import attrs
@@ -161,7 +161,7 @@ class SnapshotSummary:
     size_bytes: int
 
 
-def _iter_file_batches(path: Path) -> Iterator[RecordBatch]:
+def _iter_file_batches(path: Path) -> Generator[RecordBatch, None, None]:
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
@@ -257,6 +257,25 @@ class SnapshotReader:
         with open(self.path, "rb") as f:
             f.seek(position)
             return f.read(max_bytes)
+
+
+def head_records(path: str | os.PathLike[str], count: int) -> list[bytes]:
+    """The first `count` image records of a snapshot file, reading (and checking) only
+    the batches that hold them: what a reader needs of a file a `SnapshotReader`
+    verified, or will verify, as a whole."""
+    out: list[bytes] = []
+    batches = _iter_file_batches(Path(path))
+    try:
+        for batch in batches:
+            if not batch.is_control:
+                out.extend(batch.records[:count - len(out)])
+            if len(out) >= count:
+                break
+    except CorruptBatchError as exc:
+        raise SnapshotCorruptionError(f"{path}: {exc}") from None
+    finally:
+        batches.close()
+    return out
 
 
 def list_snapshots(directory: str | os.PathLike[str]) -> list[SnapshotId]:

@@ -21,6 +21,7 @@ from controller.storage.errors import SnapshotCorruptionError
 from controller.storage.snapshot_file import (
     SnapshotReader,
     SnapshotWriter,
+    head_records,
     latest_snapshot,
     list_snapshots,
     prune_snapshots,
@@ -180,3 +181,22 @@ def test_batches_are_cut_at_either_limit(tmp_path: Path, seed: int) -> None:
         path = writer.freeze()
     batches = list(SnapshotReader.open(path).batches())
     assert [list(b.records) for b in batches[1:-1]] == expected
+
+
+def test_head_records_reads_only_the_first_batches(tmp_path: Path) -> None:
+    records = [b"r%d" % i for i in range(10)]
+    with SnapshotWriter(tmp_path, SnapshotId(10, 1), records_per_batch=3) as writer:
+        writer.append(records)
+        path = writer.freeze()
+    assert head_records(path, 4) == records[:4]
+    assert head_records(path, 50) == records
+    # Damage past the head is not read (the full reader is what verifies it all)...
+    data = bytearray(path.read_bytes())
+    data[-20] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert head_records(path, 2) == records[:2]
+    # ...damage in it is an error.
+    data[60] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotCorruptionError):
+        head_records(path, 2)
