@@ -187,6 +187,8 @@ class RaftNode(LeaderMixin, MembershipMixin, FollowerMixin):
             self._reject(req, Errors.NOT_VOTER)
             return
         if req.epoch > self.epoch and not from_voter:
+            if isinstance(req, FetchRequest):
+                self._replica_ahead(req.epoch, req.src_directory_id)
             self._reject(req, Errors.NOT_LEADER)
             return
         if isinstance(req, BeginQuorumEpochRequest):
@@ -204,6 +206,30 @@ class RaftNode(LeaderMixin, MembershipMixin, FollowerMixin):
             self.on_fetch_request(req)
         elif isinstance(req, FetchSnapshotRequest):
             self.on_fetch_snapshot_request(req)
+
+    def _replica_ahead(self, sender_epoch: int, sender_directory_id: str) -> bool:
+        """A replica of our dynamic quorum is in a newer epoch than the one we lead:
+        step down into it (Raft §5.1: a higher term deposes the leader), so the next
+        election passes it. Returns whether we did.
+
+        Why only the leader, and why a non-voter too: a voter that ran an election
+        while cut off, and was removed meanwhile (or a replica that learnt that epoch
+        from it), can never follow a leader of an older epoch (epochs never go back)
+        and, not being a voter, can never move the quorum's epoch itself: it would
+        stay stuck forever (simulation seeds 21824 and 71046). Once the quorum has
+        passed its epoch it follows the new leader like any observer. A pre-vote
+        carries its sender's epoch + 1, so a removed replica in our own epoch
+        (thesis §4.2.3) still disturbs nobody. A static quorum's observers have no
+        directory id and still move nothing."""
+        if (
+            self.role is not Role.LEADER
+            or not self.voters.dynamic
+            or not sender_directory_id
+            or sender_epoch <= self.epoch
+        ):
+            return False
+        self.become_follower(sender_epoch, None)
+        return True
 
     def _reject(self, req: Request, error: Errors) -> None:
         cluster_id = (
@@ -254,6 +280,9 @@ class RaftNode(LeaderMixin, MembershipMixin, FollowerMixin):
             # Only voters of the candidate's set count its votes, and pre-vote keeps
             # removed replicas from disturbing a live leader (thesis §4.2.3).
             self._reject(req, Errors.NOT_VOTER)
+            return
+        if req.pre_vote and self._replica_ahead(req.epoch - 1, req.src_directory_id):
+            self._reject(req, Errors.NOT_LEADER)
             return
         if req.epoch < self.epoch or (
             req.pre_vote and req.epoch == self.epoch and self.leader_id is not None
