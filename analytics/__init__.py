@@ -1,4 +1,4 @@
-"""Spark audit of the metadata log (DESIGN §10; docs/analytics.md).
+"""Spark audit of the metadata log (docs/analytics.md).
 
 - `register(spark)`: makes `spark.read.format("metakraft")` available;
 - `read_log(spark, log_dir, **options)`: the data source with options (no name join);

@@ -74,7 +74,7 @@ class RaftServicer:
     """
 
     def Vote(self, request, context):
-        """Pre-vote and vote (DESIGN.md section 5).
+        """Pre-vote and vote (Raft thesis §9.6 pre-vote; §5.2 election).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

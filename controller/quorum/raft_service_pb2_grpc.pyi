@@ -49,7 +49,7 @@ class RaftStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> RaftAsyncStub: ...
     Vote: _grpc.UnaryUnaryMultiCallable[_raft_service_pb2.VoteRequest, _raft_service_pb2.VoteResponse]
-    """Pre-vote and vote (DESIGN.md section 5)."""
+    """Pre-vote and vote (Raft thesis §9.6 pre-vote; §5.2 election)."""
     BeginQuorumEpoch: _grpc.UnaryUnaryMultiCallable[_raft_service_pb2.BeginQuorumEpochRequest, _raft_service_pb2.BeginQuorumEpochResponse]
     """A new leader announces its epoch to the voters."""
     EndQuorumEpoch: _grpc.UnaryUnaryMultiCallable[_raft_service_pb2.EndQuorumEpochRequest, _raft_service_pb2.EndQuorumEpochResponse]
@@ -78,7 +78,7 @@ class RaftAsyncStub(RaftStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Vote: _aio.UnaryUnaryMultiCallable[_raft_service_pb2.VoteRequest, _raft_service_pb2.VoteResponse]  # type: ignore[assignment]
-    """Pre-vote and vote (DESIGN.md section 5)."""
+    """Pre-vote and vote (Raft thesis §9.6 pre-vote; §5.2 election)."""
     BeginQuorumEpoch: _aio.UnaryUnaryMultiCallable[_raft_service_pb2.BeginQuorumEpochRequest, _raft_service_pb2.BeginQuorumEpochResponse]  # type: ignore[assignment]
     """A new leader announces its epoch to the voters."""
     EndQuorumEpoch: _aio.UnaryUnaryMultiCallable[_raft_service_pb2.EndQuorumEpochRequest, _raft_service_pb2.EndQuorumEpochResponse]  # type: ignore[assignment]
@@ -110,7 +110,7 @@ class RaftServicer(metaclass=_abc_1.ABCMeta):
         request: _raft_service_pb2.VoteRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_raft_service_pb2.VoteResponse, _abc.Awaitable[_raft_service_pb2.VoteResponse]]:
-        """Pre-vote and vote (DESIGN.md section 5)."""
+        """Pre-vote and vote (Raft thesis §9.6 pre-vote; §5.2 election)."""
 
     @_abc_1.abstractmethod
     def BeginQuorumEpoch(

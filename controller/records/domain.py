@@ -116,7 +116,7 @@ class PartitionRegistration:
         - ``partition_epoch`` + 1, always (every record is a change);
         - ``leader_epoch`` + 1 when the record sets a leader different from the
           current one. A record that repeats the current leader does not bump it
-          (DESIGN.md §4: "+1 only when the leader changes"); this differs from Kafka,
+          (docs/architecture.md: +1 only when the leader changes); this differs from Kafka,
           whose replay bumps whenever the leader field is present.
         """
         leader = change.leader if change.HasField("leader") else self.leader
