@@ -22,7 +22,6 @@ plan only renames them. Prewrites change nothing visible; the plan decides.
 
 from __future__ import annotations
 
-import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -30,15 +29,19 @@ from broker_agent.bulk import gc_paused
 from broker_agent.delta import ImageChanges, SnapshotPartition
 from broker_agent.image import MetadataImage
 from broker_agent.local_state import LocalPartitionStore
+from broker_agent.metrics import BrokerMetrics
 from broker_agent.reconciler import Plan, desired_replica, plan_delta, plan_full
+from controller.log import get_logger
 
-logger = logging.getLogger("metakraft.broker")
+log = get_logger("metakraft.broker")
 
 
 class BrokerAgent:
-    def __init__(self, broker_id: int, store: LocalPartitionStore) -> None:
+    def __init__(self, broker_id: int, store: LocalPartitionStore,
+                 metrics: BrokerMetrics | None = None) -> None:
         self.broker_id = broker_id
         self.store = store
+        self.metrics = metrics
         # The offset of the last image whose plan was applied (-1: none yet).
         self.reconciled_offset = -1
         self.plans_applied = 0
@@ -109,7 +112,7 @@ class BrokerAgent:
             if kind == "full":
                 self.store.write_offset(image.offset)
         except BaseException as exc:
-            logger.critical("event=reconcile_failed offset=%d", image.offset, exc_info=True)
+            log.critical("reconcile_failed", offset=image.offset, exc_info=True)
             self.failure = exc
 
     def _apply(self, plan: Plan, image: MetadataImage, kind: str) -> None:
@@ -120,8 +123,12 @@ class BrokerAgent:
         if plan.empty:
             return
         self.plans_applied += 1
+        if self.metrics is not None:
+            self.metrics.reconciled(kind, len(plan.leaders), len(plan.followers),
+                                    len(plan.deletes),
+                                    (time.perf_counter_ns() - started_ns) / 1e9)
         # wall_ms lets a benchmark on the same machine time propagation across processes.
-        logger.info("event=reconciled kind=%s offset=%d deletes=%d leaders=%d followers=%d "
-                    "apply_us=%d wall_ms=%d", kind, image.offset, len(plan.deletes),
-                    len(plan.leaders), len(plan.followers),
-                    (time.perf_counter_ns() - started_ns) // 1000, time.time_ns() // 1_000_000)
+        log.info("reconciled", kind=kind, offset=image.offset, deletes=len(plan.deletes),
+                 leaders=len(plan.leaders), followers=len(plan.followers),
+                 apply_us=(time.perf_counter_ns() - started_ns) // 1000,
+                 wall_ms=time.time_ns() // 1_000_000)

@@ -22,6 +22,8 @@ from controller.toml_config import (
     ConfigError,
     host_port,
     id_address_table,
+    logging_table,
+    metrics_table,
     reject_unknown,
     require_int,
     require_str,
@@ -72,9 +74,8 @@ BrokerConfigError = ConfigError
 
 
 _TOP_KEYS = ("broker_id", "cluster_id", "data_dir", "listen", "rack", "controllers", "broker",
-             "logging", "tls")
+             "logging", "metrics", "tls")
 _BROKER_KEYS = ("heartbeat_interval_ms", "controlled_shutdown_timeout_ms")
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @attrs.frozen(kw_only=True)
@@ -90,6 +91,9 @@ class BrokerConfig:
     controlled_shutdown_timeout_ms: int = 10_000
     log_level: str = "INFO"
     log_format: str = "kv"
+    # [metrics]: Prometheus exporter; None serves none, 0 picks a free port.
+    metrics_address: str = "127.0.0.1"
+    metrics_port: int | None = None
     # Mutual TLS to the controllers and on the status server.
     tls: TlsConfig = PLAINTEXT
 
@@ -138,21 +142,13 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
     broker = sub_table(doc, "broker")
     reject_unknown(broker, _BROKER_KEYS, "broker.")
     values = {k: require_int(broker, k, "broker.", minimum=1) for k in _BROKER_KEYS if k in broker}
-    logging_table = sub_table(doc, "logging")
-    reject_unknown(logging_table, ("level", "format"), "logging.")
-    level = require_str(logging_table, "level", "logging.").upper() if "level" in logging_table \
-        else "INFO"
-    if level not in _LOG_LEVELS:
-        raise BrokerConfigError(f"logging.level: expected one of {', '.join(_LOG_LEVELS)}, "
-                                f"got {level!r}")
-    log_format = require_str(logging_table, "format", "logging.") if "format" in logging_table \
-        else "kv"
-    if log_format not in ("kv", "json"):
-        raise BrokerConfigError(f'logging.format: expected "kv" or "json", got {log_format!r}')
+    level, log_format = logging_table(doc)
+    metrics_address, metrics_port = metrics_table(doc)
     tls = parse_tls_table(doc, path.parent, required=True)
     config = BrokerConfig(path=path, broker_id=broker_id, cluster_id=cluster_id,
                           data_dir=data_dir, listen=listen, rack=rack, controllers=controllers,
-                          log_level=level, log_format=log_format, tls=tls, **values)
+                          log_level=level, log_format=log_format, tls=tls,
+                          metrics_address=metrics_address, metrics_port=metrics_port, **values)
     try:
         config.driver_config()
     except ValueError as exc:

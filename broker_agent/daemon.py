@@ -12,20 +12,23 @@ it (or its bounded wait), 1 if the Raft observer failed.
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
+from collections.abc import Callable
 
 from broker_agent.agent import BrokerAgent
 from broker_agent.config import BrokerConfig
 from broker_agent.lifecycle import BrokerLifecycle
 from broker_agent.loader import MetadataLoader
 from broker_agent.local_state import LocalPartitionStore
+from broker_agent.metrics import BrokerMetrics
 from broker_agent.snapshot_load import LoaderListener, monotonic_ms
 from broker_agent.status import BrokerStatusView, add_status_service
+from controller.log import get_logger
 from controller.quorum.driver import RaftDriver
+from controller.quorum_controller.metrics import serve_metrics
 from controller.rpc import add_health_and_reflection, bind, create_server
 
-logger = logging.getLogger("metakraft.broker")
+log = get_logger("metakraft.broker")
 
 
 class _Progress:
@@ -53,6 +56,15 @@ async def _watch_catch_up(loader: MetadataLoader) -> None:
         await asyncio.sleep(0.05)
 
 
+async def _refresh_metrics(metrics: BrokerMetrics, view: Callable[[], BrokerStatusView],
+                           high_watermark: Callable[[], int], agent: BrokerAgent) -> None:
+    while True:
+        status = view()
+        metrics.refresh(status.state, status.broker_epoch, status.metadata_offset,
+                        high_watermark(), agent.reconciled_offset, status.replicas)
+        await asyncio.sleep(1.0)
+
+
 async def _failed(driver: RaftDriver, agent: BrokerAgent) -> None:
     """Returns when the Raft observer stopped or a local state write failed."""
     stopped = asyncio.create_task(driver.stopped.wait())
@@ -65,7 +77,8 @@ async def _failed(driver: RaftDriver, agent: BrokerAgent) -> None:
 
 async def run_broker(config: BrokerConfig) -> int:
     store = LocalPartitionStore(config.data_dir)
-    agent = BrokerAgent(config.broker_id, store)
+    metrics = None if config.metrics_port is None else BrokerMetrics(config.broker_id)
+    agent = BrokerAgent(config.broker_id, store, metrics)
     loader = MetadataLoader(agent, clock_ms=monotonic_ms)
     listener = LoaderListener(loader, prewriter=agent)
     driver = RaftDriver(config.driver_config(), listener)
@@ -91,33 +104,42 @@ async def run_broker(config: BrokerConfig) -> int:
                                 lifecycle.channel.current_id, lifecycle.incarnation_id)
 
     health = add_health_and_reflection(server, [add_status_service(server, view)])
+    if metrics is not None:
+        assert config.metrics_port is not None
+        metrics_port = serve_metrics(metrics.registry, config.metrics_address,
+                                     config.metrics_port)
+        log.info("metrics_serving", address=f"{config.metrics_address}:{metrics_port}")
     await driver.start()
     await server.start()
-    logger.info("event=listening address=%s broker=%d incarnation=%s data_dir=%s", address,
-                config.broker_id, lifecycle.incarnation_id, config.data_dir)
+    log.info("listening", address=address, broker=config.broker_id,
+             incarnation=lifecycle.incarnation_id, data_dir=config.data_dir)
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lifecycle.request_shutdown)
     life = asyncio.create_task(lifecycle.run(), name="broker-lifecycle")
     catch_up = asyncio.create_task(_watch_catch_up(loader), name="broker-catch-up")
+    refresh = None if metrics is None else asyncio.create_task(
+        _refresh_metrics(metrics, view, lambda: driver.fetched_high_watermark, agent),
+        name="broker-metrics")
     failed = asyncio.create_task(_failed(driver, agent))
     await asyncio.wait([life, failed], return_when=asyncio.FIRST_COMPLETED)
     failed.cancel()
     catch_up.cancel()
+    if refresh is not None:
+        refresh.cancel()
     if not life.done():
         life.cancel()
     await asyncio.gather(life, return_exceptions=True)
     failure = driver.failure or agent.failure
-    logger.info("event=stopping broker=%d reason=%s", config.broker_id,
-                "failed" if failure is not None else "shutdown")
+    log.info("stopping", broker=config.broker_id,
+             reason="failed" if failure is not None else "shutdown")
     await health.enter_graceful_shutdown()
     await driver.stop(resign=False)
     await asyncio.to_thread(agent.close)
     await server.stop(grace=0.5)
     if failure is not None:
-        logger.error("event=stopped broker=%d status=failed error=%r", config.broker_id,
-                     str(failure))
+        log.error("stopped", broker=config.broker_id, status="failed", error=str(failure))
         return 1
-    logger.info("event=stopped broker=%d status=clean", config.broker_id)
+    log.info("stopped", broker=config.broker_id, status="clean")
     return 0

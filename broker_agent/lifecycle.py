@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -27,9 +26,10 @@ from controller import rpc
 from controller.api import broker_pb2 as bpb
 from controller.api import broker_pb2_grpc as bpb_grpc
 from controller.api.handlers import LEADER_ADDRESS_KEY, LEADER_ID_KEY
+from controller.log import get_logger
 from controller.security.tls import TlsCredentials
 
-logger = logging.getLogger("metakraft.broker")
+log = get_logger("metakraft.broker")
 
 _CALL_TIMEOUT_S = 2.0
 
@@ -90,7 +90,7 @@ class ControllerChannel:
 
     def _set_current(self, address: str, node_id: str | None) -> None:
         if address != self.current:
-            logger.info("event=controller_found address=%s", address)
+            log.info("controller_found", address=address)
         self.current = address
         found = [i for i, a in self._addresses.items() if a == address]
         self.current_id = int(node_id) if node_id and node_id.isdigit() else \
@@ -154,7 +154,7 @@ class BrokerLifecycle:
                     else:
                         await self._heartbeat()
                 except NoControllerError as exc:
-                    logger.debug("event=controller_unreachable error=%r", str(exc))
+                    log.debug("controller_unreachable", error=str(exc))
                     machine.unreachable()
                 await self._sleep(machine.wait_s)
         finally:
@@ -183,9 +183,8 @@ class BrokerLifecycle:
         reply = await self.channel.call("RegisterBroker", request)
         self.machine.registered(reply.error.code, reply.broker_epoch)
         if self.machine.broker_epoch == reply.broker_epoch >= 0:
-            logger.info("event=registered broker=%d epoch=%d incarnation=%s controller=%s",
-                        self.broker_id, reply.broker_epoch, self.incarnation_id,
-                        self.channel.current)
+            log.info("registered", broker=self.broker_id, epoch=reply.broker_epoch,
+                     incarnation=self.incarnation_id, controller=self.channel.current)
 
     async def _heartbeat(self) -> None:
         caught_up = self.metadata.caught_up

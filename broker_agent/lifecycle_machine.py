@@ -17,11 +17,12 @@ States change only through `LIFECYCLE_TRANSITIONS`.
 from __future__ import annotations
 
 import enum
-import logging
 
 import attrs
 
-logger = logging.getLogger("metakraft.broker")
+from controller.log import get_logger
+
+log = get_logger("metakraft.broker")
 
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 1.0
@@ -90,7 +91,7 @@ class LifecycleMachine:
 
     def shutdown_requested(self, now_s: float) -> None:
         if self.shutdown_deadline_s is None:
-            logger.info("event=controlled_shutdown_requested broker=%d", self.broker_id)
+            log.info("controlled_shutdown_requested", broker=self.broker_id)
             self.shutdown_deadline_s = now_s + self.shutdown_timeout_s
 
     def next_action(self, now_s: float) -> Action:
@@ -100,8 +101,7 @@ class LifecycleMachine:
         if self.shutdown_deadline_s is not None:
             if self.broker_epoch < 0 or now_s >= self.shutdown_deadline_s:
                 if self.broker_epoch >= 0:
-                    logger.warning("event=controlled_shutdown_timeout broker=%d",
-                                   self.broker_id)
+                    log.warning("controlled_shutdown_timeout", broker=self.broker_id)
                 self._become(LifecycleState.SHUTTING_DOWN)
                 return Action.STOP
             self._become(LifecycleState.PENDING_CONTROLLED_SHUTDOWN)
@@ -115,8 +115,7 @@ class LifecycleMachine:
     def registered(self, error_code: str, broker_epoch: int) -> None:
         """The answer to a RegisterBroker."""
         if error_code not in ("", "NONE"):
-            logger.warning("event=register_refused broker=%d code=%s", self.broker_id,
-                           error_code)
+            log.warning("register_refused", broker=self.broker_id, code=error_code)
             self.unreachable()
             return
         self.broker_epoch = broker_epoch
@@ -128,19 +127,18 @@ class LifecycleMachine:
                            caught_up: bool, applied_offset: int) -> None:
         """The answer to a BrokerHeartbeat sent with `heartbeat_flags(caught_up)`."""
         if error_code in REREGISTER_CODES:
-            logger.warning("event=reregister broker=%d code=%s", self.broker_id, error_code)
+            log.warning("reregister", broker=self.broker_id, code=error_code)
             self.broker_epoch = -1
             self._answered()
             return
         if error_code not in ("", "NONE"):
-            logger.warning("event=heartbeat_error broker=%d code=%s", self.broker_id,
-                           error_code)
+            log.warning("heartbeat_error", broker=self.broker_id, code=error_code)
             self.unreachable()
             return
         self._answered()
         if self.shutdown_deadline_s is not None:
             if should_shut_down:
-                logger.info("event=controlled_shutdown_complete broker=%d", self.broker_id)
+                log.info("controlled_shutdown_complete", broker=self.broker_id)
                 self._become(LifecycleState.SHUTTING_DOWN)
                 self.wait_s = 0.0  # nothing left to wait for
             return
@@ -152,9 +150,8 @@ class LifecycleMachine:
         else:
             self._become(LifecycleState.RUNNING)
         if self.state is not previous:
-            logger.info("event=state_change broker=%d from=%s to=%s epoch=%d offset=%d",
-                        self.broker_id, previous.name, self.state.name, self.broker_epoch,
-                        applied_offset)
+            log.info("state_change", broker=self.broker_id, previous=previous.name,
+                     state=self.state.name, epoch=self.broker_epoch, offset=applied_offset)
 
     def stopped(self) -> None:
         """The driver stops (the lifecycle finished, or it was cancelled)."""

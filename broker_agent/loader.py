@@ -21,16 +21,16 @@ published whole again.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from broker_agent.delta import ImageChanges, MetadataDelta
 from broker_agent.image import MetadataImage
+from controller.log import get_logger
 from controller.logformat import RecordBatch
 from controller.records import decode_record
 
-logger = logging.getLogger("metakraft.broker")
+log = get_logger("metakraft.broker")
 
 
 class ImagePublisher(Protocol):
@@ -89,20 +89,20 @@ class MetadataLoader:
 
     def on_leader_change(self, leader_id: int | None, epoch: int) -> None:
         self.leader_id = leader_id
-        logger.info("event=metadata_leader leader=%s epoch=%d", leader_id, epoch)
+        log.info("metadata_leader", leader=leader_id, epoch=epoch)
 
     def start_from(self, image: MetadataImage) -> None:
         """Before the first batch: the image of the snapshot the local log starts at."""
         assert self.batches_applied == 0 and not self.caught_up
         self.image = image
-        logger.info("event=snapshot_loaded source=local end_offset=%d partitions=%d",
-                    image.offset + 1, image.partition_count())
+        log.info("snapshot_loaded", source="local", end_offset=image.offset + 1,
+                 partitions=image.partition_count())
 
     def snapshot_loaded(self, image: MetadataImage) -> None:
         """A snapshot fetched from the leader replaces the image."""
         self.image = image
-        logger.info("event=snapshot_loaded source=leader end_offset=%d partitions=%d",
-                    image.offset + 1, image.partition_count())
+        log.info("snapshot_loaded", source="leader", end_offset=image.offset + 1,
+                 partitions=image.partition_count())
         if self.caught_up:
             self.publisher.publish_full(self.image)
         else:
@@ -123,10 +123,9 @@ class MetadataLoader:
         if self.image.offset + 1 < self._catch_up_target:
             return False
         self.caught_up = True
-        took = "" if self._clock_ms is None or self._started_ms is None \
-            else f" ms={self._clock_ms() - self._started_ms}"
-        logger.info("event=caught_up offset=%d target=%d%s", self.image.offset,
-                    self._catch_up_target, took)
+        took = None if self._clock_ms is None or self._started_ms is None \
+            else self._clock_ms() - self._started_ms
+        log.info("caught_up", offset=self.image.offset, target=self._catch_up_target, ms=took)
         self.publisher.publish_full(self.image)
         return True
 

@@ -34,7 +34,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import json
-import logging
 import os
 import shutil
 import threading
@@ -52,9 +51,10 @@ from broker_agent.reconciler import (
     LocalReplica,
     ReplicaRole,
 )
+from controller.log import get_logger
 from controller.storage.fsutil import TEMP_SUFFIX, atomic_write_bytes, fsync_dir
 
-logger = logging.getLogger("metakraft.broker")
+log = get_logger("metakraft.broker")
 T = TypeVar("T")
 
 STATE_FILE = "state.json"
@@ -168,7 +168,7 @@ class LocalPartitionStore:
                 except (OSError, ValueError, KeyError, TypeError):
                     # Only possible after a crash before the first write of the file
                     # (or a prewrite's directory): drop its temp files too.
-                    logger.warning("event=unreadable_replica_state dir=%s", name)
+                    log.warning("unreadable_replica_state", dir=name)
                     found[name] = None
                     for temp in (_TEMP_NAME, _PRE_NAME) if cleanup else ():
                         with contextlib.suppress(FileNotFoundError):
@@ -229,7 +229,7 @@ class LocalPartitionStore:
                 os.close(root_fd)
         except OSError:
             # Not fatal: the plan writes these itself (and reports its own errors).
-            logger.warning("event=prewrite_failed replicas=%d", len(replicas), exc_info=True)
+            log.warning("prewrite_failed", replicas=len(replicas), exc_info=True)
 
     def _take_prewrites(self) -> dict[str, LocalReplica]:
         """Wait for the prewrite jobs; the prewritten files (now owned by the caller)."""

@@ -9,7 +9,6 @@ only when a config says so explicitly).
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -23,6 +22,7 @@ from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
 
+from controller.log import get_logger
 from controller.security.tls import TlsCredentials
 
 # Fetch responses carry up to a few batches of at most 8 MiB each; snapshot chunks are
@@ -104,7 +104,7 @@ def create_sync_channel(target: str, limits: RpcLimits = RpcLimits(),
                                options=limits.channel_options())
 
 
-logger = logging.getLogger("metakraft.rpc")
+log = get_logger("metakraft.rpc")
 
 
 async def decode_request(method: str, request_class: type[pb_message.Message], raw: bytes,
@@ -115,8 +115,7 @@ async def decode_request(method: str, request_class: type[pb_message.Message], r
     try:
         return request_class.FromString(raw)
     except pb_message.DecodeError as exc:
-        logger.warning("event=undecodable_request method=%s peer=%s error=%r", method,
-                       context.peer(), str(exc))
+        log.warning("undecodable_request", method=method, peer=context.peer(), error=str(exc))
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                             f"malformed {method.rpartition('/')[2]} request: the message "
                             f"does not decode ({exc})")

@@ -15,6 +15,12 @@ class ConfigError(ValueError):
     """The config file is unusable; the message names the key and what to do."""
 
 
+def _ascii_digits(text: str) -> bool:
+    """0-9 only: `str.isdigit` also takes other scripts' digits ("٣"), which `int`
+    would then accept."""
+    return text.isascii() and text.isdigit()
+
+
 def require_int(table: Mapping[str, Any], key: str, where: str, *, minimum: int = 1) -> int:
     value = table[key]
     if not isinstance(value, int) or isinstance(value, bool):
@@ -47,7 +53,7 @@ def reject_unknown(table: Mapping[str, Any], known: set[str] | tuple[str, ...], 
 
 def host_port(text: str, where: str) -> str:
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not _ascii_digits(port) or int(port) > 65535:
         raise ConfigError(f"{where}: expected HOST:PORT, got {text!r}")
     return text
 
@@ -59,7 +65,7 @@ def id_address_table(doc: Mapping[str, Any], key: str, what: str) -> dict[int, s
         raise ConfigError(f'missing [{key}] table: id = "host:port" for every {what}')
     out: dict[int, str] = {}
     for name, address in sub_table(doc, key).items():
-        if not name.isdigit():
+        if not _ascii_digits(name):
             raise ConfigError(f"{key}.{name}: a {what} id must be a non-negative integer")
         if not isinstance(address, str):
             raise ConfigError(f'{key}.{name}: expected "host:port", got {address!r}')
@@ -68,3 +74,33 @@ def id_address_table(doc: Mapping[str, Any], key: str, what: str) -> dict[int, s
         raise ConfigError(f'[{key}] is empty: list every {what} as id = "host:port"')
     return out
 
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("kv", "json")
+
+
+def logging_table(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """`[logging]`: (level, format), defaults INFO and kv (logfmt)."""
+    table = sub_table(doc, "logging")
+    reject_unknown(table, ("level", "format"), "logging.")
+    level = require_str(table, "level", "logging.").upper() if "level" in table else "INFO"
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"logging.level: expected one of {', '.join(LOG_LEVELS)}, "
+                          f"got {level!r}")
+    fmt = require_str(table, "format", "logging.") if "format" in table else "kv"
+    if fmt not in LOG_FORMATS:
+        raise ConfigError(f'logging.format: expected "kv" or "json", got {fmt!r}')
+    return level, fmt
+
+
+def metrics_table(doc: Mapping[str, Any]) -> tuple[str, int | None]:
+    """`[metrics]`: (address, port); port None (the default) serves no metrics, 0 picks
+    a free port."""
+    table = sub_table(doc, "metrics")
+    reject_unknown(table, ("address", "port"), "metrics.")
+    port = require_int(table, "port", "metrics.", minimum=0) if "port" in table else None
+    if port is not None and port > 65535:
+        raise ConfigError(f"metrics.port: must be <= 65535, got {port}")
+    address = require_str(table, "address", "metrics.") if "address" in table else "127.0.0.1"
+    return address, port

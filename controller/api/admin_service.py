@@ -18,6 +18,7 @@ from grpc_health.v1 import _async as health_async
 from controller import rpc
 from controller.api import admin_pb2 as apb
 from controller.api.access import OPEN, Access
+from controller.api.audit_log import ApiMetrics, RequestAudit
 from controller.api.broker_service import BrokerLifecycleService
 from controller.api.convert import MalformedRequestError
 from controller.api.handlers import guarded, register_service, servicer_handlers
@@ -26,11 +27,13 @@ from controller.api.seam import ControllerFacade, Origin, ReadConsistency
 from controller.api.stream import Context, RawHandler
 
 
-def admin_handler(spec: AdminRpc, facade: ControllerFacade, access: Access) -> RawHandler:
+def admin_handler(spec: AdminRpc, facade: ControllerFacade, access: Access,
+                  metrics: ApiMetrics | None = None) -> RawHandler:
     """The raw-bytes handler of one Admin RPC (a unary call or a stream item)."""
 
     async def handle(raw: bytes, context: Context) -> Any:
         request = await rpc.decode_request(spec.name, spec.request_class, raw, context)
+        audit = RequestAudit(spec.name, spec.write, request, metrics)
 
         async def body() -> Any:
             caller = access.caller(context)
@@ -38,11 +41,12 @@ def admin_handler(spec: AdminRpc, facade: ControllerFacade, access: Access) -> R
             origin = Origin(caller.principal, caller.address,
                             header.request_id if header is not None else "",
                             _consistency(header))
+            audit.principal, audit.request_id = origin.principal, origin.request_id
             call = Call(caller, access, origin)
             spec.authorize(request, call)
             return await spec.handle(facade, request, call)
 
-        return await guarded(context, spec.name, body)
+        return await guarded(context, spec.name, body, audit)
 
     return handle
 
@@ -62,6 +66,7 @@ def add_api_services(
     *,
     access: Access = OPEN,
     other_service_names: Sequence[str] = (),
+    metrics: ApiMetrics | None = None,
 ) -> health_async.HealthServicer:
     """Register Admin and BrokerLifecycle on ``server`` (made by ``rpc.create_server``,
     whose ``RpcLimits`` bound message sizes), plus health and reflection. `access`
@@ -76,7 +81,7 @@ def add_api_services(
         register_service(
             server,
             apb.DESCRIPTOR.services_by_name["Admin"],
-            {spec.name: admin_handler(spec, facade, access) for spec in ADMIN_RPCS},
+            {spec.name: admin_handler(spec, facade, access, metrics) for spec in ADMIN_RPCS},
             stream_method="Stream",
         ),
         register_service(server, BrokerLifecycleService.DESCRIPTOR,

@@ -8,7 +8,6 @@ error, instead of by gRPC's generic deserialization failure.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -21,6 +20,7 @@ from grpc import aio
 
 from controller import rpc
 from controller.api.access import PermissionDeniedError, UnauthenticatedError
+from controller.api.audit_log import RequestAudit
 from controller.api.convert import MalformedRequestError
 from controller.api.seam import (
     READ_OFFSET,
@@ -31,8 +31,9 @@ from controller.api.seam import (
     ResultNotKeptError,
 )
 from controller.api.stream import Context, RawHandler, StreamMultiplexer
+from controller.log import get_logger
 
-logger = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 # Trailing metadata of a FAILED_PRECONDITION "not controller" answer.
 LEADER_ID_KEY = "x-metakraft-leader-id"
@@ -45,9 +46,11 @@ READ_OFFSET_KEY = "x-metakraft-read-offset"
 _Resp = TypeVar("_Resp", bound=pb_message.Message)
 
 
-async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_Resp]]) -> _Resp:
+async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_Resp]],
+                  audit: RequestAudit | None = None) -> _Resp:
     """Run one handler body; map every failure to a status. Never lets an exception
-    escape as a crash: an unexpected one is logged with an id and answered INTERNAL."""
+    escape as a crash: an unexpected one is logged with an id and answered INTERNAL.
+    `audit`, if given, is told the outcome (logged and counted)."""
     trailing: tuple[tuple[str, str], ...] = ()
     READ_OFFSET.set(None)  # this task's own: set again by a read the body makes
     try:
@@ -55,14 +58,15 @@ async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_R
         read_offset = READ_OFFSET.get()
         if read_offset is not None:
             context.set_trailing_metadata(((READ_OFFSET_KEY, str(read_offset)),))
+        if audit is not None:
+            audit.finish("OK", response)
         return response
     except MalformedRequestError as exc:
         code, details = grpc.StatusCode.INVALID_ARGUMENT, f"malformed {method} request: {exc}"
     except PermissionDeniedError as exc:
-        logger.info("event=access_denied method=%s principal=%s peer=%s operation=%s "
-                    "resource=%s:%s", method, exc.principal, context.peer(),
-                    exc.action.operation.name, exc.action.resource_type.name,
-                    exc.action.resource_name)
+        log.info("access_denied", method=method, principal=exc.principal, peer=context.peer(),
+                 operation=exc.action.operation.name,
+                 resource=f"{exc.action.resource_type.name}:{exc.action.resource_name}")
         code, details = grpc.StatusCode.PERMISSION_DENIED, f"{method}: {exc}"
     except UnauthenticatedError as exc:
         code, details = grpc.StatusCode.UNAUTHENTICATED, f"{method}: {exc}"
@@ -88,9 +92,11 @@ async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_R
         )
     except Exception:
         error_id = uuid.uuid4().hex[:12]
-        logger.exception("internal error %s in %s", error_id, method)
+        log.exception("internal_error", error_id=error_id, method=method)
         code = grpc.StatusCode.INTERNAL
         details = f"internal error in {method} (error id {error_id}, see the controller log)"
+    if audit is not None:
+        audit.finish(code.name, None)
     await context.abort(code, details, trailing_metadata=trailing)
 
 

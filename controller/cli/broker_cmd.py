@@ -31,7 +31,7 @@ def broker(config_path: Path | None, print_example: bool) -> None:
         click.echo(f"metakraft broker: bad config {config_path}: {exc}", err=True)
         sys.exit(2)
     from broker_agent.daemon import run_broker
-    from controller.quorum_controller.logs import setup_logging
+    from controller.log import setup_logging
 
     setup_logging(config.log_level, config.log_format)
     sys.exit(asyncio.run(run_broker(config)))

@@ -29,8 +29,8 @@ def controller(config_path: Path | None, print_example: bool) -> None:
     except ConfigError as exc:
         click.echo(f"metakraft controller: bad config {config_path}: {exc}", err=True)
         sys.exit(2)
+    from controller.log import setup_logging
     from controller.quorum_controller.daemon import run_controller
-    from controller.quorum_controller.logs import setup_logging
 
     setup_logging(config.log_level, config.log_format)
     try:

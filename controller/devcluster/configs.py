@@ -47,8 +47,6 @@ def _address_table(spec: ClusterSpec) -> str:
 def controller_config(spec: ClusterSpec, node: NodeSpec) -> str:
     paths = spec.paths(node)
     raft = "".join(f"{key} = {value}\n" for key, value in _RAFT.items())
-    metrics = ("" if node.metrics_port is None else
-               f"\n[metrics]\naddress = {_quote(node.host)}\nport = {node.metrics_port}\n")
     return (
         f"# Written by `metakraft dev` on every start; edits are overwritten.\n"
         f"node_id = {node.node_id}\n"
@@ -63,9 +61,15 @@ def controller_config(spec: ClusterSpec, node: NodeSpec) -> str:
         f"\n[tier]\nurl = {_quote(tier_url(spec))}\n"
         f"local_retention_ms = {LOCAL_RETENTION_MS}\n"
         f'\n[logging]\nlevel = "INFO"\nformat = "kv"\n'
-        f"{metrics}"
+        f"{_metrics_table(node)}"
         f"{tls_table(spec, node)}"
     )
+
+
+def _metrics_table(node: NodeSpec) -> str:
+    if node.metrics_port is None:
+        return ""
+    return f"\n[metrics]\naddress = {_quote(node.host)}\nport = {node.metrics_port}\n"
 
 
 def tier_url(spec: ClusterSpec) -> str:
@@ -85,6 +89,7 @@ def broker_config(spec: ClusterSpec, node: NodeSpec) -> str:
         f"\n[broker]\nheartbeat_interval_ms = {HEARTBEAT_INTERVAL_MS}\n"
         f"controlled_shutdown_timeout_ms = {CONTROLLED_SHUTDOWN_TIMEOUT_MS}\n"
         f'\n[logging]\nlevel = "INFO"\nformat = "kv"\n'
+        f"{_metrics_table(node)}"
         f"{tls_table(spec, node)}"
     )
 

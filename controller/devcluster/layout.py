@@ -203,11 +203,12 @@ def read_cluster_json(root: Path) -> ClusterSpec | None:
 
 
 def _fresh_nodes(controllers: int, brokers: int, taken: set[int]) -> list[NodeSpec]:
-    # Controllers need a gRPC and a metrics port; brokers a gRPC port.
-    ports = iter(pick_free_ports(2 * controllers + brokers, avoid=taken))
+    # Every process has a gRPC and a metrics port.
+    ports = iter(pick_free_ports(2 * (controllers + brokers), avoid=taken))
     nodes = [NodeSpec("controller", FIRST_CONTROLLER_ID + i, next(ports), next(ports))
              for i in range(controllers)]
-    nodes += [NodeSpec("broker", FIRST_BROKER_ID + i, next(ports)) for i in range(brokers)]
+    nodes += [NodeSpec("broker", FIRST_BROKER_ID + i, next(ports), next(ports))
+              for i in range(brokers)]
     return nodes
 
 
@@ -255,14 +256,16 @@ def plan_cluster(root: Path, controllers: int | None, brokers: int | None, *,
         port = node.port if is_free(node.port) else pick_free_ports(1, avoid=taken)[0]
         taken.add(port)
         metrics_port = node.metrics_port
-        if metrics_port is not None and not is_free(metrics_port):
+        if metrics_port is None or not is_free(metrics_port):
+            # Also a broker of a cluster made before brokers served metrics.
             metrics_port = pick_free_ports(1, avoid=taken)[0]
             taken.add(metrics_port)
         nodes.append(attrs.evolve(node, port=port, metrics_port=metrics_port))
     next_id = max((n.node_id for n in existing.brokers), default=FIRST_BROKER_ID - 1) + 1
     extra = want_b - sum(1 for n in nodes if n.role == "broker")
-    for port in pick_free_ports(extra, avoid=taken):
-        nodes.append(NodeSpec("broker", next_id, port))
+    ports = iter(pick_free_ports(2 * extra, avoid=taken))
+    for _ in range(extra):
+        nodes.append(NodeSpec("broker", next_id, next(ports), next(ports)))
         next_id += 1
     next_controller = max(n.node_id for n in existing.controllers) + 1
     new_controllers = max(0, want_c - have_c)

@@ -27,6 +27,9 @@ class PartitionIndex:
         self.out_of_isr: dict[int, TimelineHashSet[PartKey]] = {}
         self.leaderless: TimelineHashSet[PartKey] = TimelineHashSet(registry)
         self.reassigning: TimelineHashSet[PartKey] = TimelineHashSet(registry)
+        # Led by another replica than its first (preferred) one: Kafka's
+        # PreferredReplicaImbalanceCount, kept as an index (no scan to count it).
+        self.not_preferred: TimelineHashSet[PartKey] = TimelineHashSet(registry)
 
     def reindex(
         self, key: PartKey, old: PartitionRegistration | None, new: PartitionRegistration | None
@@ -55,6 +58,10 @@ class PartitionIndex:
             self.reassigning.add(key)
         else:
             self.reassigning.discard(key)
+        if new is not None and _not_preferred(new):
+            self.not_preferred.add(key)
+        else:
+            self.not_preferred.discard(key)
 
     def add_new(self, fresh: Iterable[tuple[PartKey, PartitionRegistration]]) -> None:
         """`reindex` of each of ``fresh``, partitions that did not exist (the hot path
@@ -76,6 +83,8 @@ class PartitionIndex:
                 self.leaderless.add(key)
             if new.adding_replicas or new.removing_replicas:
                 self.reassigning.add(key)
+            if _not_preferred(new):
+                self.not_preferred.add(key)
         for broker_id, keys in by_broker.items():
             self._index_set(self.replica_of, broker_id).add_all(keys)
         for broker_id, keys in out_of_isr.items():
@@ -106,3 +115,15 @@ class PartitionIndex:
         assert set(self.leaderless) == leaderless
         moving = {k for k, p in items if p.adding_replicas or p.removing_replicas}
         assert set(self.reassigning) == moving
+        assert set(self.not_preferred) == {k for k, p in items if _not_preferred(p)}
+
+    def under_replicated_count(self, epoch: int | None = None) -> int:
+        """Partitions with a replica out of the ISR (each counted once)."""
+        keys: set[PartKey] = set()
+        for out in self.out_of_isr.values():
+            keys.update(out.elements(epoch))
+        return len(keys)
+
+
+def _not_preferred(part: PartitionRegistration) -> bool:
+    return part.leader != NO_LEADER and bool(part.replicas) and part.leader != part.replicas[0]

@@ -444,6 +444,13 @@ class ReplicationControlManager:
     def offline_partition_count(self, epoch: int | None = None) -> int:
         return self._index.leaderless.size(epoch)
 
+    def under_replicated_partition_count(self, epoch: int | None = None) -> int:
+        return self._index.under_replicated_count(epoch)
+
+    def preferred_imbalance_count(self, epoch: int | None = None) -> int:
+        """Partitions led by another replica than their preferred (first) one."""
+        return self._index.not_preferred.size(epoch)
+
     def total_partition_count(self, epoch: int | None = None) -> int:
         return self._partitions.size(epoch)
 

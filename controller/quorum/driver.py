@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from controller.log import get_logger
 from controller.logformat import EMPTY_ORIGIN, BatchOrigin, RecordBatch, SnapshotId
 from controller.quorum.bootstrap import snapshot_voters, starting_voters
 from controller.quorum.driver_config import DriverConfig
@@ -70,7 +70,7 @@ from controller.storage.errors import StorageError
 from controller.storage.log_config import SegmentInfo
 from controller.storage.meta_properties import DataDir, check_meta_properties
 
-logger = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 __all__ = [
     "CommitListener",
@@ -162,10 +162,9 @@ class NodeTaskAccess:
             return result, None
         committed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._driver._proposals.add(result.offset, 1, node.epoch, committed)
-        logger.info("event=voters_change kind=%s node=%d directory_id=%s endpoint=%s "
-                    "offset=%d voters=%s", kind, voter.node_id, voter.directory_id,
-                    voter.endpoint or "-", result.offset,
-                    result.voters.describe() if result.voters else "-")
+        log.info("voters_change", kind=kind, node=voter.node_id, directory_id=voter.directory_id,
+                 endpoint=voter.endpoint or "-", offset=result.offset,
+                 voters=result.voters.describe() if result.voters else "-")
         return result, committed
 
     def read_index(self, read_id: int) -> None:
@@ -200,6 +199,11 @@ class DriverStatus:
     directory_id: str = ""
     # The latest voter set in this node's log (a static one: ids only).
     voters: VoterSet = STATIC_EMPTY
+    # Running totals since start, for metrics.
+    fetches_served: int = 0
+    records_fetched: int = 0
+    flushes: int = 0
+    flush_seconds: float = 0.0
 
 
 @attrs.frozen(slots=True)
@@ -278,6 +282,9 @@ class RaftDriver:
         self._running = False
         self._failure: BaseException | None = None
         self._applied_offset = 0
+        # Running totals for metrics (DriverStatus).
+        self._fetches_served = self._records_fetched = self._flushes = 0
+        self._flush_seconds = 0.0
         self._role = Role.FOLLOWER
         self._node_access = NodeTaskAccess(self)
         # The highest high watermark a fetch response reported (-1: none yet). An
@@ -321,8 +328,8 @@ class RaftDriver:
         self._running = True
         self._tasks = [asyncio.create_task(self._run(), name=f"raft-node-{cfg.node_id}"),
                        asyncio.create_task(self._ticker(), name=f"raft-ticker-{cfg.node_id}")]
-        logger.info("raft node %d started: epoch %d, log [%d, %d)", cfg.node_id,
-                    self._node.epoch, self._log.start_offset, self._log.end_offset)
+        log.info("raft_started", node=cfg.node_id, epoch=self._node.epoch,
+                 log_start_offset=self._log.start_offset, log_end_offset=self._log.end_offset)
 
     async def stop(self, *, resign: bool = True) -> None:
         """Clean shutdown: a leader hands over (EndQuorumEpoch) first, then stop."""
@@ -441,7 +448,8 @@ class RaftDriver:
         return DriverStatus(self.node_id, role, node.epoch, node.leader_id, node.high_watermark,
                             log.end_offset, node.flushed_offset, log.start_offset,
                             self._applied_offset, node.replica_progress or (),
-                            node.directory_id, node.voters)
+                            node.directory_id, node.voters, self._fetches_served,
+                            self._records_fetched, self._flushes, self._flush_seconds)
 
     def read_log(self, from_offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches of this node's log (committed or not) from `from_offset`."""
@@ -535,7 +543,7 @@ class RaftDriver:
             raise
         except BaseException as exc:
             # A broken invariant or a storage failure: stop rather than risk the log.
-            logger.critical("raft node %d failed; stopping", self.node_id, exc_info=True)
+            log.critical("raft_failed", node=self.node_id, error=repr(exc), exc_info=True)
             self._failure = exc
             self._running = False
             asyncio.get_running_loop().call_soon(
@@ -566,12 +574,15 @@ class RaftDriver:
         kind = event[0]
         if kind == "request":
             self._outside_events -= 1
+            if isinstance(event[1], FetchRequest):
+                self._fetches_served += 1
             node.receive(event[1], now)
         elif kind == "receive":
             message = event[1]
             if isinstance(message, FetchResponse) and message.error is Errors.NONE:
                 self.fetched_high_watermark = max(self.fetched_high_watermark,
                                                   message.high_watermark)
+                self._records_fetched += sum(len(b.records) for b in message.batches)
             node.receive(message, now)
         elif kind == "tick":
             self._tick_queued = False
@@ -647,7 +658,10 @@ class RaftDriver:
             # The fsync runs in a worker thread while this task (the log's only
             # writer) waits: the event loop keeps sending and accepting requests
             # meanwhile, and the next flush covers all of them (group commit).
+            began_s = time.perf_counter()
             flushed = await asyncio.to_thread(log.flush)
+            self._flushes += 1
+            self._flush_seconds += time.perf_counter() - began_s
             assert flushed >= ready.flush_to_offset, (flushed, ready.flush_to_offset)
             node.flushed(ready.flush_to_offset, self._clock_ms())
         if ready.committed:

@@ -19,7 +19,6 @@ admission (`admit`) and the same `submit_request` as a `Fetch` call.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Hashable
 from typing import Any, Protocol, TypeVar
@@ -29,6 +28,7 @@ import grpc
 from grpc import aio
 
 from controller.api.access import Access, UnauthenticatedError, cluster_action
+from controller.log import get_logger
 from controller.quorum import raft_service_pb2 as pb
 from controller.quorum import raft_service_pb2_grpc as pb_grpc
 from controller.quorum.wire import PbMessage, StoredBatchCache, WireError, from_pb, to_pb
@@ -50,7 +50,7 @@ from controller.raft.messages import (
 from controller.rpc import add_decoding_service
 from controller.security.acl import Operation
 
-logger = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 ReplyKey = Hashable
 _P = TypeVar("_P", bound=PbMessage)
@@ -292,8 +292,7 @@ class RaftService(pb_grpc.RaftServicer):
             message = admit(request, sink, self._gate, context)
         except RefusedError as exc:
             if exc.code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
-                logger.warning("event=raft_access_denied peer=%s reason=%r", context.peer(),
-                               exc.details)
+                log.warning("raft_access_denied", peer=context.peer(), reason=exc.details)
             await context.abort(exc.code, exc.details)
         try:
             reply = await sink.submit_request(message, sink.reply_timeout_s(message))

@@ -30,6 +30,8 @@ from controller.toml_config import (
     ConfigError,
     host_port,
     id_address_table,
+    logging_table,
+    metrics_table,
     reject_unknown,
     require_int,
     require_str,
@@ -125,7 +127,6 @@ _TIER_STR_KEYS = ("url", "access_key_id", "secret_access_key")
 _TOP_KEYS = {"node_id", "cluster_id", "data_dir", "listen", "voters", "raft", "controller",
              "logging", "metrics", "log", "tier", "tls", "authorizer"}
 _AUTHORIZER_KEYS = ("enabled", "super_users", "allow_everyone_if_no_acl_found")
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @attrs.frozen(kw_only=True)
@@ -189,24 +190,8 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
     ctl = sub_table(doc, "controller")
     reject_unknown(ctl, _CONTROLLER_KEYS, "controller.")
     ctl_values: dict[str, Any] = {k: require_int(ctl, k, "controller.") for k in _CONTROLLER_KEYS if k in ctl}
-    logging_table = sub_table(doc, "logging")
-    reject_unknown(logging_table, ("level", "format"), "logging.")
-    level = require_str(logging_table, "level", "logging.").upper() if "level" in logging_table \
-        else "INFO"
-    if level not in _LOG_LEVELS:
-        raise ConfigError(f"logging.level: expected one of {', '.join(_LOG_LEVELS)}, "
-                          f"got {level!r}")
-    log_format = require_str(logging_table, "format", "logging.") if "format" in logging_table \
-        else "kv"
-    if log_format not in ("kv", "json"):
-        raise ConfigError(f"logging.format: expected \"kv\" or \"json\", got {log_format!r}")
-    metrics = sub_table(doc, "metrics")
-    reject_unknown(metrics, ("address", "port"), "metrics.")
-    metrics_port = require_int(metrics, "port", "metrics.", minimum=0) if "port" in metrics else None
-    if metrics_port is not None and metrics_port > 65535:
-        raise ConfigError(f"metrics.port: must be <= 65535, got {metrics_port}")
-    metrics_address = require_str(metrics, "address", "metrics.") if "address" in metrics \
-        else "127.0.0.1"
+    level, log_format = logging_table(doc)
+    metrics_address, metrics_port = metrics_table(doc)
     log_table = sub_table(doc, "log")
     reject_unknown(log_table, _LOG_KEYS, "log.")
     log_values: dict[str, Any] = {k: require_int(log_table, k, "log.", minimum=1)

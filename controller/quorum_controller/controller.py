@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,10 @@ class QuorumController(CommitListener):
         self._quorum: QuorumPort | None = None
         self.snapshots: SnapshotScheduler | None = None
         self.metrics: ControllerMetrics | None = None
+        # Append time of the last committed batch, and when this node last lost its
+        # leader (None: it knows one), for metrics.
+        self._last_append_ms: int | None = None
+        self._leader_lost_ms: int | None = None
         self._counts_ms: int | None = None
         self._ticker: asyncio.Task[None] | None = None
 
@@ -282,22 +287,37 @@ class QuorumController(CommitListener):
         """Run one queued request (an `RequestQueue` turn calls this)."""
         now = self._clock_ms()
         if self.metrics is not None:
-            self.metrics.queue_time.observe(max(0, now - req.enqueued_ms) / 1e3)
+            self.metrics.queue_time.labels(request=req.name).observe(
+                max(0, now - req.enqueued_ms) / 1e3)
         future = self._waiting.get(req.id)
         if future is None or future.done():
             return  # the caller gave up before it ran: nothing applied
+        began_s = time.perf_counter()
         self.machine.request(req, access, now)
         self._settle()
+        if self.metrics is not None:
+            self.metrics.processing_time.labels(request=req.name).observe(
+                time.perf_counter() - began_s)
 
     # ------------------------------------------------------- driver callbacks
 
     def on_leader_change(self, leader_id: int | None, epoch: int) -> None:
-        if self.metrics is not None and leader_id is not None:
+        now = self._clock_ms()
+        if leader_id is None:
+            if self._leader_lost_ms is None:
+                self._leader_lost_ms = now
+        elif self.metrics is not None:
             self.metrics.leader_changes.inc()
+            if self._leader_lost_ms is not None:
+                self.metrics.election_latency.observe(max(0, now - self._leader_lost_ms) / 1e3)
+        if leader_id is not None:
+            self._leader_lost_ms = None
         self.machine.leader_changed(leader_id, epoch, self._clock_ms())
         self._settle()
 
     def on_commit(self, batches: Sequence[RecordBatch]) -> None:
+        if batches:
+            self._last_append_ms = batches[-1].append_time_ms
         if self.machine.committed(batches, self._clock_ms()):
             self.request_tick()
         self._settle()
@@ -351,8 +371,14 @@ class QuorumController(CommitListener):
         m.last_applied.set(machine.replayed_offset - 1)
         m.last_committed.set(machine.committed_offset - 1)
         m.active.set(1 if machine.mode is Mode.ACTIVE else 0)
+        m.timed_out_heartbeats.to(machine.brokers_timed_out)
+        if self._last_append_ms is not None:
+            m.last_applied_time.set(self._last_append_ms / 1e3)
+            m.last_applied_lag.set(max(0, now - self._last_append_ms) / 1e3)
         if self.snapshots is not None:
-            m.snapshots.set(self.snapshots.snapshots_written)
+            m.snapshots.to(self.snapshots.snapshots_written)
+        if self._quorum is not None:
+            m.set_raft(self._quorum.status())
         if self._counts_ms is None or now - self._counts_ms >= 1000:
             # Counting topics walks them: about once a second is enough.
             self._counts_ms = now

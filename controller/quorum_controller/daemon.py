@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import random
 import signal
 from collections.abc import Callable
 
 from controller.api.access import Access
 from controller.api.admin_service import add_api_services
+from controller.api.audit_log import ApiMetrics
 from controller.api.seam import ControllerFacade
+from controller.log import get_logger
 from controller.quorum.driver import RaftDriver, SteadyWallClock
 from controller.quorum.service import RaftGate, add_raft_service
 from controller.quorum_controller.config_file import DaemonConfig
@@ -34,7 +35,7 @@ from controller.tier.copier import TierCopier
 from controller.tier.metrics import TierMetrics
 from controller.tier.remote import open_store
 
-logger = logging.getLogger("metakraft.daemon")
+log = get_logger("metakraft.daemon")
 
 
 async def run_controller(config: DaemonConfig) -> int:
@@ -50,14 +51,16 @@ async def run_controller(config: DaemonConfig) -> int:
     if config.metrics_port is not None:
         controller.metrics = ControllerMetrics(cfg.node_id)
         metrics_port = controller.metrics.serve(config.metrics_address, config.metrics_port)
-        logger.info("event=metrics_serving address=%s:%d", config.metrics_address, metrics_port)
+        log.info("metrics_serving", address=f"{config.metrics_address}:{metrics_port}")
     facade: ControllerFacade = ControllerApi(controller, port)
     server = create_server(cfg.rpc_limits)
     bound = bind(server, config.listen, config.tls.credentials)
     access = Access(config.tls.mapper, None if config.authorizer is None else
                     StandardAuthorizer(config.authorizer, CommittedAcls(controller)))
     raft_name = add_raft_service(server, driver, raft_gate(config, access))
-    health = add_api_services(server, facade, access=access, other_service_names=[raft_name])
+    api_metrics = None if controller.metrics is None else ApiMetrics(controller.metrics.registry)
+    health = add_api_services(server, facade, access=access, other_service_names=[raft_name],
+                              metrics=api_metrics)
     # Signals first: a SIGTERM while starting stops cleanly once started (it would
     # otherwise kill the process with the default action).
     stop = asyncio.Event()
@@ -69,18 +72,18 @@ async def run_controller(config: DaemonConfig) -> int:
     copier_task = start_tier_copier(config, controller, driver, clock)
     await server.start()
     host = config.listen.rpartition(":")[0]
-    logger.info("event=serving node=%d address=%s:%d voters=%s data_dir=%s tls=%s "
-                "authorizer=%s", cfg.node_id, host, bound,
-                ",".join(f"{k}={v}" for k, v in sorted(cfg.voter_addresses.items())),
-                cfg.data_dir, config.tls.credentials.subject if config.tls.credentials else "off",
-                "on" if config.authorizer is not None else "off")
+    log.info("serving", node=cfg.node_id, address=f"{host}:{bound}",
+             voters=",".join(f"{k}={v}" for k, v in sorted(cfg.voter_addresses.items())),
+             data_dir=str(cfg.data_dir),
+             tls=config.tls.credentials.subject if config.tls.credentials else "off",
+             authorizer="on" if config.authorizer is not None else "off")
     print(f"controller {cfg.node_id} serving on {host}:{bound}", flush=True)
     waits = [asyncio.create_task(stop.wait()), asyncio.create_task(driver.stopped.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for task in waits:
         task.cancel()
-    logger.info("event=stopping node=%d reason=%s mode=%s", cfg.node_id,
-                "signal" if stop.is_set() else "raft_failed", controller.mode.value)
+    log.info("stopping", node=cfg.node_id, reason="signal" if stop.is_set() else "raft_failed",
+             mode=controller.mode.value)
     if copier_task is not None:
         copier_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -91,10 +94,9 @@ async def run_controller(config: DaemonConfig) -> int:
     await health.enter_graceful_shutdown()
     await server.stop(grace=0.5)
     if driver.failure is not None:
-        logger.error("event=stopped node=%d status=failed error=%r", cfg.node_id,
-                     str(driver.failure))
+        log.error("stopped", node=cfg.node_id, status="failed", error=str(driver.failure))
         return 1
-    logger.info("event=stopped node=%d status=clean", cfg.node_id)
+    log.info("stopped", node=cfg.node_id, status="clean")
     return 0
 
 
@@ -117,9 +119,9 @@ def start_tier_copier(config: DaemonConfig, controller: QuorumController, driver
     metrics = None if controller.metrics is None else TierMetrics(controller.metrics.registry)
     copier = TierCopier(controller=controller, driver=driver, store=store, config=tier,
                         clock_ms=clock, metrics=metrics)
-    logger.info("event=tier_enabled url=%s local_retention_ms=%d local_retention_bytes=%d "
-                "retention_ms=%d retention_bytes=%d", store.url, tier.local_retention_ms,
-                tier.local_retention_bytes, tier.retention_ms, tier.retention_bytes)
+    log.info("tier_enabled", url=store.url, local_retention_ms=tier.local_retention_ms,
+             local_retention_bytes=tier.local_retention_bytes, retention_ms=tier.retention_ms,
+             retention_bytes=tier.retention_bytes)
     return asyncio.create_task(copier.run(), name="tier-copier")
 
 

@@ -8,7 +8,6 @@ REQUEST_TOO_LARGE on every item and changes nothing.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -21,6 +20,7 @@ from controller.api.seam import (
     VoterChangeKind,
     VoterChangeOutcome,
 )
+from controller.log import get_logger
 from controller.logformat.batch import BatchOrigin
 from controller.metadata import (
     AlterConfigsResource,
@@ -90,7 +90,7 @@ _VOTER_ERROR_CODES = {
 }
 
 
-logger = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def _too_large(message: str) -> ApiError:
@@ -261,10 +261,10 @@ class ControllerApi:
             ReplicaState(v.node_id, directory_id=v.directory_id, endpoint=v.endpoint)
             for v in result.voters)
         if result.error is None:
-            logger.info("event=voters_changed kind=%s node=%d directory_id=%s principal=%s "
-                        "request_id=%s validate_only=%s offset=%s", kind.value, node_id,
-                        directory_id, origin.principal, origin.request_id, validate_only,
-                        -1 if result.offset is None else result.offset)
+            log.info("voters_changed", kind=kind.value, node=node_id, directory_id=directory_id,
+                     principal=origin.principal, request_id=origin.request_id,
+                     validate_only=validate_only,
+                     offset=-1 if result.offset is None else result.offset)
             return VoterChangeOutcome(
                 ApiError(ErrorCode.NONE), -1 if result.offset is None else result.offset, voters)
         code = _VOTER_ERROR_CODES.get(result.error, ErrorCode.INVALID_REQUEST)

@@ -40,7 +40,6 @@ answer names the committed offset it was read at.
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,6 +51,7 @@ from controller.api.seam import (
     RequestIdReusedError,
     ResultNotKeptError,
 )
+from controller.log import get_logger
 from controller.logformat.batch import (
     EMPTY_ORIGIN,
     MAX_APPEND_BYTES,
@@ -82,7 +82,7 @@ from controller.records import MetadataRecord, encode_record
 if TYPE_CHECKING:
     import asyncio
 
-logger = logging.getLogger("metakraft.controller")
+log = get_logger("metakraft.controller")
 
 
 class SnapshotPolicy(Protocol):
@@ -111,6 +111,8 @@ class ControllerMachine:
                                    controller_ids=frozenset(settings.voter_addresses))
         # Voter id -> endpoint, from the log's voter set (a dynamic quorum).
         self.voter_endpoints: dict[int, str] = {}
+        # Brokers this node fenced for a timed-out session, since start (metrics).
+        self.brokers_timed_out = 0
         self.registry = self.state.registry
         # Invariants: a registry snapshot exists at committed_next - 1, and none below
         # it except from the offset a snapshot file being written reads; the newest
@@ -253,13 +255,16 @@ class ControllerMachine:
         self._sync_leadership(node, now_ms)
         expired = self._purgatory.expire(now_ms)
         if expired:
-            logger.warning("event=orphans_expired count=%d", expired)
+            log.warning("orphans_expired", count=expired)
         while self._parked and self._parked[0].deadline_ms <= now_ms:
             self._fail(self._parked.popleft().id, self.not_controller())
         if self._mode is Mode.ACTIVE:
             result = self.state.cluster.fence_stale_brokers(now_ms)
             if result.records:
-                logger.info("event=fence_stale_brokers brokers=%s", list(result.response))
+                for broker_id in result.response:
+                    log.info("broker_fenced", broker=broker_id, reason="session_timeout",
+                             session_timeout_ms=self.settings.session_timeout_ms)
+                self.brokers_timed_out += len(result.response)
                 self._append(result.records, None, EMPTY_ORIGIN, node, None, now_ms)
 
     def leader_changed(self, leader_id: int | None, epoch: int, now_ms: int) -> None:
@@ -272,8 +277,7 @@ class ControllerMachine:
         if self._mode is not Mode.STANDBY:
             self._lose_leadership(leader_id, now_ms)
         self._leader_id = leader_id
-        logger.info("event=leader_change node=%d leader=%s epoch=%d", self.settings.node_id,
-                    leader_id, epoch)
+        log.info("leader_change", node=self.settings.node_id, leader=leader_id, epoch=epoch)
 
     def committed(self, batches: Sequence[RecordBatch], now_ms: int) -> bool:
         """The quorum committed `batches` (in log order). True when a tick should run
@@ -342,7 +346,7 @@ class ControllerMachine:
         self.registry.create_snapshot(end_offset - 1)
         self._committed_next = self._replayed_next = end_offset
         self._last_committed_epoch = epoch
-        logger.info("event=snapshot_loaded end_offset=%d records=%d", end_offset, count)
+        log.info("snapshot_loaded", end_offset=end_offset, records=count)
 
     def shut_down(self) -> None:
         """The controller stops: every waiting request gets an answer."""
@@ -394,7 +398,7 @@ class ControllerMachine:
                     encoded = (*encoded, encode_record(result))
         except Exception as exc:
             # A bug in a manager; nothing was replayed or appended.
-            logger.exception("event=generate_failed name=%s", req.name)
+            log.exception("generate_failed", name=req.name)
             self._fail(req.id, exc)
             return
         self._append(records, generated.response, req.origin, node, req.id, now_ms, encoded)
@@ -411,8 +415,8 @@ class ControllerMachine:
                 f"request id {req.origin.request_id!r} was used by a {seen.method} request; "
                 "a request id names one write"))
             return True
-        logger.info("event=request_retried name=%s request_id=%s offset=%d", req.name,
-                    req.origin.request_id, seen.offset)
+        log.info("request_retried", name=req.name, request_id=req.origin.request_id,
+                 offset=seen.offset)
         if seen.result_dropped:
             self._fail(req.id, ResultNotKeptError(
                 f"request {req.origin.request_id!r} was applied (offset {seen.offset}); its "
@@ -456,7 +460,7 @@ class ControllerMachine:
             self.state.replay_encoded(encoded, base)
         except MetadataReplayError as exc:
             self.registry.revert_to_snapshot(base - 1)
-            logger.error("event=replay_refused offset=%d error=%r", base, str(exc))
+            log.error("replay_refused", offset=base, error=str(exc))
             self._fail(request_id, exc)
             return
         self.registry.create_snapshot(last)
@@ -531,7 +535,7 @@ class ControllerMachine:
         try:
             result = req.query(offset - 1)
         except Exception as exc:
-            logger.exception("event=read_failed name=%s", req.name)
+            log.exception("read_failed", name=req.name)
             self._fail(req.id, exc)
             return
         self._answer(req.id, result, read_offset=offset)
@@ -551,8 +555,8 @@ class ControllerMachine:
             self.state.replay_encoded(batch.records, batch.base_offset)
         except Exception:
             # The committed log does not fit our state: stop rather than diverge.
-            logger.critical("event=replay_failed offset=%d epoch=%d", batch.base_offset,
-                            batch.epoch, exc_info=True)
+            log.critical("replay_failed", offset=batch.base_offset, epoch=batch.epoch,
+                         exc_info=True)
             raise
         self._replayed_next = batch.next_offset
 
@@ -577,8 +581,8 @@ class ControllerMachine:
         self._epoch = epoch
         self._leader_id = self.settings.node_id
         self._epoch_started = self._last_committed_epoch == epoch
-        logger.info("event=leader_elected node=%d epoch=%d committed=%d", self.settings.node_id,
-                    epoch, self._committed_next)
+        log.info("leader_elected", node=self.settings.node_id, epoch=epoch,
+                 committed=self._committed_next)
 
     def _maybe_activate(self, node: NodeAccess, now_ms: int) -> None:
         if not (self._mode is Mode.PENDING and self._epoch_started
@@ -589,13 +593,13 @@ class ControllerMachine:
         self._become(Mode.ACTIVE)
         self.activations += 1
         self.state.cluster.activate(now_ms)
-        logger.info("event=controller_active node=%d epoch=%d offset=%d",
-                    self.settings.node_id, self._epoch, self._committed_next)
+        log.info("controller_active", node=self.settings.node_id, epoch=self._epoch,
+                 offset=self._committed_next)
         if self.state.features.finalized_level(METADATA_VERSION) == 0:
             # A fresh cluster: the first active controller writes the feature levels.
             records = self.state.features.bootstrap_records()
             self._append(records, None, EMPTY_ORIGIN, node, None, now_ms)
-            logger.info("event=bootstrap_features records=%d", len(records))
+            log.info("bootstrap_features", records=len(records))
         parked, self._parked = self._parked, deque()
         forgotten, self._forgotten = self._forgotten, set()
         for req in parked:
@@ -620,7 +624,6 @@ class ControllerMachine:
         self._forgotten.clear()
         for req in parked:
             self._fail(req.id, self.not_controller())
-        logger.info("event=leadership_lost node=%d epoch=%d was=%s new_leader=%s "
-                    "committed=%d reverted_records=%d waiting=%d", self.settings.node_id,
-                    self._epoch, was.value, new_leader, self._committed_next, reverted,
-                    len(self._purgatory))
+        log.info("leadership_lost", node=self.settings.node_id, epoch=self._epoch, was=was.value,
+                 new_leader=new_leader, committed=self._committed_next, reverted_records=reverted,
+                 waiting=len(self._purgatory))

@@ -12,12 +12,12 @@ configs, ACLs), so a snapshot replays into an equal image.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from controller.log import get_logger
 from controller.logformat import SnapshotId
 from controller.metadata import MetadataState
 from controller.quorum.service import DriverStoppedError
@@ -32,7 +32,7 @@ from controller.records.partition_wire import encode_partitions
 from controller.storage import snapshot_file as sf
 from controller.storage.snapshot_file import SnapshotReader, SnapshotWriter
 
-logger = logging.getLogger("metakraft.controller")
+log = get_logger("metakraft.controller")
 
 
 def read_snapshot_records(path: Path) -> list[MetadataRecord]:
@@ -182,18 +182,17 @@ class SnapshotScheduler:
             sid = job.snapshot_id
             self.last_snapshot = sid
             self.snapshots_written += 1
-            logger.info("event=snapshot_written end_offset=%d epoch=%d records=%d bytes=%d "
-                        "ms=%d", sid.end_offset, sid.epoch, job.record_count,
-                        path.stat().st_size, int((time.monotonic() - job.started_s) * 1000))
+            log.info("snapshot_written", end_offset=sid.end_offset, epoch=sid.epoch,
+                     records=job.record_count, bytes=path.stat().st_size,
+                     ms=int((time.monotonic() - job.started_s) * 1000))
             try:
                 await self._compact(sid)
             except (ValueError, DriverStoppedError) as exc:
                 # E.g. a follower whose flush lags the commit: the next one compacts.
-                logger.warning("event=compaction_skipped end_offset=%d reason=%r",
-                               sid.end_offset, str(exc))
+                log.warning("compaction_skipped", end_offset=sid.end_offset, reason=str(exc))
             sf.prune_snapshots(self.directory, self._keep)
         except Exception:
-            logger.exception("event=snapshot_failed end_offset=%d", job.snapshot_id.end_offset)
+            log.exception("snapshot_failed", end_offset=job.snapshot_id.end_offset)
             job.abort()
         finally:
             self._finishing = None

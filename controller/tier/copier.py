@@ -27,13 +27,13 @@ simply waits (the copied end does not move).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from controller.api.seam import ControllerBusyError, ControllerTimeoutError, NotControllerError
+from controller.log import get_logger
 from controller.logformat.batch import EMPTY_ORIGIN, decode_batch, peek_batch_header
 from controller.metadata.errors import ControllerResult
 from controller.metadata.tier import ObjectKind, RemoteObject, SegmentState, TierStateError
@@ -57,7 +57,7 @@ from controller.tier.objects import (
 )
 from controller.tier.remote import RemoteStorage, TierError
 
-logger = logging.getLogger("metakraft.tier")
+log = get_logger("metakraft.tier")
 
 # What a controller write raises when leadership moves under it (not tier trouble).
 _LEADERSHIP_CHANGED = (NotControllerError, ControllerTimeoutError, ControllerBusyError,
@@ -101,7 +101,7 @@ class TierCopier:
                 delay_ms = self.config.copy_interval_ms
             except Exception as exc:
                 if not isinstance(exc, TierError | StorageError | OSError | TierStateError):
-                    logger.exception("event=tier_round_failed")  # a bug: say where
+                    log.exception("tier_round_failed")  # a bug: say where
                 self._failed(exc)
                 delay_ms = backoff_ms
                 backoff_ms = min(backoff_ms * 2, self.config.max_backoff_ms)
@@ -109,7 +109,7 @@ class TierCopier:
 
     def _succeeded(self) -> None:
         if self._failing is not None:
-            logger.info("event=tier_available url=%s", self._store.url)
+            log.info("tier_available", url=self._store.url)
             self._failing = None
         if self.metrics is not None:
             self.metrics.up.set(1)
@@ -122,7 +122,7 @@ class TierCopier:
             self.metrics.errors.inc()
         if self._failing is None:
             # One line when the tier starts failing, not one per retry.
-            logger.warning("event=tier_unavailable url=%s error=%r", self._store.url, reason)
+            log.warning("tier_unavailable", url=self._store.url, error=reason)
         self._failing = reason
 
     async def round(self) -> bool:
@@ -156,8 +156,7 @@ class TierCopier:
             retention_ms=cfg.local_retention_ms, retention_bytes=cfg.local_retention_bytes)
         if floor > view.local_start_offset:
             start = await self._driver.apply_retention_floor(floor)
-            logger.info("event=local_segments_deleted node=%d below=%d log_start=%d",
-                        self._node_id, floor, start)
+            log.info("local_segments_deleted", node=self._node_id, below=floor, log_start=start)
 
     # ------------------------------------------------------------------- writes
 
@@ -197,9 +196,8 @@ class TierCopier:
         await self._change_state(obj, SegmentState.DELETE_FINISHED)
         if self.metrics is not None:
             self.metrics.deletes.labels(kind=obj.kind.name.lower()).inc()
-        logger.info("event=tier_object_deleted id=%s kind=%s offsets=%d-%d reason=%s",
-                    obj.segment_id, obj.kind.name.lower(), obj.start_offset, obj.end_offset,
-                    reason)
+        log.info("tier_object_deleted", id=obj.segment_id, kind=obj.kind.name.lower(),
+                 start_offset=obj.start_offset, end_offset=obj.end_offset, reason=reason)
 
     # ------------------------------------------------------------------ the steps
 
@@ -224,9 +222,9 @@ class TierCopier:
         start = copied_end if copied_end is not None else view.local_start_offset
         if copied_end is None and start > 0 and self._warned_start != start:
             self._warned_start = start
-            logger.warning("event=tier_history_starts offset=%d reason=%r", start,
-                           "the local log no longer holds older offsets: the tier's history "
-                           "starts here")
+            log.warning("tier_history_starts", offset=start,
+                        reason="the local log no longer holds older offsets: the tier's "
+                               "history starts here")
         if start < view.local_start_offset:
             raise TierError(f"cannot copy offsets from {start}: this controller's local log "
                             f"starts at {view.local_start_offset} (it was reset to a "
@@ -290,8 +288,8 @@ class TierCopier:
         tier = self._controller.state.tier
         await self._write("tier_copy_started", lambda: tier.copy_started_records(obj))
         kind = obj.kind.name.lower()
-        logger.info("event=tier_copy_started id=%s kind=%s offsets=%d-%d bytes=%d",
-                    obj.segment_id, kind, obj.start_offset, obj.end_offset, len(data))
+        log.info("tier_copy_started", id=obj.segment_id, kind=kind, start_offset=obj.start_offset,
+                 end_offset=obj.end_offset, bytes=len(data))
         started = time.monotonic()
         await asyncio.to_thread(self._store.put, manifest.data_key, data)
         await asyncio.to_thread(self._store.put, manifest.manifest_key, manifest.encode())
@@ -299,9 +297,9 @@ class TierCopier:
         if self.metrics is not None:
             self.metrics.copies.labels(kind=kind).inc()
             self.metrics.copied_bytes.labels(kind=kind).inc(len(data))
-        logger.info("event=tier_object_copied id=%s kind=%s offsets=%d-%d bytes=%d ms=%d",
-                    obj.segment_id, kind, obj.start_offset, obj.end_offset, len(data),
-                    int((time.monotonic() - started) * 1000))
+        log.info("tier_object_copied", id=obj.segment_id, kind=kind,
+                 start_offset=obj.start_offset, end_offset=obj.end_offset, bytes=len(data),
+                 ms=int((time.monotonic() - started) * 1000))
 
     async def _expire_remote(self, objects: list[RemoteObject]) -> bool:
         cfg = self.config

@@ -36,7 +36,8 @@ CONTROLLER_BASE_ID = 3000
 class BrokerProcess(ChildProcess):
     def __init__(self, broker_id: int, cluster_id: str, root: Path,
                  controllers: dict[int, str], *, heartbeat_interval_ms: int = 200,
-                 controlled_shutdown_timeout_ms: int = 10_000) -> None:
+                 controlled_shutdown_timeout_ms: int = 10_000, log_format: str = "kv",
+                 metrics: bool = False) -> None:
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.data_dir = root / f"b{broker_id}"
@@ -51,7 +52,9 @@ class BrokerProcess(ChildProcess):
             f'data_dir = "{self.data_dir}"\nlisten = "{self.listen}"\nrack = "r{broker_id}"\n'
             f"[controllers]\n{table}\n[broker]\nheartbeat_interval_ms = {heartbeat_interval_ms}\n"
             f"controlled_shutdown_timeout_ms = {controlled_shutdown_timeout_ms}\n"
-            '[logging]\nlevel = "INFO"\nformat = "kv"\n' + PLAINTEXT_TABLE)
+            f'[logging]\nlevel = "INFO"\nformat = "{log_format}"\n'
+            + ('[metrics]\naddress = "127.0.0.1"\nport = 0\n' if metrics else "")
+            + PLAINTEXT_TABLE)
         self.format()
 
     def format(self) -> None:
@@ -94,7 +97,10 @@ class BrokerProcess(ChildProcess):
 class BrokerCluster:
     def __init__(self, root: Path, *, controllers: int = 3, brokers: Iterable[int] = (1, 2, 3),
                  session_timeout_ms: int = 2_000, snapshot_interval_bytes: int = 16 << 20,
-                 heartbeat_interval_ms: int = 200) -> None:
+                 heartbeat_interval_ms: int = 200, log_format: str = "kv",
+                 metrics: bool = False) -> None:
+        """`log_format`: every process's `[logging] format`; `metrics`: every process
+        serves Prometheus metrics on a free port (logged as `metrics_serving`)."""
         self.root = root
         self.cluster_id = random_cluster_id()
         ports = free_ports(controllers)
@@ -111,11 +117,14 @@ class BrokerCluster:
                 f'data_dir = "{data_dir}"\n[voters]\n{voters}\n'
                 f"[controller]\nsession_timeout_ms = {session_timeout_ms}\n"
                 f"snapshot_interval_bytes = {snapshot_interval_bytes}\n"
-                '[logging]\nlevel = "INFO"\n' + PLAINTEXT_TABLE)
+                f'[logging]\nlevel = "INFO"\nformat = "{log_format}"\n'
+                + ('[metrics]\naddress = "127.0.0.1"\nport = 0\n' if metrics else "")
+                + PLAINTEXT_TABLE)
             self.controllers[node_id] = ControllerProcess(node_id, address, config, data_dir)
         self.brokers: dict[int, BrokerProcess] = {
             b: BrokerProcess(b, self.cluster_id, root, self.controller_addresses,
-                             heartbeat_interval_ms=heartbeat_interval_ms) for b in brokers}
+                             heartbeat_interval_ms=heartbeat_interval_ms,
+                             log_format=log_format, metrics=metrics) for b in brokers}
 
     @property
     def bootstrap(self) -> list[str]:

@@ -66,10 +66,9 @@ def test_first_run_plans_ids_and_distinct_ports(tmp_path: Path) -> None:
     assert not resumed
     assert [n.node_id for n in spec.controllers] == [3000, 3001, 3002]
     assert [n.node_id for n in spec.brokers] == [1, 2, 3]
-    assert all(n.metrics_port is not None for n in spec.controllers)
-    assert all(n.metrics_port is None for n in spec.brokers)
+    assert all(n.metrics_port is not None for n in spec.nodes)
     ports = all_ports(spec)
-    assert len(ports) == len(set(ports)) == 9
+    assert len(ports) == len(set(ports)) == 12
     assert spec.bootstrap == ",".join(n.address for n in spec.controllers)
 
     spec2, _ = plan_cluster(tmp_path / "other", 1, 0)
@@ -167,7 +166,7 @@ def test_cluster_json_lists_every_process(tmp_path: Path) -> None:
         "metrics_address": spec.controllers[0].metrics_address,
     }
     assert broker["role"] == "broker" and broker["exit_code"] == -9
-    assert broker["metrics_address"] is None
+    assert broker["metrics_address"] == spec.brokers[0].metrics_address
     assert read_cluster_json(tmp_path) == spec
     assert not list(tmp_path.glob("*.tmp*")), "written atomically, no leftovers"
 

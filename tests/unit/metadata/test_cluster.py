@@ -164,6 +164,27 @@ def test_fenced_broker_rejoins_isr_when_unfenced() -> None:
     h.check()
 
 
+def test_fencing_counts_under_replicated_and_not_preferred_partitions() -> None:
+    # The metrics' counts come from indexes, not scans: each change keeps them exact.
+    h = Harness()
+    h.add_brokers([1, 2])
+    h.create("t", assignments=((1, 2), (2, 1)))
+    replication = h.state.replication
+    assert replication.under_replicated_partition_count() == 0
+    assert replication.preferred_imbalance_count() == 0
+    h.now_ms = SESSION_MS + 1
+    h.heartbeat(2)
+    h.apply(h.state.cluster.fence_stale_brokers(h.now_ms))
+    # Broker 1 is out of both ISRs; partition 0 is now led by 2, not its preferred 1.
+    assert replication.under_replicated_partition_count() == 2
+    assert replication.preferred_imbalance_count() == 1
+    h.check()
+    h.heartbeat(1)
+    assert replication.under_replicated_partition_count() == 0
+    assert replication.preferred_imbalance_count() == 1  # until a preferred election
+    h.check()
+
+
 def test_offline_partition_comes_back_with_its_last_isr_member() -> None:
     h = Harness()
     h.add_brokers([1])

@@ -33,9 +33,22 @@ def test_metrics_follow_the_controller_and_are_served() -> None:
         committed = env.ctrl[1].committed_offset - 1
         assert value("metakraft_controller_last_committed_offset") == committed
         assert value("metakraft_controller_last_applied_offset") == committed
-        assert value("metakraft_controller_commit_latency_seconds_count") == 9
-        assert (value("metakraft_controller_event_queue_time_seconds_count") or 0) >= 9
+        assert value("metakraft_raft_commit_latency_seconds_count") == 9
+        assert value("metakraft_controller_event_queue_time_seconds_count",
+                     request="create_topics") == 3
+        assert value("metakraft_controller_event_queue_processing_time_seconds_count",
+                     request="create_topics") == 3
         assert value("metakraft_controller_leader_changes_total") == 1
+        assert value("metakraft_controller_under_replicated_partitions") == 0
+        assert value("metakraft_controller_preferred_replica_imbalance") == 0
+        # The Raft node as the driver reports it.
+        assert value("metakraft_raft_state", state="leader") == 1
+        assert value("metakraft_raft_state", state="follower") == 0
+        assert value("metakraft_raft_leader_id") == 1
+        assert value("metakraft_raft_high_watermark") == committed + 1
+        assert (value("metakraft_raft_log_end_offset") or 0) >= committed + 1
+        # Process collectors are on the controller's own registry too.
+        assert (value("process_cpu_seconds_total") or 0) > 0
 
         port = metrics.serve("127.0.0.1", 0)
         body = await asyncio.to_thread(

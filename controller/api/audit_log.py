@@ -1,0 +1,133 @@
+"""One log line per admin write, and per-method request metrics.
+
+"Who changed what" must be answerable from the controller log alone: every Admin
+write (create/delete topics, configs, reassignments, ACLs, quorum changes, ...)
+logs `event=admin_write` with the principal, the request id, the method, the
+resources named by the request and the result: `ok`, the per-item error codes, or
+the gRPC status it was refused with. Reads are not logged (they change nothing);
+both are counted by `ApiMetrics` when the daemon serves metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import attrs
+from google.protobuf import message as pb_message
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import Counter as PromCounter
+
+from controller.log import get_logger
+
+log = get_logger("metakraft.audit")
+
+# Bound a line: a request may name thousands of partitions.
+MAX_RESOURCES_LOGGED = 20
+# Fields that name the resource of an item of a request.
+_NAME_FIELDS = ("name", "topic", "topic_name", "resource_name", "principal")
+_LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+class ApiMetrics:
+    """Per-method request counts, item error codes and handling time."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = PromCounter(
+            "metakraft_api_requests", "Admin API requests answered, by method and gRPC status.",
+            ["method", "status"], registry=registry)
+        self.item_errors = PromCounter(
+            "metakraft_api_item_errors",
+            "Items of Admin API answers that carried an error code, by method and code.",
+            ["method", "code"], registry=registry)
+        self.latency = Histogram(
+            "metakraft_api_request_duration_seconds",
+            "Time to answer an Admin API request, by method.", ["method"],
+            registry=registry, buckets=_LATENCY_BUCKETS_S)
+
+
+def _item_name(item: pb_message.Message) -> str | None:
+    fields = {f.name: v for f, v in item.ListFields()}
+    if "topic" in fields and "partition" in fields:
+        return f"{fields['topic']}-{fields['partition']}"
+    for name in _NAME_FIELDS:
+        if name in fields and isinstance(fields[name], str | int):
+            return str(fields[name])
+    if "resource" in fields and isinstance(fields["resource"], pb_message.Message):
+        return _item_name(fields["resource"])
+    return None
+
+
+def describe_request(request: pb_message.Message) -> dict[str, Any]:
+    """The resources and options a request names, for one log line: repeated items
+    by their names (at most `MAX_RESOURCES_LOGGED`, then a count), scalars as is."""
+    out: dict[str, Any] = {}
+    for field, value in request.ListFields():
+        if field.name == "header":
+            continue
+        if field.type == field.TYPE_MESSAGE:
+            items = list(value) if field.is_repeated else [value]
+            names = [n for n in (_item_name(i) for i in items) if n is not None]
+            if not field.is_repeated:
+                if names:
+                    out[field.name] = names[0]
+                continue
+            out[field.name] = names[:MAX_RESOURCES_LOGGED] if names else len(items)
+            if len(names) > MAX_RESOURCES_LOGGED:
+                out[f"{field.name}_count"] = len(names)
+        elif field.is_repeated:
+            out[field.name] = list(value)[:MAX_RESOURCES_LOGGED]
+        else:
+            out[field.name] = value
+    return out
+
+
+def error_codes(response: pb_message.Message, depth: int = 0) -> Counter[str]:
+    """Codes of the `Error` messages in an answer other than NONE (per-item results)."""
+    found: Counter[str] = Counter()
+    if depth > 3:
+        return found
+    for field, value in response.ListFields():
+        if field.type != field.TYPE_MESSAGE:
+            continue
+        for item in (value if field.is_repeated else [value]):
+            if item.DESCRIPTOR.name == "Error":
+                if item.code and item.code != "NONE":
+                    found[item.code] += 1
+            else:
+                found += error_codes(item, depth + 1)
+    return found
+
+
+@attrs.define
+class RequestAudit:
+    """Filled while one request is handled; `finish` logs and counts it."""
+
+    method: str
+    write: bool
+    request: pb_message.Message
+    metrics: ApiMetrics | None
+    principal: str = ""
+    request_id: str = ""
+    started_s: float = attrs.field(factory=time.perf_counter)
+
+    def finish(self, status: str, response: pb_message.Message | None) -> None:
+        codes = error_codes(response) if response is not None else Counter()
+        if self.metrics is not None:
+            self.metrics.requests.labels(method=self.method, status=status).inc()
+            self.metrics.latency.labels(method=self.method).observe(
+                time.perf_counter() - self.started_s)
+            for code, count in codes.items():
+                self.metrics.item_errors.labels(method=self.method, code=code).inc(count)
+        if not self.write:
+            return
+        if status != "OK":
+            result = status
+        elif codes:
+            result = ",".join(f"{code}:{n}" for code, n in sorted(codes.items()))
+        else:
+            result = "ok"
+        log.info("admin_write", method=self.method, principal=self.principal,
+                 request_id=self.request_id, result=result,
+                 request=describe_request(self.request))
