@@ -29,7 +29,7 @@ from controller.cli.admin_output import (
     table,
 )
 from controller.metadata import FeatureUpdate
-from controller.metadata.features import METADATA_VERSION
+from controller.metadata.features import METADATA_VERSION, UpgradeType
 
 
 @click.group()
@@ -253,30 +253,26 @@ def features_describe(opts: AdminOptions) -> None:
     run_admin(opts, action)
 
 
-@features.command("upgrade")
-@click.option("--feature", "updates", multiple=True, help="NAME=LEVEL; repeatable.")
-@click.option("--metadata-version", type=int, help=f"Shorthand for --feature {METADATA_VERSION}=N.")
-@click.option("--validate-only", is_flag=True, help="Check, change nothing.")
-@admin_options
-def features_upgrade(
-    opts: AdminOptions, updates: tuple[str, ...], metadata_version: int | None, validate_only: bool
-) -> None:
-    """Raise feature levels (never a downgrade)."""
+def _feature_updates(updates: tuple[str, ...], metadata_version: int | None,
+                     upgrade_type: UpgradeType) -> list[FeatureUpdate]:
     wanted: list[FeatureUpdate] = []
     for text in updates:
         name, value = key_value(text, "--feature")
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()):
             raise click.BadParameter(
                 f"level {value!r} of {name} is not a number", param_hint="--feature"
             )
-        wanted.append(FeatureUpdate(name, int(value)))
+        wanted.append(FeatureUpdate(name, int(value), upgrade_type))
     if metadata_version is not None:
-        wanted.append(FeatureUpdate(METADATA_VERSION, metadata_version))
+        wanted.append(FeatureUpdate(METADATA_VERSION, metadata_version, upgrade_type))
     if not wanted:
-        raise click.UsageError(
-            "nothing to upgrade: give --feature NAME=LEVEL or --metadata-version N"
-        )
+        raise click.UsageError("nothing to change: give --feature NAME=LEVEL or "
+                               "--metadata-version N")
+    return wanted
 
+
+def _update_features(opts: AdminOptions, wanted: list[FeatureUpdate], validate_only: bool,
+                     ) -> None:
     def action(client: AdminClient) -> int:
         results = client.update_features(wanted, validate_only=validate_only)
         return report(
@@ -289,6 +285,34 @@ def features_upgrade(
         )
 
     run_admin(opts, action)
+
+
+@features.command("upgrade")
+@click.option("--feature", "updates", multiple=True, help="NAME=LEVEL; repeatable.")
+@click.option("--metadata-version", type=int, help=f"Shorthand for --feature {METADATA_VERSION}=N.")
+@click.option("--validate-only", is_flag=True, help="Check, change nothing.")
+@admin_options
+def features_upgrade(
+    opts: AdminOptions, updates: tuple[str, ...], metadata_version: int | None, validate_only: bool
+) -> None:
+    """Raise feature levels (never a downgrade)."""
+    _update_features(opts, _feature_updates(updates, metadata_version, UpgradeType.UPGRADE),
+                     validate_only)
+
+
+@features.command("downgrade")
+@click.option("--feature", "updates", multiple=True, help="NAME=LEVEL; repeatable.")
+@click.option("--metadata-version", type=int, help=f"Shorthand for --feature {METADATA_VERSION}=N.")
+@click.option("--unsafe", is_flag=True,
+              help="Accept that metadata written at the higher level may be misread "
+              "afterwards (without it the downgrade is refused: none is known safe).")
+@click.option("--validate-only", is_flag=True, help="Check, change nothing.")
+@admin_options
+def features_downgrade(opts: AdminOptions, updates: tuple[str, ...],
+                       metadata_version: int | None, unsafe: bool, validate_only: bool) -> None:
+    """Lower feature levels (Kafka's kafka-features downgrade)."""
+    kind = UpgradeType.UNSAFE_DOWNGRADE if unsafe else UpgradeType.SAFE_DOWNGRADE
+    _update_features(opts, _feature_updates(updates, metadata_version, kind), validate_only)
 
 
 @click.group()

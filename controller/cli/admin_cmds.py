@@ -8,11 +8,10 @@ command takes ``--bootstrap HOST:PORT,...`` (env METAKRAFT_BOOTSTRAP) and
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
+import attrs
 import click
 
 from controller.api.client import AdminClient
@@ -22,6 +21,7 @@ from controller.cli.admin_output import (
     EXIT_OK,
     AdminOptions,
     admin_options,
+    broker_ids,
     console,
     emit_json,
     ids,
@@ -31,18 +31,17 @@ from controller.cli.admin_output import (
     status,
     table,
 )
+from controller.cli.reassign_cmds import elect_leaders, reassign
 from controller.metadata import (
     AlterConfigOp,
     AlterConfigsResource,
     ConfigResource,
     CreatableTopic,
     CreatePartitionsTopic,
-    ElectionType,
     OpType,
-    ReassignmentRequest,
     ResourceType,
-    TopicPartition,
 )
+from controller.records.domain import PartitionRegistration
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,18 +49,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _op(text: str, option: str, op: OpType) -> AlterConfigOp:
     key, value = key_value(text, option)
     return AlterConfigOp(key, op, value)
-
-
-def _broker_ids(text: str, option: str) -> tuple[int, ...]:
-    try:
-        found = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a list of broker ids like 1,2,3", param_hint=option
-        ) from None
-    if not found:
-        raise click.BadParameter("give at least one broker id", param_hint=option)
-    return found
 
 
 def _name_option(*, multiple: bool, required: bool) -> Callable[[F], F]:
@@ -94,6 +81,12 @@ def topics() -> None:
     default=-1,
     help="Replicas per partition (default: default.replication.factor).",
 )
+@click.option(
+    "--replica-assignment",
+    help="Explicit replicas, Kafka's format: partitions separated by commas, each "
+    "partition's brokers by colons, preferred leader first (1:2:3,2:3:1). Instead of "
+    "--partitions and --replication-factor.",
+)
 @click.option("--config", "configs", multiple=True, help="Topic config KEY=VALUE; repeatable.")
 @click.option("--validate-only", is_flag=True, help="Check everything, create nothing.")
 @admin_options
@@ -102,12 +95,21 @@ def topics_create(
     names: tuple[str, ...],
     partitions: int,
     replication_factor: int,
+    replica_assignment: str | None,
     configs: tuple[str, ...],
     validate_only: bool,
 ) -> None:
     """Create topics (each answered on its own: one bad name does not stop the others)."""
     pairs = tuple(key_value(c, "--config") for c in configs)
-    wanted = [CreatableTopic(n, partitions, replication_factor, configs=pairs) for n in names]
+    assignments: tuple[tuple[int, ...], ...] = ()
+    if replica_assignment is not None:
+        if partitions != -1 or replication_factor != -1:
+            raise click.UsageError("give --replica-assignment or --partitions and "
+                                   "--replication-factor, not both")
+        assignments = tuple(broker_ids(part.replace(":", ","), "--replica-assignment")
+                            for part in replica_assignment.split(","))
+    wanted = [CreatableTopic(n, partitions, replication_factor, configs=pairs,
+                             assignments=assignments) for n in names]
 
     def action(client: AdminClient) -> int:
         results = client.create_topics(wanted, validate_only=validate_only)
@@ -171,13 +173,30 @@ def topics_list(opts: AdminOptions) -> None:
 
 @topics.command("describe")
 @_name_option(multiple=True, required=False)
+@click.option("--under-replicated-partitions", "under_replicated", is_flag=True,
+              help="Only partitions with a replica out of the ISR.")
+@click.option("--unavailable-partitions", "unavailable", is_flag=True,
+              help="Only partitions without a leader.")
 @admin_options
-def topics_describe(opts: AdminOptions, names: tuple[str, ...]) -> None:
-    """Describe topics' partitions (every topic without --name)."""
+def topics_describe(opts: AdminOptions, names: tuple[str, ...], under_replicated: bool,
+                    unavailable: bool) -> None:
+    """Describe topics' partitions (every topic without --name). With a filter, only
+    the partitions it selects (and only topics that have some), as Kafka's
+    kafka-topics --describe does."""
+
+    def keep(reg: PartitionRegistration) -> bool:
+        if under_replicated and len(reg.isr) >= len(reg.replicas):
+            return False
+        return not (unavailable and reg.has_leader)
 
     def action(client: AdminClient) -> int:
         found = client.describe_topics(list(names) or None)
         failed = [d for d in found if not d.error.ok]
+        if under_replicated or unavailable:
+            found = tuple(
+                attrs.evolve(d, partitions=tuple(p for p in d.partitions if keep(p.registration)))
+                for d in found)
+            found = tuple(d for d in found if d.partitions or not d.error.ok)
         if opts.json:
             emit_json(list(found))
         else:
@@ -345,173 +364,6 @@ def configs_alter(
             columns=("entity type", "entity name", "status"),
             row=lambda r: (entity_type, r.resource.name, status(r.error)),
             name=lambda r: f"{entity_type} {r.resource.name!r}",
-        )
-
-    run_admin(opts, action)
-
-
-# -- reassignments and elections -------------------------------------------------------
-
-
-def _reassignment_file(path: str) -> list[tuple[str, int, tuple[int, ...]]]:
-    """Kafka's reassignment JSON: {"partitions": [{"topic", "partition", "replicas"}]}."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        entries = data["partitions"]
-        return [
-            (str(e["topic"]), int(e["partition"]), tuple(int(r) for r in e.get("replicas", ())))
-            for e in entries
-        ]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise click.BadParameter(
-            f'cannot read {path}: {exc}; expected {{"partitions": [{{"topic": T, "partition": P, "replicas": [1, 2]}}]}}',
-            param_hint="--file",
-        ) from exc
-
-
-def _partition_args(
-    file: str | None, topic: str | None, partition: int | None
-) -> list[tuple[str, int, tuple[int, ...]]]:
-    if file is not None:
-        if topic is not None or partition is not None:
-            raise click.UsageError("give either --file or --topic/--partition, not both")
-        return _reassignment_file(file)
-    if topic is None or partition is None:
-        raise click.UsageError("give --file, or --topic and --partition")
-    return [(topic, partition, ())]
-
-
-def _report_reassignments(
-    opts: AdminOptions, client: AdminClient, items: Sequence[ReassignmentRequest]
-) -> int:
-    results = client.alter_partition_reassignments(items)
-    return report(
-        opts,
-        results,
-        title="Reassignments",
-        columns=("topic", "partition", "status"),
-        row=lambda r: (r.topic, r.partition, status(r.error)),
-        name=lambda r: f"{r.topic}-{r.partition}",
-    )
-
-
-@click.group()
-def reassign() -> None:
-    """Move partition replicas between brokers."""
-
-
-@reassign.command("start")
-@click.option(
-    "--file", "file", type=click.Path(dir_okay=False), help="Reassignment JSON (Kafka's format)."
-)
-@click.option("--topic", help="One partition's topic.")
-@click.option("--partition", type=int, help="One partition's index.")
-@click.option("--replicas", help="Target broker ids, preferred leader first: 1,2,3.")
-@admin_options
-def reassign_start(
-    opts: AdminOptions,
-    file: str | None,
-    topic: str | None,
-    partition: int | None,
-    replicas: str | None,
-) -> None:
-    """Start reassignments (a JSON file, or --topic --partition --replicas)."""
-    entries = _partition_args(file, topic, partition)
-    if file is None:
-        if replicas is None:
-            raise click.UsageError("--replicas is required with --topic/--partition")
-        entries = [(entries[0][0], entries[0][1], _broker_ids(replicas, "--replicas"))]
-    elif replicas is not None:
-        raise click.UsageError("--replicas goes with --topic/--partition, not --file")
-    items = [ReassignmentRequest(t, p, r) for t, p, r in entries]
-    run_admin(opts, lambda client: _report_reassignments(opts, client, items))
-
-
-@reassign.command("cancel")
-@click.option("--file", "file", type=click.Path(dir_okay=False), help="JSON naming the partitions.")
-@click.option("--topic", help="One partition's topic.")
-@click.option("--partition", type=int, help="One partition's index.")
-@admin_options
-def reassign_cancel(
-    opts: AdminOptions, file: str | None, topic: str | None, partition: int | None
-) -> None:
-    """Cancel reassignments: the partitions go back to their original replicas."""
-    items = [ReassignmentRequest(t, p, None) for t, p, _ in _partition_args(file, topic, partition)]
-    run_admin(opts, lambda client: _report_reassignments(opts, client, items))
-
-
-@reassign.command("list")
-@admin_options
-def reassign_list(opts: AdminOptions) -> None:
-    """List ongoing reassignments."""
-
-    def action(client: AdminClient) -> int:
-        found = client.list_partition_reassignments()
-        if opts.json:
-            emit_json(list(found))
-        else:
-            rows = [
-                (r.topic, r.partition, ids(r.replicas), ids(r.adding), ids(r.removing))
-                for r in found
-            ]
-            console().print(
-                table(
-                    "Ongoing reassignments",
-                    ("topic", "partition", "replicas", "adding", "removing"),
-                    rows,
-                )
-            )
-        return EXIT_OK
-
-    run_admin(opts, action)
-
-
-@click.command("elect-leaders")
-@click.option(
-    "--election-type",
-    type=click.Choice(["preferred", "unclean"]),
-    default="preferred",
-    show_default=True,
-)
-@click.option("--topic", help="Elect for this topic (all its partitions unless --partition).")
-@click.option("--partition", type=int, help="Only this partition of --topic.")
-@click.option(
-    "--all-topic-partitions", is_flag=True, help="Every partition that needs an election."
-)
-@admin_options
-def elect_leaders(
-    opts: AdminOptions,
-    election_type: str,
-    topic: str | None,
-    partition: int | None,
-    all_topic_partitions: bool,
-) -> None:
-    """Elect preferred (or, unclean, any live) leaders."""
-    if all_topic_partitions == (topic is not None):
-        raise click.UsageError("give either --topic or --all-topic-partitions")
-    if partition is not None and topic is None:
-        raise click.UsageError("--partition needs --topic")
-    kind = ElectionType(election_type.upper())
-
-    def action(client: AdminClient) -> int:
-        wanted: list[TopicPartition] | None = None
-        if topic is not None:
-            if partition is not None:
-                wanted = [TopicPartition(topic, partition)]
-            else:
-                (desc,) = client.describe_topics([topic])
-                if not desc.error.ok:
-                    click.echo(f"error: {topic}: {desc.error}", err=True)
-                    return EXIT_ITEM_FAILED
-                wanted = [TopicPartition(topic, p.partition_id) for p in desc.partitions]
-        results = client.elect_leaders(wanted, kind)
-        return report(
-            opts,
-            results,
-            title=f"{kind.value.capitalize()} leader elections",
-            columns=("topic", "partition", "status"),
-            row=lambda r: (r.topic, r.partition, status(r.error)),
-            name=lambda r: f"{r.topic}-{r.partition}",
         )
 
     run_admin(opts, action)

@@ -96,10 +96,13 @@ def admin_options(command: F) -> F:
 
     @click.option(
         "--bootstrap",
+        "--bootstrap-server",
+        "bootstrap",
         envvar="METAKRAFT_BOOTSTRAP",
         required=True,
-        help="Controller addresses HOST:PORT[,HOST:PORT...] (env METAKRAFT_BOOTSTRAP); "
-        "any controller will do, the active one is found from it.",
+        help="Controller addresses HOST:PORT[,HOST:PORT...] (env METAKRAFT_BOOTSTRAP; "
+        "--bootstrap-server is Kafka's name for it); any controller will do, the active "
+        "one is found from it.",
     )
     @click.option(
         "--output",
@@ -215,9 +218,11 @@ def report(
     columns: Sequence[str],
     row: Callable[[Any], Sequence[object]],
     name: Callable[[Any], str],
+    ok: Callable[[Any], bool] = lambda r: bool(r.error.ok),
 ) -> int:
-    """Print per-item results (each has ``.error``); 1 if any failed, else 0."""
-    failed = [r for r in results if not r.error.ok]
+    """Print per-item results (each has ``.error``); 1 if any failed (not `ok`),
+    else 0."""
+    failed = [r for r in results if not ok(r)]
     if opts.json:
         emit_json(list(results))
     else:
@@ -227,6 +232,18 @@ def report(
         if failed:
             click.echo(f"{len(failed)} of {len(results)} items failed", err=True)
     return EXIT_ITEM_FAILED if failed else EXIT_OK
+
+
+def broker_ids(text: str, option: str) -> tuple[int, ...]:
+    """A comma-separated list of broker ids (ASCII digits only: `int` would also take
+    "1_0" and other scripts' digits)."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not all(part.isascii() and part.isdigit() for part in parts):
+        raise click.BadParameter(f"{text!r} is not a list of broker ids like 1,2,3",
+                                 param_hint=option)
+    if not parts:
+        raise click.BadParameter("give at least one broker id", param_hint=option)
+    return tuple(int(part) for part in parts)
 
 
 def key_value(text: str, option: str) -> tuple[str, str]:

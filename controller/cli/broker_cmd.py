@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from pathlib import Path
 
 import click
 
-from controller.cli.admin_output import command_config_option, load_command_config
+from controller.cli.admin_output import (
+    EXIT_UNREACHABLE,
+    command_config_option,
+    console,
+    emit_json,
+    load_command_config,
+    table,
+)
 
 
 @click.command("broker")
@@ -39,13 +45,14 @@ def broker(config_path: Path | None, print_example: bool) -> None:
 
 @click.command("broker-status")
 @click.option("--address", required=True, help="HOST:PORT of the broker's gRPC server.")
-@click.option("--output", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
-@click.option("--timeout-ms", type=int, default=5000, show_default=True)
+@click.option("--output", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="table for people, json for scripts.")
+@click.option("--timeout-ms", type=click.IntRange(min=1), default=5000, show_default=True)
 @command_config_option
 def broker_status(address: str, output: str, timeout_ms: int,
                   command_config: Path | None) -> None:
-    """Show one broker agent's lifecycle state, metadata offset and local replicas."""
+    """Show one broker agent's lifecycle state, metadata offset and local replicas.
+    Exit codes as every admin command: 0 answered, 3 the broker is unreachable."""
     import grpc
 
     from broker_agent.status import get_status, status_to_dict
@@ -54,20 +61,14 @@ def broker_status(address: str, output: str, timeout_ms: int,
     try:
         doc = status_to_dict(get_status(address, timeout_ms / 1e3, tls))
     except grpc.RpcError as exc:
-        click.echo(f"metakraft broker-status: {address}: {exc.code().name}: {exc.details()}",
-                   err=True)
-        sys.exit(1)
+        click.echo(f"error: broker {address}: {exc.code().name}: {exc.details()}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
     if output == "json":
-        click.echo(json.dumps(doc, indent=2))
+        emit_json(doc)
         return
-    click.echo(f"broker {doc['broker_id']}: {doc['state']}  epoch {doc['broker_epoch']}  "
-               f"metadata offset {doc['metadata_offset']}  controller {doc['controller_id']}")
-    replicas = doc["replicas"]
-    if not replicas:
-        click.echo("no local replicas")
-        return
-    click.echo(f"{'TOPIC':<24} {'PART':>4} {'ROLE':<8} {'LEADER':>6} {'L.EPOCH':>7} "
-               f"{'P.EPOCH':>7}")
-    for r in replicas:
-        click.echo(f"{r['topic']:<24} {r['partition']:>4} {r['role']:<8} {r['leader']:>6} "
-                   f"{r['leader_epoch']:>7} {r['partition_epoch']:>7}")
+    console().print(table(
+        f"Broker {doc['broker_id']}: {doc['state']}, epoch {doc['broker_epoch']}, metadata "
+        f"offset {doc['metadata_offset']}, controller {doc['controller_id']}",
+        ("topic", "partition", "role", "leader", "leader epoch", "partition epoch"),
+        [(r["topic"], r["partition"], r["role"], r["leader"], r["leader_epoch"],
+          r["partition_epoch"]) for r in doc["replicas"]]))

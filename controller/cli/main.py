@@ -30,6 +30,8 @@ def metakraft_version() -> str:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="metakraft", prog_name="metakraft",
+                      message="%(prog)s %(version)s")
 def cli() -> None:
     """metakraft: a KRaft-style metadata controller (Raft quorum, timeline state, broker agents)."""
 

@@ -140,14 +140,16 @@ class FeatureControlManager:
                 return ApiError(
                     ErrorCode.INVALID_UPDATE_VERSION,
                     f"{update.name} is at {current}; going to {update.level} is a downgrade, "
-                    "which must be requested explicitly as UNSAFE_DOWNGRADE",
+                    "which must be requested explicitly as UNSAFE_DOWNGRADE (`metakraft "
+                    "features downgrade --unsafe`)",
                 )
             if update.upgrade_type is UpgradeType.SAFE_DOWNGRADE:
                 return ApiError(
                     ErrorCode.INVALID_UPDATE_VERSION,
                     f"a safe downgrade of {update.name} from {current} to {update.level} is "
                     "not supported (metadata written at the higher level may not be "
-                    "readable); use UNSAFE_DOWNGRADE if you accept that risk",
+                    "readable); use UNSAFE_DOWNGRADE (`metakraft features downgrade "
+                    "--unsafe`) if you accept that risk",
                 )
         for broker in self._brokers() if self._brokers is not None else ():
             for feature in broker.supported_features:

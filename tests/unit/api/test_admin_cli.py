@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from controller import rpc
+from controller.api import broker_pb2 as bpb
+from controller.api import broker_pb2_grpc as bpb_grpc
 from controller.api.seam import ControllerTimeoutError
 from controller.cli.main import cli
 from tests.support.api_server import ApiServer, dead_address, register_brokers, serving
@@ -154,7 +157,8 @@ def test_reassign_start_list_cancel_and_elect(server: ApiServer, tmp_path: Path)
     elected = run(server, "elect-leaders", "--all-topic-partitions")
     assert elected.exit_code in (0, 1), elected.output
     one_topic = run(server, "elect-leaders", "--topic", "t", "--election-type", "unclean")
-    assert one_topic.exit_code == 1 and "ELECTION_NOT_NEEDED" in one_topic.stderr
+    # Nothing to do is the outcome asked for: safe to repeat in a script.
+    assert one_topic.exit_code == 0 and "ELECTION_NOT_NEEDED" in one_topic.stdout
 
 
 def test_cluster_quorum_features_brokers(server: ApiServer) -> None:
@@ -225,3 +229,63 @@ def test_an_unknown_outcome_is_retried_and_succeeds(
     result = run(server, "topics", "create", "--name", "t")
     assert result.exit_code == 0, result.stderr
     assert controller.calls.count("create_topics") == 2
+
+
+def fence(address: str, broker_id: int, epoch: int) -> None:
+    """A heartbeat asking to be fenced (as a broker does while it loads its state)."""
+    channel = rpc.create_sync_channel(address)
+    try:
+        beat = bpb_grpc.BrokerLifecycleStub(channel).BrokerHeartbeat(
+            bpb.BrokerHeartbeatRequest(cluster_id="local-cluster", broker_id=broker_id,
+                                       broker_epoch=epoch, metadata_offset=1 << 40,
+                                       want_fence=True), timeout=10)
+        assert beat.is_fenced, beat
+    finally:
+        channel.close()
+
+
+def test_filters_verify_and_kafka_aliases(server: ApiServer) -> None:
+    epochs = register_brokers(server.address, [4])
+    for name, plan in (("u", "4:1:2,1:2:3"), ("solo", "4,1")):
+        created = run(server, "topics", "create", "--name", name, "--replica-assignment", plan)
+        assert created.exit_code == 0, created.output
+    fence(server.address, 4, epochs[4])
+    # Kafka's filters: u-0 lost an ISR member, solo-0 its only replica (no leader).
+    code, under = run_json(server, "topics", "describe", "--under-replicated-partitions")
+    assert code == 0
+    assert [(t["name"], [p["partition_id"] for p in t["partitions"]]) for t in under] == \
+        [("u", [0])]
+    code, offline = run_json(server, "topics", "describe", "--unavailable-partitions")
+    assert [(t["name"], [p["partition_id"] for p in t["partitions"]]) for t in offline] == \
+        [("solo", [0])]
+    # --bootstrap-server is Kafka's name for --bootstrap.
+    aliased = CliRunner().invoke(cli, ["topics", "list", "--bootstrap-server", server.address])
+    assert aliased.exit_code == 0 and "solo" in aliased.stdout
+    # reassign verify: complete (the replicas are the target, nothing moving), or not.
+    done = run(server, "reassign", "verify", "--topic", "u", "--partition", "1",
+               "--replicas", "1,2,3")
+    assert done.exit_code == 0 and "complete" in done.stdout, done.output
+    code, rows = run_json(server, "reassign", "verify", "--topic", "u", "--partition", "1",
+                          "--replicas", "2,3")
+    assert code == 1 and rows[0]["state"] == "not the target"
+    # A topic that does not exist: JSON still says so (not an empty output).
+    code, missing = run_json(server, "elect-leaders", "--topic", "nope")
+    assert code == 1 and missing[0]["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    # A downgrade names the command that does it; without --unsafe it is refused.
+    up = run(server, "features", "upgrade", "--metadata-version", "3")
+    assert up.exit_code == 0, up.output
+    refused = run(server, "features", "upgrade", "--metadata-version", "2")
+    assert refused.exit_code == 1 and "features downgrade --unsafe" in refused.stderr
+    assert run(server, "features", "downgrade", "--metadata-version", "2").exit_code == 1
+    down = run(server, "features", "downgrade", "--metadata-version", "2", "--unsafe")
+    assert down.exit_code == 0, down.output
+
+
+def test_version_and_broker_status_exit_codes() -> None:
+    version = CliRunner().invoke(cli, ["--version"])
+    assert version.exit_code == 0 and version.stdout.startswith("metakraft ")
+    unreachable = CliRunner().invoke(cli, ["broker-status", "--address", dead_address(),
+                                           "--timeout-ms", "500"])
+    assert unreachable.exit_code == 3 and unreachable.stderr.startswith("error: broker ")
+    assert CliRunner().invoke(cli, ["broker-status", "--address", "x:1", "--output",
+                                    "text"]).exit_code == 2
