@@ -9,6 +9,7 @@ registers Admin, BrokerLifecycle, health and reflection.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +68,7 @@ def add_api_services(
     access: Access = OPEN,
     other_service_names: Sequence[str] = (),
     metrics: ApiMetrics | None = None,
+    closing: asyncio.Event | None = None,
 ) -> health_async.HealthServicer:
     """Register Admin and BrokerLifecycle on ``server`` (made by ``rpc.create_server``,
     whose ``RpcLimits`` bound message sizes), plus health and reflection. `access`
@@ -74,7 +76,9 @@ def add_api_services(
 
     ``other_service_names``: services registered on the same server by others (the
     Raft service), so reflection lists them too; reflection and health can be added
-    to a server only once, so this call does it for everyone.
+    to a server only once, so this call does it for everyone. `metrics`: count
+    requests per method; `closing`: set it before stopping the server, so open Admin
+    streams end normally (see `StreamMultiplexer`).
     """
     broker = BrokerLifecycleService(facade, access)
     names = [
@@ -83,6 +87,7 @@ def add_api_services(
             apb.DESCRIPTOR.services_by_name["Admin"],
             {spec.name: admin_handler(spec, facade, access, metrics) for spec in ADMIN_RPCS},
             stream_method="Stream",
+            closing=closing,
         ),
         register_service(server, BrokerLifecycleService.DESCRIPTOR,
                          servicer_handlers(BrokerLifecycleService.DESCRIPTOR, broker)),

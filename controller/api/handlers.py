@@ -8,6 +8,7 @@ error, instead of by gRPC's generic deserialization failure.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -122,12 +123,14 @@ def register_service(
     unary: dict[str, RawHandler],
     *,
     stream_method: str | None = None,
+    closing: asyncio.Event | None = None,
 ) -> str:
     """Register `unary` (method name -> handler of raw request bytes, see `decoding`)
     for `service`; every unary method of the service must have one (a method without
     a handler, hence without its authorization, is a bug found at start).
     `stream_method` names the bidi-streaming method that multiplexes them all
-    (``controller.api.stream``). Returns the service's full name."""
+    (``controller.api.stream``; `closing` ends its open streams before a stop).
+    Returns the service's full name."""
     expected = {m.name for m in service.methods
                 if not (m.client_streaming or m.server_streaming)}
     assert set(unary) == expected, (sorted(expected ^ set(unary)), service.full_name)
@@ -142,7 +145,7 @@ def register_service(
     if stream_method is not None:
         assert service.methods_by_name[stream_method].client_streaming, stream_method
         handlers[stream_method] = grpc.stream_stream_rpc_method_handler(
-            StreamMultiplexer(unary).serve,
+            StreamMultiplexer(unary, closing).serve,
             request_deserializer=None,  # raw bytes: a bad message gets our own status
             response_serializer=_serialize,
         )

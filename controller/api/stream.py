@@ -16,6 +16,7 @@ they finish, one write at a time (gRPC allows one outstanding send per call).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, Protocol
 
@@ -100,8 +101,13 @@ def _status(
 class StreamMultiplexer:
     """Serves ``Stream`` over a table of unary handlers (method name -> handler)."""
 
-    def __init__(self, unary: Mapping[str, RawHandler]) -> None:
+    def __init__(self, unary: Mapping[str, RawHandler],
+                 closing: asyncio.Event | None = None) -> None:
+        """`closing`: set when the server is about to stop; open streams then answer
+        what they already read and end normally (OK), instead of being cancelled by
+        the server's stop (which gRPC logs as an ERROR with a traceback)."""
         self._unary = dict(unary)
+        self._closing = closing
 
     async def answer(self, item: apb.StreamRequest, context: ItemContext) -> apb.StreamResponse:
         """One item's answer; never raises (but is cancellable)."""
@@ -147,23 +153,41 @@ class StreamMultiplexer:
                 del in_flight[item.id]
                 slots.release()
 
-        problem = ""
-        try:
+        async def read() -> str:
             async for raw in requests:
                 try:
                     item = apb.StreamRequest.FromString(raw)
                 except pb_message.DecodeError as exc:
-                    problem = f"a stream message does not decode as a StreamRequest ({exc})"
-                    break
+                    return f"a stream message does not decode as a StreamRequest ({exc})"
                 if item.id in in_flight:
-                    problem = f"request id {item.id} is already in flight on this stream"
-                    break
+                    return f"request id {item.id} is already in flight on this stream"
                 await slots.acquire()
                 in_flight[item.id] = asyncio.create_task(run(item))
-            # The caller half-closed (or sent garbage): answer what it already sent.
+            return ""
+
+        problem = ""
+        reader = asyncio.create_task(read())
+        try:
+            if self._closing is None:
+                problem = await reader
+            else:
+                closing = asyncio.create_task(self._closing.wait())
+                try:
+                    await asyncio.wait((reader, closing), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    closing.cancel()
+                if reader.done():
+                    problem = reader.result()
+                else:  # the server is stopping: read no more
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await reader
+            # The caller half-closed (or sent garbage, or the server stops): answer
+            # what it already sent.
             if in_flight:
                 await asyncio.gather(*in_flight.values(), return_exceptions=True)
         finally:
+            reader.cancel()
             # Cancelled (the caller went away): nobody is left to answer. A cancelled
             # write may still be applied, exactly as when a unary call is cancelled.
             for task in list(in_flight.values()):

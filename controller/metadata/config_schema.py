@@ -10,6 +10,7 @@ broker names) so a topic falls back to the cluster-wide broker default of the sa
 from __future__ import annotations
 
 import enum
+import re
 
 import attrs
 
@@ -17,6 +18,7 @@ from controller.records import metadata_pb2 as pb
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 class ResourceType(enum.IntEnum):
@@ -75,10 +77,10 @@ class ConfigKey:
             lowered = text.lower()
             return lowered if lowered in ("true", "false") else None
         if self.type in (ConfigType.INT, ConfigType.LONG):
-            try:
-                number = int(text, 10)
-            except ValueError:
+            # ASCII digits only: `int` also takes "1_000" and other scripts' digits.
+            if not _INTEGER.fullmatch(text):
                 return None
+            number = int(text, 10)
             high = INT_MAX if self.type is ConfigType.INT else LONG_MAX
             if self.maximum is not None:
                 high = min(high, self.maximum)

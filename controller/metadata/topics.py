@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from controller.logformat.batch import MAX_APPEND_BYTES, MAX_RECORDS_PER_BATCH
 from controller.metadata.errors import OK, ApiError, ControllerResult, ErrorCode
 from controller.metadata.placement import new_uuid, place_replicas
 from controller.records import (
@@ -31,8 +32,16 @@ if TYPE_CHECKING:
     from controller.metadata.replication import ReplicationControlManager
 
 MAX_TOPIC_NAME_LENGTH = 249
-# A bound on one request's work (the issue: request sizes are bounded).
-MAX_PARTITIONS_PER_TOPIC = 100_000
+# A topic's creation (and an addition of partitions) is one atomic batch, at most
+# MAX_RECORDS_PER_BATCH records and MAX_APPEND_BYTES bytes. These two limits keep every
+# one that passes validation inside it, so none is refused later (worst case: a
+# partition record is ~42 bytes + 10 per replica with the largest broker ids, plus
+# framing; 9,000 partitions x 50 + 45,000 replicas x 10 < 1 MiB - the topic and its
+# configs). They are the only partition limits; docs/operations.md states them.
+MAX_PARTITIONS_PER_TOPIC = 9_000
+MAX_REPLICAS_PER_TOPIC = 45_000  # partitions x replication factor
+assert MAX_PARTITIONS_PER_TOPIC < MAX_RECORDS_PER_BATCH - 1 - 100  # topic + configs
+assert MAX_PARTITIONS_PER_TOPIC * 50 + MAX_REPLICAS_PER_TOPIC * 10 < MAX_APPEND_BYTES - 65_536
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -217,6 +226,17 @@ def _check_assignments(
     return OK
 
 
+def _check_replicas(partitions: int, factor: int) -> ApiError:
+    """The second partition limit (see MAX_REPLICAS_PER_TOPIC)."""
+    if partitions * factor > MAX_REPLICAS_PER_TOPIC:
+        return ApiError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"{partitions} partitions x replication factor {factor} = {partitions * factor} "
+            f"replicas in one topic (or one addition); the limit is {MAX_REPLICAS_PER_TOPIC}",
+        )
+    return OK
+
+
 def _check_replication_factor(cluster: ClusterControlManager, factor: int) -> ApiError:
     usable = cluster.usable_broker_ids()
     if factor <= 0:
@@ -342,6 +362,8 @@ def _create_one(
                 )
             )
         error = _check_assignments(cluster, topic.assignments, 0)
+        if error.ok:
+            error = _check_replicas(len(topic.assignments), len(topic.assignments[0]))
         if not error.ok:
             return failed(error)
         assignments = list(topic.assignments)
@@ -361,6 +383,8 @@ def _create_one(
                 )
             )
         error = _check_replication_factor(cluster, factor)
+        if error.ok:
+            error = _check_replicas(partitions, factor)
         if not error.ok:
             return failed(error)
         assignments = []  # placed below, after the configs are known to be valid
@@ -453,6 +477,8 @@ def _create_partitions_one(
                 f"{len(item.assignments)} replica lists given for {added} new partitions",
             ), []
         error = _check_assignments(cluster, item.assignments, current)
+        if error.ok:
+            error = _check_replicas(added, len(item.assignments[0]))
         if not error.ok:
             return error, []
         assignments = list(item.assignments)
@@ -461,6 +487,8 @@ def _create_partitions_one(
         assert first is not None, "a topic has at least one partition"
         factor = len(first.replicas) - len(first.removing_replicas)
         error = _check_replication_factor(cluster, factor)
+        if error.ok:
+            error = _check_replicas(added, factor)
         if not error.ok:
             return error, []
         racks = cluster.racks(cluster.usable_broker_ids())

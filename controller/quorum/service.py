@@ -145,6 +145,10 @@ class RequestSink(Protocol):
     @property
     def batch_cache(self) -> StoredBatchCache: ...
 
+    # Set once the driver stopped: open fetch streams then end.
+    @property
+    def stopped(self) -> asyncio.Event: ...
+
     def reply_timeout_s(self, req: Request) -> float: ...
 
     async def submit_request(self, req: Request, timeout_s: float) -> Response:
@@ -285,6 +289,16 @@ class RaftService(pb_grpc.RaftServicer):
     def __init__(self, sink: RequestSink, gate: RaftGate | None = None) -> None:
         self._sink = sink
         self._gate = gate
+        # The answer queues of the open FetchStreams: ended (None) when the driver
+        # stops, so none is still open when the server stops (gRPC would cancel it
+        # and log the CancelledError as an ERROR with a traceback).
+        self._streams: set[asyncio.Queue[Response | RefusedError | None]] = set()
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def _end_streams_when_stopped(self) -> None:
+        await self._sink.stopped.wait()
+        for answers in self._streams:
+            answers.put_nowait(None)
 
     async def _handle(self, request: _P, context: aio.ServicerContext[_P, PbMessage]) -> PbMessage:
         sink = self._sink
@@ -312,7 +326,12 @@ class RaftService(pb_grpc.RaftServicer):
         message: the follower's timer retries); bad input and a stopped node end the
         stream with the status the unary call would get."""
         sink = self._sink
+        if sink.stopped.is_set():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "raft node is not running")
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._end_streams_when_stopped())
         answers: asyncio.Queue[Response | RefusedError | None] = asyncio.Queue()
+        self._streams.add(answers)
         reader = asyncio.create_task(_read_fetches(request_iterator, sink, answers,
                                                    self._gate, context))
         try:
@@ -323,6 +342,7 @@ class RaftService(pb_grpc.RaftServicer):
                 assert isinstance(out, pb.FetchResponse)
                 yield out
         finally:
+            self._streams.discard(answers)
             reader.cancel()
 
     # The generated servicer types each method separately; they all share _handle.

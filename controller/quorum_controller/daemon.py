@@ -59,8 +59,9 @@ async def run_controller(config: DaemonConfig) -> int:
                     StandardAuthorizer(config.authorizer, CommittedAcls(controller)))
     raft_name = add_raft_service(server, driver, raft_gate(config, access))
     api_metrics = None if controller.metrics is None else ApiMetrics(controller.metrics.registry)
+    closing = asyncio.Event()
     health = add_api_services(server, facade, access=access, other_service_names=[raft_name],
-                              metrics=api_metrics)
+                              metrics=api_metrics, closing=closing)
     # Signals first: a SIGTERM while starting stops cleanly once started (it would
     # otherwise kill the process with the default action).
     stop = asyncio.Event()
@@ -92,6 +93,8 @@ async def run_controller(config: DaemonConfig) -> int:
     await driver.stop(resign=True)
     await controller.stop()
     await health.enter_graceful_shutdown()
+    closing.set()
+    await asyncio.sleep(0)  # the open streams see it and end
     await server.stop(grace=0.5)
     if driver.failure is not None:
         log.error("stopped", node=cfg.node_id, status="failed", error=str(driver.failure))

@@ -91,6 +91,13 @@ def test_append_and_subtract_on_lists(h: Harness) -> None:
             ErrorCode.INVALID_CONFIG,
             "'soon'",
         ),
+        # Found from outside: Python's int() takes these, a config must not.
+        (TOPIC, AlterConfigOp("retention.ms", OpType.SET, "1_000"), ErrorCode.INVALID_CONFIG,
+         "'1_000'"),
+        (TOPIC, AlterConfigOp("retention.ms", OpType.SET, "\u0661\u0662"),
+         ErrorCode.INVALID_CONFIG, "retention.ms"),
+        (TOPIC, AlterConfigOp("retention.ms", OpType.SET, "+5"), ErrorCode.INVALID_CONFIG,
+         "'+5'"),
         (TOPIC, AlterConfigOp("segment.bytes", OpType.SET, "13"), ErrorCode.INVALID_CONFIG, "[14,"),
         (
             TOPIC,

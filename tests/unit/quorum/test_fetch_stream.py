@@ -59,6 +59,7 @@ class ScriptedSink:
         # seq -> "full" | "timeout" | "stopped" | "hold" (answered once `gate` is set)
         self.script: dict[int, str] = {}
         self.gate = asyncio.Event()
+        self.stopped = asyncio.Event()
         self.seen: list[int] = []
 
     def reply_timeout_s(self, req: m.Request) -> float:

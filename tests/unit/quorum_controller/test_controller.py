@@ -337,10 +337,18 @@ def test_too_large_request_fails_per_item_and_leaves_no_record() -> None:
         await env.elect(1)
         await env.register_brokers(1, [0])
         before = env.quorum.end_offset
-        # 10,001 records: past the largest batch a leader appends.
-        big = await env.api[1].create_topics([topic("big", 10_000)], validate_only=False,
+        # One topic past the partition limit is refused by validation, saying the limit
+        # (it cannot be split: a topic is one batch).
+        big = await env.api[1].create_topics([topic("big", 9_001)], validate_only=False,
                                              origin=ORIGIN)
-        assert big[0].error.code is ErrorCode.REQUEST_TOO_LARGE
+        assert big[0].error.code is ErrorCode.INVALID_PARTITIONS
+        assert "9000" in big[0].error.message
+        # Two topics that pass validation each but together exceed one batch: the
+        # request is too large, and splitting it is the remedy.
+        pair = await env.api[1].create_topics([topic("a", 6_000), topic("b", 6_000)],
+                                              validate_only=False, origin=ORIGIN)
+        assert {r.error.code for r in pair} == {ErrorCode.REQUEST_TOO_LARGE}
+        assert "split it" in pair[0].error.message
         many = await env.api[1].delete_topics([f"d{i}" for i in range(5)], origin=ORIGIN)
         assert {r.error.code for r in many} == {ErrorCode.REQUEST_TOO_LARGE}
         bad = await env.api[1].create_topics([topic("bad name!")], validate_only=False,
@@ -348,6 +356,27 @@ def test_too_large_request_fails_per_item_and_leaves_no_record() -> None:
         assert bad[0].error.code is ErrorCode.INVALID_TOPIC_EXCEPTION
         assert env.quorum.end_offset == before
         assert env.ctrl[1].state.replication.list_topics() == ()
+
+    run(main)
+
+
+def test_the_largest_valid_topic_is_written() -> None:
+    # Whatever passes validation fits one batch: the partition limits at their worst
+    # (the most partitions, the most replicas, the largest broker ids) commit.
+    async def main() -> None:
+        env = Env()
+        await env.elect(1)
+        brokers = [2**31 - 1 - i for i in range(6)]
+        await env.register_brokers(1, brokers)
+        created = await env.api[1].create_topics(
+            [CreatableTopic("widest", 9_000, 5, configs=(("retention.ms", "1000"),))],
+            validate_only=False, origin=ORIGIN)
+        assert created[0].error.ok, created
+        assert env.ctrl[1].state.replication.total_partition_count() == 9_000
+        wider = await env.api[1].create_topics([topic("wider", 9_000, 6)], validate_only=False,
+                                               origin=ORIGIN)
+        assert wider[0].error.code is ErrorCode.INVALID_PARTITIONS
+        assert "45000" in wider[0].error.message
 
     run(main)
 
