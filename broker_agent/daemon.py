@@ -139,7 +139,12 @@ async def run_broker(config: BrokerConfig) -> int:
     await asyncio.to_thread(agent.close)
     await server.stop(grace=0.5)
     if failure is not None:
-        log.error("stopped", broker=config.broker_id, status="failed", error=str(failure))
+        # Say what failed and how (an AssertionError's text alone is two numbers);
+        # the traceback was logged where it happened (raft_failed, reconcile_failed).
+        log.error("stopped", broker=config.broker_id, status="failed",
+                  failed="metadata log (raft observer)" if driver.failure is not None
+                  else "local state (reconcile)",
+                  error=f"{type(failure).__name__}: {failure}")
         return 1
     log.info("stopped", broker=config.broker_id, status="clean")
     return 0

@@ -37,10 +37,19 @@ def broker(config_path: Path | None, print_example: bool) -> None:
         click.echo(f"metakraft broker: bad config {config_path}: {exc}", err=True)
         sys.exit(2)
     from broker_agent.daemon import run_broker
-    from controller.log import setup_logging
+    from controller.log import get_logger, setup_logging
+    from controller.logformat.errors import StorageError
 
     setup_logging(config.log_level, config.log_format)
-    sys.exit(asyncio.run(run_broker(config)))
+    try:
+        sys.exit(asyncio.run(run_broker(config)))
+    except StorageError as exc:
+        # One line (file, offset, remedy in the message); the traceback at debug level.
+        get_logger("metakraft.broker").debug("refused_to_start", exc_info=True)
+        click.echo(f"metakraft broker: refusing to start: {exc}. A broker's metadata log "
+                   "is a copy of the controllers': move its data directory aside and "
+                   "format a new one (it reloads from the controllers).", err=True)
+        sys.exit(1)
 
 
 @click.command("broker-status")

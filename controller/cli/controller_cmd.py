@@ -29,13 +29,14 @@ def controller(config_path: Path | None, print_example: bool) -> None:
     except ConfigError as exc:
         click.echo(f"metakraft controller: bad config {config_path}: {exc}", err=True)
         sys.exit(2)
-    from controller.log import setup_logging
+    from controller.log import get_logger, setup_logging
     from controller.quorum_controller.daemon import run_controller
 
     setup_logging(config.log_level, config.log_format)
     try:
         sys.exit(asyncio.run(run_controller(config)))
     except LogCorruptionError as exc:
+        get_logger("metakraft.daemon").debug("refused_to_start", exc_info=True)
         data_dir = config.driver.data_dir
         click.echo(
             f"metakraft controller: refusing to start: the metadata log is damaged: {exc}. "
@@ -47,5 +48,6 @@ def controller(config_path: Path | None, print_example: bool) -> None:
             "add-controller --controller HOST:PORT`.", err=True)
         sys.exit(1)
     except StorageError as exc:
+        get_logger("metakraft.daemon").debug("refused_to_start", exc_info=True)
         click.echo(f"metakraft controller: refusing to start: {exc}", err=True)
         sys.exit(1)

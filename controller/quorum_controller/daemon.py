@@ -97,7 +97,9 @@ async def run_controller(config: DaemonConfig) -> int:
     await asyncio.sleep(0)  # the open streams see it and end
     await server.stop(grace=0.5)
     if driver.failure is not None:
-        log.error("stopped", node=cfg.node_id, status="failed", error=str(driver.failure))
+        failure = driver.failure
+        log.error("stopped", node=cfg.node_id, status="failed", failed="raft node",
+                  error=f"{type(failure).__name__}: {failure}")
         return 1
     log.info("stopped", node=cfg.node_id, status="clean")
     return 0

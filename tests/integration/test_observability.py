@@ -184,3 +184,23 @@ def test_the_tier_metrics_are_the_documented_ones() -> None:
     have = {metric.name + ("_total" if metric.type == "counter" else "")
             for metric in registry.collect()}
     assert have == set(documented()["With"])
+
+
+def test_a_broker_with_a_damaged_quorum_state_refuses_in_one_line(
+        cluster: BrokerCluster) -> None:
+    broker = cluster.brokers[1]
+    broker.terminate()
+    state = broker.data_dir / "quorum-state"
+    kept = state.read_bytes()
+    state.write_bytes(kept.replace(b'"epoch": ', b'"epoch": 9'))  # the CRC no longer matches
+    try:
+        broker.start()
+        assert broker.proc is not None and broker.proc.wait(30) == 1
+        text = broker.log_text()
+        refusal = [line for line in text.splitlines() if "refusing to start" in line]
+        assert len(refusal) == 1 and str(state) in refusal[0], text[-2000:]
+        assert "Traceback" not in text
+    finally:
+        state.write_bytes(kept)
+        broker.start()
+        cluster.wait_running([1], timeout_s=30)
