@@ -148,8 +148,9 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
     Columns: offset, append_time, epoch, principal, record_type, topic_id,
     topic_name, partition_id, replicas, isr, adding_replicas, removing_replicas,
     leader, recovery_state, leader_epoch, partition_epoch, reassigning (adding or
-    removing replicas non-empty), prev_leader, prev_isr, leader_changed (a change
-    record that moved the leader; the first Partition record is not a change),
+    removing replicas non-empty), prev_leader, prev_isr, prev_replicas (only on a
+    change record that sets the replicas), leader_changed (a change record that
+    moved the leader; the first Partition record is not a change),
     prev_leader_epoch, prev_partition_epoch, prev_reassigning. A `prev_*` column is
     that field of the partition's state before this record (null on its first
     record), so the audits that compare a state with the one before need no window
@@ -225,6 +226,11 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
                     "base_le", "base_pe")],
         F.last("_leader", ignorenulls=True).over(before).alias("prev_leader"),
         F.last("_isr", ignorenulls=True).over(before).alias("prev_isr"),
+        # The replicas before a change record that sets them (null on every other row,
+        # so the column costs little in the persisted states): a move whose target is
+        # already in the ISR is that one record, with no adding/removing phase.
+        F.when(~is_part & F.col("_replicas").isNotNull(),
+               F.last("_replicas", ignorenulls=True).over(before)).alias("prev_replicas"),
         F.col("_leader").isNotNull().alias("_sets_leader"),
         F.sum((~is_part).cast("int")).over(w).alias("_changes"),
     )
@@ -242,7 +248,7 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
         (F.col("base_le") + since_lineage_start("_moves")).cast("int").alias("leader_epoch"),
         (F.col("base_pe") + F.col("_pe_delta")).cast("int").alias("partition_epoch"),
         _reassigning("adding", "removing").alias("reassigning"),
-        "prev_leader", "prev_isr", "leader_changed")
+        "prev_leader", "prev_isr", "prev_replicas", "leader_changed")
     # (4) the previous row's epochs and reassigning: the same order again, so no
     # further sort.
     state = state.select(
@@ -304,7 +310,8 @@ def leader_churn_per_broker(df: DataFrame, states: DataFrame | None = None) -> D
 
 
 def isr_changes(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
-    """ISR shrinks and expansions: kind ('shrink', 'expand', 'both'), added, removed."""
+    """ISR shrinks and expansions: kind ('shrink', 'expand', 'both'), the replicas,
+    added, removed."""
     s = _states(df, states).where((F.col("record_type") == "partition_change")
                                    & ~F.equal_null(F.col("isr"), F.col("prev_isr")))
     added = F.array_except("isr", "prev_isr")
@@ -312,8 +319,61 @@ def isr_changes(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     kind = (F.when((F.size(added) > 0) & (F.size(removed) > 0), "both")
             .when(F.size(added) > 0, "expand").otherwise("shrink"))
     return s.select("topic_name", "topic_id", "partition_id", "offset", "append_time", "epoch",
-                    "principal", kind.alias("kind"), "prev_isr", "isr",
+                    "principal", kind.alias("kind"), "prev_isr", "isr", "replicas",
                     added.alias("added"), removed.alias("removed")).orderBy("offset")
+
+
+def isr_incidents(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
+    """ISR changes grouped into incidents, one row per broker per episode: from the
+    first partition whose ISR it left until it is back in every one it left (its
+    partitions' outages overlap in time). A replica dropped by a reassignment did not
+    leave an ISR, and a new replica joining one did not come back: neither counts.
+    Columns: broker_id, start_offset, start_time, end_offset, end_time (null: still
+    out when the log ends), duration_s, partitions_left, partitions_rejoined, outcome
+    ('recovered' or 'open'). A fenced broker drops out of hundreds of ISRs at once:
+    this is the table to read; `isr_changes` has every row."""
+    changes = isr_changes(df, states).select(
+        "topic_id", "partition_id", "offset", "append_time",
+        # Left: out of the ISR but still a replica.
+        F.array_intersect("removed", "replicas").alias("_left"), "added")
+    events = changes.select("topic_id", "partition_id", "offset", "append_time", F.explode(
+        F.array(F.struct(F.lit(True).alias("out"), F.col("_left").alias("brokers")),
+                F.struct(F.lit(False).alias("out"), F.col("added").alias("brokers")))
+    ).alias("e")).select("topic_id", "partition_id", "offset", "append_time",
+                         F.col("e.out").alias("out"), F.explode("e.brokers").alias("broker_id"))
+    per_replica = Window.partitionBy("broker_id", "topic_id", "partition_id").orderBy("offset")
+    outages = events.select(
+        "*", F.lead("out").over(per_replica).alias("_next_out"),
+        F.lead("offset").over(per_replica).alias("_next_offset"),
+        F.lead("append_time").over(per_replica).alias("_next_time"),
+    ).where(F.col("out")).select(
+        "broker_id", F.col("offset").alias("start_offset"),
+        F.col("append_time").alias("start_time"),
+        F.when(~F.col("_next_out"), F.col("_next_offset")).alias("end_offset"),
+        F.when(~F.col("_next_out"), F.col("_next_time")).alias("end_time"))
+    # Overlapping outages of one broker are one incident: a new one starts past the
+    # latest end so far (an open outage never ends).
+    per_broker = Window.partitionBy("broker_id").orderBy("start_offset")
+    latest_end = F.max(F.coalesce("end_offset", F.lit(2**62))).over(
+        per_broker.rowsBetween(Window.unboundedPreceding, -1))
+    outages = outages.select("*", F.sum(F.when(latest_end.isNull()
+                                               | (F.col("start_offset") > latest_end), 1)
+                                        .otherwise(0)).over(per_broker).alias("_incident"))
+    grouped = outages.groupBy("broker_id", "_incident").agg(
+        F.min("start_offset").alias("start_offset"), F.min("start_time").alias("start_time"),
+        F.max("end_offset").alias("end_offset"), F.max("end_time").alias("end_time"),
+        F.count("*").alias("partitions_left"),
+        F.count("end_offset").alias("partitions_rejoined"))
+    is_open = F.col("partitions_rejoined") < F.col("partitions_left")
+    duration = (F.unix_micros("end_time") - F.unix_micros("start_time")) / 1e6
+    return grouped.select(
+        "broker_id", "start_offset", "start_time",
+        F.when(~is_open, F.col("end_offset")).alias("end_offset"),
+        F.when(~is_open, F.col("end_time")).alias("end_time"),
+        F.when(~is_open, duration).alias("duration_s"), "partitions_left",
+        "partitions_rejoined",
+        F.when(is_open, "open").otherwise("recovered").alias("outcome"),
+    ).orderBy("start_offset")
 
 
 def _unclean() -> Column:
@@ -334,9 +394,13 @@ def unclean_elections(df: DataFrame) -> DataFrame:
 def reassignments(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Reassignments: start, end, duration, target and outcome per partition.
 
-    A reassignment starts when adding/removing replicas become non-empty and ends
-    when both are empty again: `completed` if the replicas are then the target,
-    `cancelled` otherwise; `ongoing` (end null) if the log ends first.
+    Two shapes in the log. A reassignment that must copy data starts when adding or
+    removing replicas become non-empty and ends when both are empty again:
+    `completed` if the replicas are then the target, `cancelled` if they are the
+    original ones again, `replaced` if another reassignment took its place before it
+    ended, `ongoing` (end null) if the log ends first. A move whose target replicas
+    are all in the ISR already (a reorder, or dropping a replica) is one record that
+    sets the replicas directly: `completed` at once (start = end, duration 0).
     """
     s = _states(df, states).select(
         "*", F.col("reassigning").alias("_moving"),
@@ -344,26 +408,38 @@ def reassignments(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     # The transitions alternate per partition (a start, then its end, ...): the row
     # after a start is its end. One pass over the states, then a window over the few
     # transition rows.
-    s = s.where(F.col("_moving") != F.col("_was"))
+    phased = s.where(F.col("_moving") != F.col("_was"))
     after = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
-    pairs = s.select(
+    pairs = phased.select(
         "topic_name", "topic_id", "partition_id", "_moving", "_was",
         F.col("offset").alias("start_offset"), F.col("append_time").alias("start_time"),
         F.col("principal").alias("started_by"),
         F.array_except("replicas", "removing_replicas").alias("target"),
-        F.array_except("replicas", "adding_replicas").alias("original"),
+        # The start record set the replicas: the ones before it, in their order.
+        F.coalesce("prev_replicas", F.array_except("replicas", "adding_replicas"))
+        .alias("original"),
         F.lead("offset").over(after).alias("end_offset"),
         F.lead("append_time").over(after).alias("end_time"),
         F.lead("replicas").over(after).alias("final_replicas"),
     ).where(F.col("_moving") & ~F.col("_was"))
     outcome = (F.when(F.col("end_offset").isNull(), "ongoing")
                .when(F.col("final_replicas") == F.col("target"), "completed")
-               .otherwise("cancelled"))
+               .when(F.sort_array("final_replicas") == F.sort_array("original"), "cancelled")
+               .otherwise("replaced"))
     duration = (F.unix_micros("end_time") - F.unix_micros("start_time")) / 1e6
-    return pairs.select("topic_name", "topic_id", "partition_id", "start_offset", "start_time",
-                        "started_by", "original", "target", "end_offset", "end_time",
-                        duration.alias("duration_s"), outcome.alias("outcome")
-                        ).orderBy("start_offset")
+    columns = ("topic_name", "topic_id", "partition_id", "start_offset", "start_time",
+               "started_by", "original", "target", "end_offset", "end_time", "duration_s",
+               "outcome")
+    phases = pairs.select(*columns[:8], "end_offset", "end_time", duration.alias("duration_s"),
+                          outcome.alias("outcome"))
+    direct = s.where(F.col("prev_replicas").isNotNull() & ~F.col("_moving") & ~F.col("_was")
+                     & (F.col("prev_replicas") != F.col("replicas"))).select(
+        "topic_name", "topic_id", "partition_id", F.col("offset").alias("start_offset"),
+        F.col("append_time").alias("start_time"), F.col("principal").alias("started_by"),
+        F.col("prev_replicas").alias("original"), F.col("replicas").alias("target"),
+        F.col("offset").alias("end_offset"), F.col("append_time").alias("end_time"),
+        F.lit(0.0).alias("duration_s"), F.lit("completed").alias("outcome"))
+    return phases.unionByName(direct).orderBy("start_offset")
 
 
 # ----------------------------------------------------------------------- brokers

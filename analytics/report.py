@@ -1,10 +1,11 @@
-"""The `metakraft audit` report: every audit and invariant, Markdown + PNG plots.
+"""The `metakraft audit` report: every audit and invariant.
 
 `run_audit(spark, log_dir, out_dir, progress)` loads the log once (cached), runs the
-audit functions and the invariant checks, writes `report.md` and the plots into
-`out_dir`, and returns the violation counts (the CLI exits 1 if any is non-zero).
-Only small results are collected to the driver: tables are cut to `max_rows` and
-the plots are drawn from aggregates.
+audit functions and the invariant checks, writes `report.md` (with its PNG plots),
+`report.html` (one file, plots embedded) and `summary.json` into `out_dir`, and
+returns the violation counts (the CLI exits 1 if any is non-zero). Only small
+results are collected to the driver: tables are cut to `max_rows` and the plots are
+drawn from aggregates.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import analytics
-from analytics import audit
+from analytics import audit, report_plots
 from analytics.invariants import INVARIANTS, USES_STATES, first_divergence
+from analytics.report_plots import PLOT_INTERVALS
+from analytics.report_render import Block, Bullets, Heading, Plot, Table, Text, write_report
 from analytics.schema import CORRUPT_COLUMN
 
 Progress = Callable[[str], None]
@@ -35,7 +38,8 @@ SECTIONS: tuple[tuple[str, Callable[..., DataFrame]], ...] = (
     ("Fencing intervals", audit.fencing_intervals),
     ("Leader churn per broker", audit.leader_churn_per_broker),
     ("Leader churn per partition", audit.leader_churn_per_partition),
-    ("ISR shrinks and expansions", audit.isr_changes),
+    (ISR_TITLE := "ISR incidents (per broker, overlapping outages grouped)",
+     audit.isr_incidents),
     ("Reassignments", audit.reassignments),
     ("Config history", audit.config_history),
     ("Elections per controller epoch", audit.elections_per_epoch),
@@ -43,10 +47,8 @@ SECTIONS: tuple[tuple[str, Callable[..., DataFrame]], ...] = (
 )
 # The sections that start from `audit.partition_states` (given it precomputed).
 SECTIONS_USING_STATES = frozenset({
-    audit.leader_churn_per_broker, audit.leader_churn_per_partition, audit.isr_changes,
+    audit.leader_churn_per_broker, audit.leader_churn_per_partition, audit.isr_incidents,
     audit.reassignments, audit.elections_per_epoch})
-# At most this many fenced periods are drawn (the table and the counts have them all).
-PLOT_INTERVALS = 2_000
 PLOTTED = frozenset({"Leader churn per broker", "Fencing intervals"})
 # In a permissive audit, the verdict on the log's damage (rows: the damaged places).
 DAMAGE_CHECK = "log_readable"
@@ -54,8 +56,8 @@ DAMAGE_CHECK = "log_readable"
 # offset where they differ).
 REPLICA_CHECK = "replicas_agree"
 # A verdict beside the invariants: its name, and what runs it and returns the number
-# of rows at fault and its report section (Markdown lines).
-ExtraCheck = tuple[str, Callable[[], tuple[int, list[str]]]]
+# of rows at fault and its report section.
+ExtraCheck = tuple[str, Callable[[], tuple[int, list[Block]]]]
 # Sections and checks run at once (see `_report`); their Spark jobs share the cores.
 CONCURRENT_QUERIES = 4
 
@@ -99,83 +101,9 @@ def audit_session(master: str, app_name: str = "metakraft-audit",
     return spark
 
 
-def _cell(value: Any) -> str:
-    text = "" if value is None else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")[:80]
-
-
-def markdown_table(rows: list[Any], columns: list[str]) -> str:
-    if not rows:
-        return "_none_\n"
-    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    out += ["| " + " | ".join(_cell(r[c]) for c in columns) + " |" for r in rows]
-    return "\n".join(out) + "\n"
-
-
-def _plots(per_type: list[Any], sections: dict[str, list[Any]], last_time: Any, out: Path,
-           violations: dict[str, int]) -> list[str]:
-    """The plots, from the rows the sections collected (`sections`: title -> rows) and
-    the records per type per minute (`per_type`: `audit.records_per_type` rows)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on servers
-    import matplotlib.pyplot as plt
-
-    made: list[str] = []
-    fig, ax = plt.subplots(figsize=(9, 4))
-    kinds = sorted({r["record_type"] for r in per_type})
-    for kind in kinds:
-        pts = sorted((r["bucket_start"], r["records"]) for r in per_type
-                     if r["record_type"] == kind)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=kind)
-    ax.set_title("Records per type per minute")
-    ax.set_ylabel("records")
-    if kinds:
-        ax.legend(fontsize=7)
-    fig.autofmt_xdate()
-    made.append(_save(fig, out / "records_per_type.png"))
-
-    churn = sections["Leader churn per broker"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ids = [str(r["broker_id"]) for r in churn]
-    ax.bar(ids, [r["gained"] for r in churn], label="gained")
-    ax.bar(ids, [-r["lost"] for r in churn], label="lost")
-    ax.set_title("Leader changes per broker")
-    ax.set_xlabel("broker")
-    ax.legend()
-    made.append(_save(fig, out / "leader_changes_per_broker.png"))
-
-    fencing = sections["Fencing intervals"]
-    cut = len(fencing) > PLOT_INTERVALS
-    fig, ax = plt.subplots(figsize=(9, 3))
-    for r in fencing[:PLOT_INTERVALS]:
-        stop = r["unfenced_time"] or last_time
-        if r["fenced_time"] is not None and stop is not None:
-            ax.plot([r["fenced_time"], stop], [r["broker_id"]] * 2, linewidth=6,
-                    color="tab:red" if r["cause"] == "fenced" else "tab:gray")
-    ax.set_title("Broker fenced periods (red: fenced by failure, grey: start-up)"
-                 + (f"; the first {PLOT_INTERVALS}" if cut else ""))
-    ax.set_ylabel("broker")
-    fig.autofmt_xdate()
-    made.append(_save(fig, out / "broker_fencing_timeline.png"))
-
-    fig, ax = plt.subplots(figsize=(7, 3))
-    names = list(violations)
-    ax.barh(names, [violations[n] for n in names],
-            color=["tab:red" if violations[n] else "tab:green" for n in names])
-    ax.set_title("Open violations per check (rows at fault)")
-    fig.tight_layout()
-    made.append(_save(fig, out / "invariant_violations.png"))
-    return made
-
-
-def _save(fig: Any, path: Path) -> str:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path.name
+def _table(rows: Sequence[Any], columns: Sequence[str], total: int | None = None) -> Table:
+    shown = tuple(tuple(r[c] for c in columns) for r in rows)
+    return Table(tuple(columns), shown, max(0, (total or len(rows)) - len(rows)))
 
 
 def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
@@ -183,7 +111,7 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
               snapshots: bool = False, permissive: bool = False,
               compare_with: Sequence[str] = (),
               committed_offset: int | None = None, tier: str | None = None) -> dict[str, int]:
-    """Run everything, write `out_dir/report.md` and plots; return violations per check.
+    """Run everything, write the report into `out_dir`; return violations per check.
 
     The log is read once and cached, and the partition states (what most sections
     and three invariants start from) are derived once and persisted; every section
@@ -235,7 +163,7 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     indexed, index = indexed.persist(MEMORY_AND_DISK), index.persist(MEMORY_AND_DISK)
     try:
         stats = raw.agg(F.count("*"), F.max("offset"), F.max("epoch"),
-                        F.max("append_time"), F.min("offset")).first()
+                        F.max("append_time"), F.min("offset"), F.min("append_time")).first()
         assert stats is not None
         index.count()
         step(f"{stats[0]} records read")
@@ -274,47 +202,49 @@ def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = F
     return rows.sortWithinPartitions("record_type")
 
 
-def _damage_section(damage: DataFrame) -> tuple[int, list[str]]:
+def _damage_section(damage: DataFrame) -> tuple[int, list[Block]]:
     # At most one damaged place per file: reading a file stops at its damage.
     damaged = damage.orderBy("file").collect()
     if not damaged:
-        return 0, ["## Damage\n", "_none: every file read to its end_\n"]
+        return 0, [Heading("Damage"), Text("None: every file was read to its end.")]
     return len(damaged), [
-        "## Damage\n",
-        f"**Damaged places: {len(damaged)}.** Each file was read up to its damage and no "
-        "further: the records after it are missing from everything below.\n",
-        *[f"- offset {r['offset']}: {r[CORRUPT_COLUMN]}" for r in damaged], ""]
+        Heading("Damage"),
+        Text(f"**Damaged places: {len(damaged)}.** Each file was read up to its damage and "
+             "no further: the records after it are missing from everything below."),
+        Bullets(tuple(f"offset {r['offset']}: {r[CORRUPT_COLUMN]}" for r in damaged))]
 
 
 def _replica_section(spark: SparkSession, logs: list[str], committed_offset: int | None,
-                     max_rows: int) -> tuple[int, list[str]]:
+                     max_rows: int) -> tuple[int, list[Block]]:
     differ = first_divergence(spark, logs, committed_offset)
     rows = differ.limit(max_rows).collect()
     upto = ("the shortest log's end" if committed_offset is None
             else f"the committed offset {committed_offset}")
     named = ", ".join(f"`{d}`" for d in logs)
     if not rows:
-        return 0, ["## Replica agreement\n", f"The {len(logs)} logs ({named}) agree at "
-                   f"every offset up to {upto}.\n"]
+        return 0, [Heading("Replica agreement"),
+                   Text(f"The {len(logs)} logs ({named}) agree at every offset up to {upto}.")]
     return len(rows), [
-        "## Replica agreement\n",
-        f"**The logs differ at offset {rows[0]['offset']}** (compared up to {upto}); "
-        "replica 0 is the audited log:\n", markdown_table(rows, differ.columns)]
+        Heading("Replica agreement"),
+        Text(f"**The logs differ at offset {rows[0]['offset']}** (compared up to {upto}); "
+             "replica 0 is the audited log:"), _table(rows, differ.columns)]
 
 
 def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Path,
             log_dir: str, stats: Any, progress: Progress, max_rows: int,
             started: float) -> dict[str, int]:
-    total, last_offset, last_epoch, last_time, first_offset = stats
+    total, last_offset, last_epoch, last_time, first_offset, first_time = stats
 
-    def section(title: str, fn: Callable[..., DataFrame]) -> tuple[list[str], list[Any]]:
+    def section(title: str, fn: Callable[..., DataFrame]
+                ) -> tuple[list[str], list[Any], int]:
         t = time.monotonic()
         result = fn(raw, states) if fn in SECTIONS_USING_STATES else fn(raw)
         # The plotted sections are collected once, for the table and the plot.
-        limit = max(max_rows, PLOT_INTERVALS + 1) if title in PLOTTED else max_rows
+        limit = max(max_rows, PLOT_INTERVALS + 1) if title in PLOTTED else max_rows + 1
         rows = result.limit(limit).collect()
+        count = result.count() if len(rows) > max_rows else len(rows)
         progress(f"audit: {title}: {time.monotonic() - t:.1f} s")
-        return result.columns, rows
+        return result.columns, rows, count
 
     def check(name: str, fn: Callable[..., DataFrame]) -> tuple[list[str], list[Any], int]:
         t = time.monotonic()
@@ -324,8 +254,8 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
         progress(f"invariant: {name}: {time.monotonic() - t:.1f} s")
         return bad.columns, rows, count
 
-    def extra_check(name: str, run: Callable[[], tuple[int, list[str]]]
-                    ) -> tuple[int, list[str]]:
+    def extra_check(name: str, run: Callable[[], tuple[int, list[Block]]]
+                    ) -> tuple[int, list[Block]]:
         t = time.monotonic()
         result = run()
         progress(f"check: {name}: {time.monotonic() - t:.1f} s")
@@ -339,42 +269,68 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
         check_futures = [(name, pool.submit(check, name, fn)) for name, fn in INVARIANTS.items()]
         per_type = pool.submit(lambda: audit.records_per_type(raw, "1 minute").collect())
         extra_futures = [(name, pool.submit(extra_check, name, run)) for name, run in extra]
-        body: list[str] = []
+        body: list[Block] = []
         collected: dict[str, list[Any]] = {}
+        counts: dict[str, int] = {}
         for title, future in section_futures:
-            columns, rows = future.result()
-            collected[title] = rows
-            body.append(f"## {title}\n\n" + markdown_table(rows[:max_rows], columns))
+            columns, rows, count = future.result()
+            collected[title], counts[title] = rows, count
+            body += [Heading(title), _table(rows[:max_rows], columns, count)]
         violations: dict[str, int] = {}
-        details: list[str] = []
+        details: list[Block] = []
         for name, cfuture in check_futures:
             columns, rows, count = cfuture.result()
             violations[name] = count
-            status = "OK" if count == 0 else f"**{count} violating rows**"
-            details.append(f"### {name}: {status}\n\n" + (markdown_table(rows, columns)
-                                                           if count else ""))
+            details.append(Heading(f"{name}: " + ("OK" if count == 0 else
+                                                  f"**{count} violating rows**"), 3))
+            if count:
+                details.append(_table(rows, columns, count))
         per_type_rows = per_type.result()
-        extra_parts: list[str] = []
+        extra_parts: list[Block] = []
         for name, efuture in extra_futures:
             violations[name], part = efuture.result()
             extra_parts += part
     t = time.monotonic()
-    plots = _plots(per_type_rows, collected, last_time, out, violations)
+    plots: list[Plot | None] = [
+        report_plots.records_per_type(per_type_rows, out),
+        report_plots.leader_changes(collected["Leader churn per broker"], out),
+        report_plots.fencing_timeline(collected["Fencing intervals"], last_time, out),
+        report_plots.violations(violations, out)]
     progress(f"plots: {time.monotonic() - t:.1f} s")
-    head = [
-        "# metakraft audit report\n",
-        f"- log: {log_dir}",
-        f"- records: {total}; offsets {first_offset} to {last_offset}; highest Raft epoch: "
-        f"{last_epoch}",
-        f"- checks failed: {sum(1 for v in violations.values() if v)} of "
-        f"{len(violations)}",
-        f"- elapsed: {time.monotonic() - started:.1f} s\n",
-        "## Plots\n",
-        *[f"![{p}]({p})\n" for p in plots],
+    failed = sorted(name for name, n in violations.items() if n)
+    span_s = (last_time - first_time).total_seconds() if last_time and first_time else 0.0
+    verdict = (f"**{len(failed)} of {len(violations)} checks failed**: {', '.join(failed)}"
+               if failed else f"All {len(violations)} checks pass.")
+    reassigned = collected["Reassignments"]
+    head: list[Block] = [
+        Heading("metakraft audit report", 1),
+        Bullets((
+            f"log: {log_dir}",
+            f"offsets {first_offset} to {last_offset} ({total} records); highest Raft "
+            f"epoch {last_epoch}",
+            f"time {first_time} to {last_time} UTC ({span_s:.0f} s)",
+            f"reassignments: {counts['Reassignments']} ("
+            + ", ".join(f"{k} {sum(1 for r in reassigned if r['outcome'] == k)}"
+                        for k in ("completed", "cancelled", "replaced", "ongoing")) + ")",
+            f"fenced periods: {counts['Fencing intervals']}; ISR incidents: "
+            f"{counts[ISR_TITLE]}; unclean elections: {counts['Unclean elections']}",
+            f"audit time: {time.monotonic() - started:.1f} s")),
+        Text(verdict),
+        Heading("Plots"),
+        *[p for p in plots if p is not None],
         *extra_parts,
-        "## Invariants\n",
+        Heading("Invariants"),
         *details,
     ]
-    (out / "report.md").write_text("\n".join(head + body))
-    progress(f"report written to {out / 'report.md'}")
+    summary = {
+        "log": log_dir.replace("`", ""), "records": total, "first_offset": first_offset,
+        "last_offset": last_offset, "first_time": first_time, "last_time": last_time,
+        "highest_epoch": last_epoch, "checks": violations, "failed_checks": failed,
+        "sections": {title: counts[title] for title, _ in SECTIONS},
+        "reassignment_outcomes": {
+            k: sum(1 for r in reassigned if r["outcome"] == k)
+            for k in ("completed", "cancelled", "replaced", "ongoing")},
+    }
+    write_report(out, head + body, summary)
+    progress(f"report written to {out / 'report.html'} (also report.md, summary.json)")
     return violations

@@ -75,6 +75,8 @@ class Known:
     topic_ids: dict[str, str] = attrs.Factory(dict)
     broker_epochs: dict[int, int] = attrs.Factory(dict)
     failover_epoch: int = 0
+    # orders-0's reassignment that was cancelled: (original replicas, target).
+    cancelled: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
     end_offset: int = 0
     snapshot_offset: int = 0
     segment_count: int = 0
@@ -226,6 +228,25 @@ class Script:
         assert res4[0].error.ok, res4
         await self.step()
         await self.set_config("orders", "retention.ms", None, req(ALICE, 7))
+        await self.step()
+        # A move within the ISR (fragile-0 [1, 3] -> [3, 1]) is one record, no phase.
+        res5 = await api().alter_partition_reassignments(
+            [ReassignmentRequest("fragile", 0, (3, 1))], origin=req(BOB, 4))
+        assert res5[0].error.ok, res5
+        await self.step()
+        # A reassignment cancelled before its new replica caught up (no step between).
+        orders0 = self.ctrl[self.leader].state.replication.partition(
+            self.known.topic_ids["orders"], 0)
+        assert orders0 is not None
+        spare = next(b for b in (0, 1, 2, 3) if b not in orders0.replicas)
+        target = (spare, *orders0.replicas[1:])
+        res6 = await api().alter_partition_reassignments(
+            [ReassignmentRequest("orders", 0, target)], origin=req(ALICE, 8))
+        assert res6[0].error.ok, res6
+        res7 = await api().alter_partition_reassignments(
+            [ReassignmentRequest("orders", 0, None)], origin=req(ALICE, 9))
+        assert res7[0].error.ok, res7
+        self.known.cancelled = (tuple(orders0.replicas), target)
         await self.step()
 
 

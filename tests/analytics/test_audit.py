@@ -166,12 +166,22 @@ def test_config_history_old_to_new(df: Any) -> None:
 
 
 def test_reassignment_start_end_duration(df: Any, log_dir: tuple[Path, Known]) -> None:
+    # Each kind the log can hold: a move with a copy phase, a move within the ISR
+    # (one record: found from outside, the audit used to report "none" for it), and
+    # a cancelled one.
     rows = audit.reassignments(df).collect()
-    assert len(rows) == 1
-    r = rows[0]
-    assert (r.topic_name, r.partition_id, r.original, r.target, r.outcome, r.started_by) == (
-        "logs", 0, [1, 0], [1, 3], "completed", "bob")
-    assert r.end_offset > r.start_offset and r.duration_s == pytest.approx(2.0)
+    assert [(r.topic_name, r.partition_id, r.outcome) for r in rows] == [
+        ("logs", 0, "completed"), ("fragile", 0, "completed"), ("orders", 0, "cancelled")]
+    phased, direct, cancelled = rows
+    assert (phased.original, phased.target, phased.started_by) == ([0, 1], [1, 3], "bob")
+    assert phased.end_offset > phased.start_offset
+    assert phased.duration_s == pytest.approx(2.0)
+    assert (direct.original, direct.target, direct.started_by) == ([1, 3], [3, 1], "bob")
+    assert direct.end_offset == direct.start_offset and direct.duration_s == 0
+    original, target = log_dir[1].cancelled
+    assert (cancelled.original, cancelled.target, cancelled.started_by) == (
+        list(original), list(target), "alice")
+    assert cancelled.end_offset > cancelled.start_offset
 
 
 def test_elections_per_epoch_and_unclean(df: Any, log_dir: tuple[Path, Known]) -> None:

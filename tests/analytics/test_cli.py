@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -93,6 +94,17 @@ def test_audit_command_as_its_own_process(log_dir: tuple[Path, Known], tmp_path:
     assert done.stdout.split() == [w for name in INVARIANTS for w in ("ok", name)]
     report = (out / "report.md").read_text()
     assert "violating rows" not in report and "## Topic lifecycle" in report
+    # Beside the Markdown: one HTML file with the plots inside, and a JSON summary.
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 3 and "<table>" in page
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failed_checks"] == [] and set(summary["checks"]) == set(INVARIANTS)
+    assert summary["reassignment_outcomes"] == {
+        "completed": 2, "cancelled": 1, "replaced": 0, "ongoing": 0}
+    assert summary["first_offset"] == 0 and summary["records"] > 0
+    # All checks pass: said in words, not drawn as a chart of zeros.
+    assert f"All {len(INVARIANTS)} checks pass." in report
+    assert not (out / "invariant_violations.png").exists()
 
 
 @pytest.mark.spark
@@ -149,7 +161,7 @@ def test_permissive_audit_lists_the_damage_and_audits_the_rest(
     assert result.exit_code == 1, result.output
     assert f"VIOLATED  {DAMAGE_CHECK} (1 rows)" in result.output
     report = (out / "report.md").read_text()
-    assert f"- records: {readable};" in report
+    assert f"({readable} records)" in report
     assert "**Damaged places: 1.**" in report
     assert f"- offset {offset}: {seg}: corrupt batch at offset {offset}" in report
 
