@@ -518,9 +518,17 @@ def elections_per_epoch(df: DataFrame, states: DataFrame | None = None) -> DataF
             .orderBy("epoch"))
 
 
+def timed(df: DataFrame) -> DataFrame:
+    """The rows with a real append time. A dynamic quorum's first voter set is batch
+    0, written by `storage format` on every initial controller alike (so their logs
+    match byte for byte), with append time 0: it has no place on a time axis."""
+    return df.where(F.col("append_time") > F.lit("1970-01-02").cast("timestamp"))
+
+
 def records_per_type(df: DataFrame, bucket: str = "1 minute") -> DataFrame:
-    """Record counts per type per time bucket (a Spark interval string)."""
-    return (log_rows(df).groupBy(F.window("append_time", bucket).alias("w"), "record_type")
+    """Record counts per type per time bucket (a Spark interval string); records
+    without a real append time (`timed`) are left out."""
+    return (timed(log_rows(df)).groupBy(F.window("append_time", bucket).alias("w"), "record_type")
             .agg(F.count("*").alias("records"))
             .select(F.col("w.start").alias("bucket_start"), "record_type", "records")
             .orderBy("bucket_start", "record_type"))

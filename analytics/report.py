@@ -163,7 +163,10 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     indexed, index = indexed.persist(MEMORY_AND_DISK), index.persist(MEMORY_AND_DISK)
     try:
         stats = raw.agg(F.count("*"), F.max("offset"), F.max("epoch"),
-                        F.max("append_time"), F.min("offset"), F.min("append_time")).first()
+                        F.max("append_time"), F.min("offset"),
+                        # The bootstrap batch has no real time (`audit.timed`).
+                        F.min(F.when(F.col("append_time") > F.lit("1970-01-02")
+                                     .cast("timestamp"), F.col("append_time")))).first()
         assert stats is not None
         index.count()
         step(f"{stats[0]} records read")
@@ -267,7 +270,9 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
     with ThreadPoolExecutor(CONCURRENT_QUERIES, thread_name_prefix="audit") as pool:
         section_futures = [(title, pool.submit(section, title, fn)) for title, fn in SECTIONS]
         check_futures = [(name, pool.submit(check, name, fn)) for name, fn in INVARIANTS.items()]
-        per_type = pool.submit(lambda: audit.records_per_type(raw, "1 minute").collect())
+        span_s = (last_time - first_time).total_seconds() if last_time and first_time else 0.0
+        bucket, bucket_s, _ = report_plots.bucket_for(span_s)
+        per_type = pool.submit(lambda: audit.records_per_type(raw, bucket).collect())
         extra_futures = [(name, pool.submit(extra_check, name, run)) for name, run in extra]
         body: list[Block] = []
         collected: dict[str, list[Any]] = {}
@@ -292,13 +297,12 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
             extra_parts += part
     t = time.monotonic()
     plots: list[Plot | None] = [
-        report_plots.records_per_type(per_type_rows, out),
+        report_plots.records_per_type(per_type_rows, bucket_s, out),
         report_plots.leader_changes(collected["Leader churn per broker"], out),
         report_plots.fencing_timeline(collected["Fencing intervals"], last_time, out),
         report_plots.violations(violations, out)]
     progress(f"plots: {time.monotonic() - t:.1f} s")
     failed = sorted(name for name, n in violations.items() if n)
-    span_s = (last_time - first_time).total_seconds() if last_time and first_time else 0.0
     verdict = (f"**{len(failed)} of {len(violations)} checks failed**: {', '.join(failed)}"
                if failed else f"All {len(violations)} checks pass.")
     reassigned = collected["Reassignments"]

@@ -1,5 +1,7 @@
-"""The audit report's plots (matplotlib, PNG files). A plot with nothing to show is
-not drawn: the report says "none" in words instead of showing an empty chart."""
+"""The audit report's plots (matplotlib). `draw_*` make a figure from collected rows
+(the notebooks show them inline); the report's functions save them as PNG files. A
+plot with nothing to show is not drawn (None): the report says so in words instead
+of showing an empty chart."""
 
 from __future__ import annotations
 
@@ -13,7 +15,30 @@ from analytics.report_render import Plot
 PLOT_INTERVALS = 2_000
 
 
-def records_per_type(per_type: Sequence[Any], out: Path) -> Plot | None:
+# (longest log span, bucket as a Spark interval, its seconds, its name): a short log's
+# records in one bar per minute would say little, a day's in one per 10 s too much.
+_BUCKETS = ((600, "10 seconds", 10, "10 s"), (6 * 3600, "1 minute", 60, "minute"),
+            (7 * 86400, "10 minutes", 600, "10 minutes"), (None, "1 hour", 3600, "hour"))
+
+
+def bucket_for(span_s: float) -> tuple[str, int, str]:
+    """The time bucket for records per type over a log spanning `span_s` seconds:
+    (Spark interval for `audit.records_per_type`, seconds, name)."""
+    for longest, interval, seconds, name in _BUCKETS:
+        if longest is None or span_s <= longest:
+            return interval, seconds, name
+    raise AssertionError("unreachable")
+
+
+def records_per_type(per_type: Sequence[Any], bucket_s: int, out: Path) -> Plot | None:
+    fig = draw_records_per_type(per_type, bucket_s)
+    return None if fig is None else _save(fig, out / "records_per_type.png",
+                                          "Records appended, by type, over time")
+
+
+def draw_records_per_type(per_type: Sequence[Any], bucket_s: int = 60) -> Any:
+    """`audit.records_per_type` rows (buckets of `bucket_s`): stacked bars, one per
+    bucket."""
     if not per_type:
         return None
     import matplotlib.pyplot as plt
@@ -30,20 +55,32 @@ def records_per_type(per_type: Sequence[Any], out: Path) -> Plot | None:
     bottom = [0] * len(buckets)
     for i, kind in enumerate(kinds):
         heights = [count.get((kind, b), 0) for b in buckets]
-        ax.bar(buckets, heights, bottom=bottom, width=0.8 / 1440, align="edge", label=kind,
+        ax.bar(buckets, heights, bottom=bottom, width=0.8 * bucket_s / 86400, align="edge",
+               label=kind,
                color=colors[i % len(colors)])
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title("Records per type per minute")
-    ax.set_ylabel("records per minute")
+    ax.set_ylim(0, max(bottom) * 1.08)  # the tallest stack whole, with room above
+    name = next(n for _, _, s, n in _BUCKETS if s == bucket_s) if bucket_s in (
+        10, 60, 600, 3600) else f"{bucket_s} s"
+    ax.set_title(f"Records per type per {name}")
+    ax.set_ylabel(f"records per {name}")
     ax.set_xlabel("append time (UTC)")
     # Outside the axes, on the right: inside it covered the lines.
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.autofmt_xdate()
-    return _save(fig, out / "records_per_type.png", "Records appended per minute, by type")
+    return fig
 
 
 def leader_changes(churn: Sequence[Any], out: Path) -> Plot | None:
+    fig = draw_leader_changes(churn)
+    return None if fig is None else _save(
+        fig, out / "leader_changes_per_broker.png",
+        "Leaderships each broker gained and lost over the log")
+
+
+def draw_leader_changes(churn: Sequence[Any]) -> Any:
+    """`audit.leader_churn_per_broker` rows: gained up, lost down, per broker."""
     if not churn:
         return None
     import matplotlib.pyplot as plt
@@ -59,11 +96,18 @@ def leader_changes(churn: Sequence[Any], out: Path) -> Plot | None:
     ax.set_xlabel("broker id")
     ax.set_ylabel("partitions (gained up, lost down)")
     ax.legend(fontsize=8)
-    return _save(fig, out / "leader_changes_per_broker.png",
-                 "Leaderships each broker gained and lost over the log")
+    return fig
 
 
 def fencing_timeline(fencing: Sequence[Any], last_time: Any, out: Path) -> Plot | None:
+    fig = draw_fencing_timeline(fencing, last_time)
+    return None if fig is None else _save(fig, out / "broker_fencing_timeline.png",
+                                          "When each broker was fenced (no bar: in service)")
+
+
+def draw_fencing_timeline(fencing: Sequence[Any], last_time: Any) -> Any:
+    """`audit.fencing_intervals` rows (an open period ends at `last_time`): one bar per
+    fenced period, one row per broker."""
     drawn = [r for r in fencing[:PLOT_INTERVALS] if r["fenced_time"] is not None]
     if not drawn:
         return None
@@ -87,8 +131,7 @@ def fencing_timeline(fencing: Sequence[Any], last_time: Any, out: Path) -> Plot 
     ax.set_title("Broker fenced periods (red: fenced after a failure, grey: starting up)"
                  + (f"; the first {PLOT_INTERVALS}" if cut else ""))
     fig.autofmt_xdate()
-    return _save(fig, out / "broker_fencing_timeline.png",
-                 "When each broker was fenced (no bar: in service)")
+    return fig
 
 
 def violations(counts: dict[str, int], out: Path) -> Plot | None:

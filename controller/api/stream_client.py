@@ -93,7 +93,7 @@ class _Watchdog:
 class AdminStream:
     def __init__(self, channel: grpc.Channel) -> None:
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        multi = channel.stream_stream(
+        multi: grpc.StreamStreamMultiCallable[bytes, apb.StreamResponse] = channel.stream_stream(
             STREAM_METHOD,
             request_serializer=None,  # bytes, serialized by `call`
             response_deserializer=apb.StreamResponse.FromString,

@@ -18,6 +18,7 @@ from controller.cli.broker_cmd import broker, broker_status
 from controller.cli.controller_cmd import controller
 from controller.cli.dev_cmd import dev
 from controller.cli.log_cmd import log
+from controller.cli.notebooks_cmd import notebooks
 from controller.cli.storage_cmd import storage
 from controller.cli.tier_cmd import tier
 
@@ -49,6 +50,7 @@ cli.add_command(dev)
 cli.add_command(storage)
 cli.add_command(log)
 cli.add_command(audit)
+cli.add_command(notebooks)
 cli.add_command(tier)
 cli.add_command(acls)
 for _command in ADMIN_COMMANDS:

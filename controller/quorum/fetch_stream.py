@@ -126,7 +126,7 @@ class FetchStream:
         try:
             while True:
                 answer = await self._call.read()
-                if answer is aio.EOF:  # type: ignore[attr-defined]
+                if answer is aio.EOF:
                     # The server ended the stream without a status error (it never
                     # does while serving): nothing more will be answered here.
                     code = grpc.StatusCode.UNAVAILABLE

@@ -139,6 +139,23 @@ def test_isr_shrinks_and_expansions(df: Any, log_dir: tuple[Path, Known]) -> Non
     assert Counter(r.kind for r in rows)["both"] == 2  # reassignment end, unclean election
 
 
+def test_isr_incidents_group_a_brokers_outage(df: Any, log_dir: tuple[Path, Known]) -> None:
+    changes = audit.isr_changes(df).collect()
+    incidents = audit.isr_incidents(df).collect()
+    # The three brokers that failed (2, then 3, then 1), one incident each, each back in
+    # every ISR it left; not one row per partition. A replica dropped by the
+    # reassignment (broker 0 from logs-0) is not an outage.
+    assert [(r.broker_id, r.outcome) for r in incidents] == [
+        (2, "recovered"), (3, "recovered"), (1, "recovered")]
+    assert len(incidents) < len(changes)
+    broker2 = incidents[0]
+    shrunk = {(r.topic_id, r.partition_id) for r in changes if r.epoch == 1}
+    assert broker2.partitions_left == broker2.partitions_rejoined == len(shrunk)
+    assert broker2.start_offset == min(r.offset for r in changes if r.epoch == 1)
+    assert broker2.end_offset == max(r.offset for r in changes if r.principal == "broker-2")
+    assert broker2.duration_s > 0
+
+
 def test_broker_timeline_and_fencing(df: Any, log_dir: tuple[Path, Known]) -> None:
     known = log_dir[1]
     events = [(r.broker_id, r.event, r.principal) for r in audit.broker_timeline(df).collect()

@@ -76,3 +76,35 @@ def test_notebooks_run(log: str, request: pytest.FixtureRequest, tmp_path: Path,
     # Each notebook read the whole log it was given.
     printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert printed.count(f"{records} records\n") == len(NAMES)
+
+
+def test_the_committed_notebooks_show_their_outputs() -> None:
+    """Rendered by scripts/render_notebooks.py from a `metakraft dev --scenario` log: a
+    reader sees the tables and the charts (inline PNGs) without running anything."""
+    import nbformat
+
+    for name in NAMES:
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(c.get("execution_count") for c in code), name
+        outputs = [o for c in code for o in c.get("outputs", [])]
+        assert not [o for o in outputs if o.get("output_type") == "error"], name
+        assert any("records\n" in o.get("text", "") for o in outputs), name
+    overview = nbformat.read(NOTEBOOKS / "cluster_overview.ipynb", as_version=4)
+    images = [o for c in overview.cells for o in c.get("outputs", [])
+              if "image/png" in o.get("data", {})]
+    assert len(images) == 3  # records per minute, fencing timeline, leader changes
+
+
+def test_metakraft_notebooks_finds_them_and_says_what_to_install() -> None:
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from controller.cli.main import cli
+
+    where = CliRunner().invoke(cli, ["notebooks", "--print-dir"])
+    assert where.exit_code == 0 and Path(where.stdout.strip()) == NOTEBOOKS
+    if importlib.util.find_spec("jupyterlab") is None:
+        missing = CliRunner().invoke(cli, ["notebooks"])
+        assert missing.exit_code == 1 and '.[notebooks]' in missing.stderr
