@@ -39,7 +39,6 @@ from controller.logformat import EMPTY_ORIGIN, BatchOrigin, RecordBatch, Snapsho
 from controller.quorum.bootstrap import snapshot_voters, starting_voters
 from controller.quorum.driver_config import DriverConfig
 from controller.quorum.errors import NotLeaderError, ProposalRejectedError
-from controller.quorum.flusher import LogFlusher
 from controller.quorum.log_adapter import DurableRaftLog, FileSnapshotStore
 from controller.quorum.peers import PeerClients
 from controller.quorum.proposals import PendingProposals, ProposalLostError
@@ -267,7 +266,6 @@ class RaftDriver:
         self._proposal_slots = asyncio.Semaphore(config.max_pending_proposals)
         self._node: RaftNode | None = None
         self._log: DurableRaftLog | None = None
-        self._flusher: LogFlusher | None = None
         self._snapshots: FileSnapshotStore | None = None
         self._qs_file: qs_file.QuorumStateFile | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -318,8 +316,6 @@ class RaftDriver:
         stored = self._qs_file.read()
         self._log = DurableRaftLog.open(data_dir, cfg.log_config)
         self._log.cache = self.batch_cache
-        log_now = self._log  # looked up per flush (a test swaps `flush` for a failing one)
-        self._flusher = LogFlusher(lambda: log_now.flush(), name=f"raft-flush-{cfg.node_id}")
         if cfg.tiered:
             # Until the tier says what it holds, no local segment may go.
             self._log.retention_floor = 0
@@ -368,10 +364,6 @@ class RaftDriver:
         self._waiters.fail_all(stopped)
         self._proposals.fail_all(stopped)
         await self._peers.close()
-        if self._flusher is not None:
-            # After the flush it runs, if any: none may race the final flush below.
-            await asyncio.to_thread(self._flusher.close)
-            self._flusher = None
         if self._log is not None:
             with contextlib.suppress(Exception):
                 self._log.flush()
@@ -563,7 +555,7 @@ class RaftDriver:
         with a zero timeout, which drops the GIL for an instant only -- too short
         for a thread waiting on it to wake and take it, yet long enough to reset
         CPython's switch interval. So while this task stays busy, threads that need
-        the GIL -- the log flush on its thread (`LogFlusher`), a follower's and the
+        the GIL -- the log flush in `asyncio.to_thread`, a follower's and the
         leader's alike -- were measured waiting up to 4 s (no flush, no commit, a
         lost leadership). A pause of `_GIL_PAUSE_S` blocks the loop's poll long
         enough for them to run; it bounds their wait to about one busy interval
@@ -667,8 +659,7 @@ class RaftDriver:
             # writer) waits: the event loop keeps sending and accepting requests
             # meanwhile, and the next flush covers all of them (group commit).
             began_s = time.perf_counter()
-            assert self._flusher is not None
-            flushed = await self._flusher.flush()
+            flushed = await asyncio.to_thread(log.flush)
             self._flushes += 1
             self._flush_seconds += time.perf_counter() - began_s
             assert flushed >= ready.flush_to_offset, (flushed, ready.flush_to_offset)
