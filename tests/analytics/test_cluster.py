@@ -62,7 +62,7 @@ def _assert_planted_violation_found(done: subprocess.CompletedProcess[str], log:
     assert verdicts == [["VIOLATED", name, "(1", "rows)"] if name == "leader_in_isr_subset_replicas"
                         else ["ok", name] for name in INVARIANTS]
     report = (out / "report.md").read_text()
-    assert f"- records: {record_count(log)};" in report
+    assert f"({record_count(log)} records)" in report
     assert "leader_in_isr_subset_replicas: **1 violating rows**" in report
     assert report.count("violating rows") == 1
 

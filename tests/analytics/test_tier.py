@@ -102,7 +102,7 @@ def test_the_audit_sees_every_record_from_offset_0_through_the_tier(
                                       str(local), "--out", str(out)])
     assert result.exit_code == 0, result.output
     report = (out / "report.md").read_text()
-    assert f"- records: {offsets}; offsets 0 to {offsets - 1};" in report
+    assert f"- offsets 0 to {offsets - 1} ({offsets} records);" in report
 
 
 def test_time_travel_starts_from_the_tiers_snapshots(spark: Any, tiered: TieredRun) -> None:
