@@ -120,8 +120,8 @@ class RequestAudit:
                 time.perf_counter() - self.started_s)
             for code, count in codes.items():
                 self.metrics.item_errors.labels(method=self.method, code=code).inc(count)
-        if not self.write:
-            return
+        if not self.write or status == "FAILED_PRECONDITION":
+            return  # a read, or refused by a controller that is not the active one
         if status != "OK":
             result = status
         elif codes:
