@@ -198,8 +198,10 @@ def test_s3_tier_survives_an_endpoint_outage_and_a_leader_killed_mid_copy(
                    60.0, "the successor to clean up the half-done copy")
         # "Back" is said by a controller that saw the tier fail; if leadership moved
         # meanwhile to one that never did, its copies are the sign instead.
+        # The copiers retry with a backoff that grew through the outage (up to
+        # max_backoff_ms) and every S3 call waits out its timeout first: allow two minutes.
         wait_until(lambda: logged("tier_available") >= 1
-                   or logged("tier_object_copied") > copied_before, 60.0,
+                   or logged("tier_object_copied") > copied_before, 120.0,
                    "the successor to report the tier available again, or copy again")
         copied = logged("tier_object_copied")
         wait_until(lambda: logged("tier_object_copied") > copied, 60.0,
