@@ -518,11 +518,16 @@ def elections_per_epoch(df: DataFrame, states: DataFrame | None = None) -> DataF
             .orderBy("epoch"))
 
 
+def has_real_time() -> Column:
+    """Whether a row has a real append time. A dynamic quorum's first voter set is
+    batch 0, written by `storage format` on every initial controller alike (so their
+    logs match byte for byte), with append time 0: it has no place on a time axis."""
+    return F.col("append_time") > F.lit("1970-01-02").cast("timestamp")
+
+
 def timed(df: DataFrame) -> DataFrame:
-    """The rows with a real append time. A dynamic quorum's first voter set is batch
-    0, written by `storage format` on every initial controller alike (so their logs
-    match byte for byte), with append time 0: it has no place on a time axis."""
-    return df.where(F.col("append_time") > F.lit("1970-01-02").cast("timestamp"))
+    """The rows with a real append time (`has_real_time`)."""
+    return df.where(has_real_time())
 
 
 def records_per_type(df: DataFrame, bucket: str = "1 minute") -> DataFrame:

@@ -164,9 +164,7 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     try:
         stats = raw.agg(F.count("*"), F.max("offset"), F.max("epoch"),
                         F.max("append_time"), F.min("offset"),
-                        # The bootstrap batch has no real time (`audit.timed`).
-                        F.min(F.when(F.col("append_time") > F.lit("1970-01-02")
-                                     .cast("timestamp"), F.col("append_time")))).first()
+                        F.min(F.when(audit.has_real_time(), F.col("append_time")))).first()
         assert stats is not None
         index.count()
         step(f"{stats[0]} records read")

@@ -61,8 +61,7 @@ def draw_records_per_type(per_type: Sequence[Any], bucket_s: int = 60) -> Any:
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(0, max(bottom) * 1.08)  # the tallest stack whole, with room above
-    name = next(n for _, _, s, n in _BUCKETS if s == bucket_s) if bucket_s in (
-        10, 60, 600, 3600) else f"{bucket_s} s"
+    name = {s: n for _, _, s, n in _BUCKETS}.get(bucket_s, f"{bucket_s} s")
     ax.set_title(f"Records per type per {name}")
     ax.set_ylabel(f"records per {name}")
     ax.set_xlabel("append time (UTC)")

@@ -56,6 +56,20 @@ def _partition_args(
     return [(topic, partition, ())]
 
 
+def _targets(file: str | None, topic: str | None, partition: int | None,
+             replicas: str | None) -> list[tuple[str, int, tuple[int, ...]]]:
+    """(topic, partition, target replicas) from a JSON file or --topic --partition
+    --replicas (start and verify take the same)."""
+    entries = _partition_args(file, topic, partition)
+    if file is None:
+        if replicas is None:
+            raise click.UsageError("--replicas is required with --topic/--partition")
+        return [(entries[0][0], entries[0][1], broker_ids(replicas, "--replicas"))]
+    if replicas is not None:
+        raise click.UsageError("--replicas goes with --topic/--partition, not --file")
+    return entries
+
+
 def _report_reassignments(
     opts: AdminOptions, client: AdminClient, items: Sequence[ReassignmentRequest]
 ) -> int:
@@ -91,13 +105,7 @@ def reassign_start(
     replicas: str | None,
 ) -> None:
     """Start reassignments (a JSON file, or --topic --partition --replicas)."""
-    entries = _partition_args(file, topic, partition)
-    if file is None:
-        if replicas is None:
-            raise click.UsageError("--replicas is required with --topic/--partition")
-        entries = [(entries[0][0], entries[0][1], broker_ids(replicas, "--replicas"))]
-    elif replicas is not None:
-        raise click.UsageError("--replicas goes with --topic/--partition, not --file")
+    entries = _targets(file, topic, partition, replicas)
     items = [ReassignmentRequest(t, p, r) for t, p, r in entries]
     run_admin(opts, lambda client: _report_reassignments(opts, client, items))
 
@@ -155,13 +163,7 @@ def reassign_verify(opts: AdminOptions, file: str | None, topic: str | None,
     "in progress", or "not the target" (never started, cancelled, or replaced by
     another reassignment). Exit 0 when every one is complete, else 1: a script can
     repeat it until done."""
-    entries = _partition_args(file, topic, partition)
-    if file is None:
-        if replicas is None:
-            raise click.UsageError("--replicas is required with --topic/--partition")
-        entries = [(entries[0][0], entries[0][1], broker_ids(replicas, "--replicas"))]
-    elif replicas is not None:
-        raise click.UsageError("--replicas goes with --topic/--partition, not --file")
+    entries = _targets(file, topic, partition, replicas)
 
     def action(client: AdminClient) -> int:
         topics = {d.name: d for d in client.describe_topics(sorted({t for t, _, _ in entries}))}
