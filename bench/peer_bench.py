@@ -357,10 +357,16 @@ async def _zookeeper_writer(leader: str, kind: str, tag: str) -> tuple[Writer, C
     async def wait(result: Any) -> None:
         done: asyncio.Future[None] = loop.create_future()
 
-        def finished(r: Any) -> None:
-            loop.call_soon_threadsafe(
-                lambda: done.done() or (done.set_exception(r.exception) if r.exception
-                                        else done.set_result(None)))
+        def settle(r: Any) -> None:
+            if done.done():
+                return
+            if r.exception:
+                done.set_exception(r.exception)
+            else:
+                done.set_result(None)
+
+        def finished(r: Any) -> None:  # on kazoo's thread
+            loop.call_soon_threadsafe(settle, r)
         result.rawlink(finished)
         await done
 
