@@ -70,6 +70,14 @@ from timeline import SnapshotRegistry, TimelineHashMap
 
 UNCLEAN_KEY = "unclean.leader.election.enable"
 
+# The most partition changes one broker event (fenced, shutting down, unregistered,
+# back) writes in its own batch. A broker of a large cluster is a replica of hundreds
+# of thousands of partitions: far more than a batch may hold (MAX_RECORDS_PER_BATCH),
+# and generating them in one go would hold up every other request for seconds. Past
+# this, the broker's own record commits alone and the controller moves its partitions
+# in batches of this size between other requests (quorum_controller/partition_mover.py).
+PARTITION_MOVES_PER_BATCH = 1_000
+
 
 class ReplicationControlManager:
     def __init__(
@@ -102,6 +110,12 @@ class ReplicationControlManager:
         self._changed_at: dict[str, int] = {}
         # Topics without an entry last changed at or before this offset.
         self._changed_floor = -1
+        # Brokers whose partition changes were too many to write with their own event
+        # (see PARTITION_MOVES_PER_BATCH): hints for the active controller's partition
+        # mover, which takes them. Not state: an active controller that starts finds
+        # leaving brokers by itself, and a broker that is back asks on every heartbeat.
+        self.deferred_leaving: set[int] = set()
+        self.deferred_ready: set[int] = set()
 
     # -- requests (generation; see topics.py for topic creation and deletion) ---------
 
@@ -139,51 +153,98 @@ class ReplicationControlManager:
     # -- hooks for the cluster manager ----------------------------------------------
 
     def leaving_brokers_changes(self, broker_ids: frozenset[int]) -> list[MetadataRecord]:
-        keys: set[PartKey] = set()
-        for broker_id in broker_ids:
-            index = self._index.replica_of.get(broker_id)
-            if index is not None:
-                keys.update(index)
-
-        def usable(broker_id: int) -> bool:
-            return broker_id not in broker_ids and self.cluster.is_usable(broker_id)
-
+        """Every change at once when the brokers are replicas of at most
+        `PARTITION_MOVES_PER_BATCH` partitions; else none, and the brokers are noted in
+        `deferred_leaving`: the controller moves them a batch at a time after the
+        broker's own record (`PartitionMover`)."""
+        if sum(len(self._index.replica_of.get(b, ())) for b in broker_ids) \
+                > PARTITION_MOVES_PER_BATCH:
+            self.deferred_leaving |= broker_ids
+            return []
         records: list[MetadataRecord] = []
-        for key in sorted(keys):
-            part = self._partitions[key]
-            if part.leader not in broker_ids and not broker_ids & set(part.isr):
-                continue
-            isr = tuple(r for r in part.isr if r not in broker_ids)
-            change = self.change_record(key[0], key[1], part, isr=isr, usable=usable)
-            if change is not None:
-                records.append(make_record(change))
+        for key in self.leaving_keys(broker_ids):
+            record = self.leaving_change(key, broker_ids)
+            if record is not None:
+                records.append(record)
         return records
 
+    def leaving_keys(self, broker_ids: frozenset[int]) -> list[PartKey]:
+        """The partitions `broker_ids` are replicas of, those they lead first (moving a
+        leadership is what restores availability), each group in key order."""
+        keys: set[PartKey] = set()
+        for broker_id in broker_ids:
+            keys.update(self._index.replica_of.get(broker_id, ()))
+        ordered = sorted(keys)
+        partitions = self._partitions
+        led = [k for k in ordered if partitions[k].leader in broker_ids]
+        return led + [k for k in ordered if partitions[k].leader not in broker_ids]
+
+    def leaving_change(self, key: PartKey, broker_ids: frozenset[int]) -> MetadataRecord | None:
+        """The change taking `broker_ids` out of partition `key`'s ISR and leadership,
+        computed as if they were gone; None if there is nothing to change (or the
+        partition is gone)."""
+        part = self._partitions.get(key)
+        if part is None or (part.leader not in broker_ids
+                            and not any(r in broker_ids for r in part.isr)):
+            return None
+        isr = tuple(r for r in part.isr if r not in broker_ids)
+        change = self.change_record(
+            key[0], key[1], part, isr=isr,
+            usable=lambda b: b not in broker_ids and self.cluster.is_usable(b))
+        return None if change is None else make_record(change)
+
     def ready_broker_changes(self, broker_id: int) -> list[MetadataRecord]:
-        keys = set(self._index.out_of_isr.get(broker_id, ()))
+        """Like `leaving_brokers_changes`: all at once up to `PARTITION_MOVES_PER_BATCH`
+        candidate partitions; else none, the broker noted in `deferred_ready`."""
+        keys = self.ready_keys(broker_id, PARTITION_MOVES_PER_BATCH)
+        if keys is None:
+            self.deferred_ready.add(broker_id)
+            return []
+        records: list[MetadataRecord] = []
+        for key in keys:
+            record = self.ready_change(key, broker_id)
+            if record is not None:
+                records.append(record)
+        return records
+
+    def ready_keys(self, broker_id: int, limit: int | None = None) -> list[PartKey] | None:
+        """The partitions a usable `broker_id` may rejoin (out of their ISR) or lead
+        (offline ones it is a replica of), the offline ones first, each group in key
+        order; None if there are more than `limit`."""
+        out_of_isr = self._index.out_of_isr.get(broker_id, ())
+        if limit is not None and len(out_of_isr) > limit:
+            return None
         # Offline partitions it is a replica of: walk the smaller of the two sets (this
         # runs on every heartbeat).
         replica_of = self._index.replica_of.get(broker_id, ())
-        if len(self._index.leaderless) <= len(replica_of):
-            keys.update(k for k in self._index.leaderless if k in replica_of)
+        leaderless = self._index.leaderless
+        if len(leaderless) <= len(replica_of):
+            offline = {k for k in leaderless if k in replica_of}
         else:
-            keys.update(k for k in replica_of if k in self._index.leaderless)
+            offline = {k for k in replica_of if k in leaderless}
+        if limit is not None and len(offline) + len(out_of_isr) > limit:
+            return None
+        return sorted(offline) + sorted(k for k in out_of_isr if k not in offline)
 
-        def usable(other: int) -> bool:
-            return other == broker_id or self.cluster.is_usable(other)
+    def ready_change(self, key: PartKey, broker_id: int) -> MetadataRecord | None:
+        """The change adding a usable `broker_id` back to partition `key`'s ISR, or
+        electing it where the partition has no leader; None if nothing changes."""
+        part = self._partitions.get(key)
+        if part is None or broker_id not in part.replicas:
+            return None
+        isr = part.isr
+        # Only a partition with a leader can bring a replica back in sync; an
+        # offline one waits for an in-sync replica (or an unclean election).
+        if part.leader != NO_LEADER and broker_id not in isr:
+            isr = (*isr, broker_id)
+        change = self.change_record(
+            key[0], key[1], part, isr=isr,
+            usable=lambda b: b == broker_id or self.cluster.is_usable(b))
+        return None if change is None else make_record(change)
 
-        records: list[MetadataRecord] = []
-        for key in sorted(keys):
-            part = self._partitions[key]
-            isr = part.isr
-            # Only a partition with a leader can bring a replica back in sync; an
-            # offline one waits for an in-sync replica (or an unclean election).
-            if part.leader != NO_LEADER and broker_id not in isr:
-                isr = (*isr, broker_id)
-            change = self.change_record(key[0], key[1], part, isr=isr, usable=usable)
-            if change is not None:
-                records.append(make_record(change))
-        return records
+    def replica_brokers(self) -> list[int]:
+        """Every broker id that is a replica of some partition."""
+        return [b for b, keys in self._index.replica_of.items() if keys]
 
     def leads_any(self, broker_id: int) -> bool:
         index = self._index.replica_of.get(broker_id, ())

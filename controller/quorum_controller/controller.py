@@ -295,6 +295,10 @@ class QuorumController(CommitListener):
         began_s = time.perf_counter()
         self.machine.request(req, access, now)
         self._settle()
+        if self.machine.owes_partition_moves:
+            # A broker event left partition changes to write (partition_mover.py): they
+            # go in the coming ticks, the first at once rather than at the next timer.
+            self.request_tick()
         if self.metrics is not None:
             self.metrics.processing_time.labels(request=req.name).observe(
                 time.perf_counter() - began_s)
@@ -357,8 +361,12 @@ class QuorumController(CommitListener):
     def _on_tick(self, access: NodeAccess) -> None:
         self._tick_queued = False
         now = self._clock_ms()
-        self.machine.tick(access, now)
+        more = self.machine.tick(access, now)
         self._settle()
+        if more:
+            # Partition changes still owed: the next batch in the next turn, after
+            # whatever else is queued.
+            self.request_tick()
         self._update_metrics(now)
 
     def _update_metrics(self, now: int) -> None:

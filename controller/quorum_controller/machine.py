@@ -73,6 +73,7 @@ from controller.quorum_controller.events import (
     Request,
     RequestTooLargeError,
 )
+from controller.quorum_controller.partition_mover import PartitionMover
 from controller.quorum_controller.ports import ControllerSettings, NodeAccess
 from controller.quorum_controller.purgatory import BatchKey, Purgatory, Waiter
 from controller.raft.control import encode_voters
@@ -138,12 +139,19 @@ class ControllerMachine:
         self._out: list[Instruction] = []
         self.snapshots: SnapshotPolicy | None = None
         self.activations = 0  # times this node became the active controller
+        # Partition changes owed to broker events, written a batch per turn (active only).
+        self._mover = PartitionMover(self.state.replication)
 
     # ------------------------------------------------------------------ status
 
     @property
     def mode(self) -> Mode:
         return self._mode
+
+    @property
+    def owes_partition_moves(self) -> bool:
+        """Partition changes a broker event owes are still to be written (by `tick`)."""
+        return self._mode is Mode.ACTIVE and self._mover.busy
 
     @property
     def committed_offset(self) -> int:
@@ -249,9 +257,11 @@ class ControllerMachine:
                 self._reads[read_id] = (entry[0], index)
         self._serve_confirmed_reads()
 
-    def tick(self, node: NodeAccess, now_ms: int) -> None:
+    def tick(self, node: NodeAccess, now_ms: int) -> bool:
         """Timers: catch up with the node's role, expire orphans and parked requests,
-        fence brokers whose session timed out."""
+        fence brokers whose session timed out, write the next batch of partition
+        changes a broker event owes. True when the next tick should come at once
+        (more partition changes to write)."""
         self._sync_leadership(node, now_ms)
         expired = self._purgatory.expire(now_ms)
         if expired:
@@ -266,6 +276,11 @@ class ControllerMachine:
                              session_timeout_ms=self.settings.session_timeout_ms)
                 self.brokers_timed_out += len(result.response)
                 self._append(result.records, None, EMPTY_ORIGIN, node, None, now_ms)
+            moves = self._mover.step()
+            if moves:
+                self._append(moves, None, EMPTY_ORIGIN, node, None, now_ms)
+            return self._mover.busy
+        return False
 
     def leader_changed(self, leader_id: int | None, epoch: int, now_ms: int) -> None:
         if leader_id == self.settings.node_id:
@@ -593,6 +608,7 @@ class ControllerMachine:
         self._become(Mode.ACTIVE)
         self.activations += 1
         self.state.cluster.activate(now_ms)
+        self._mover.activate()
         log.info("controller_active", node=self.settings.node_id, epoch=self._epoch,
                  offset=self._committed_next)
         if self.state.features.finalized_level(METADATA_VERSION) == 0:
@@ -611,6 +627,7 @@ class ControllerMachine:
             return
         was = self._mode
         self._become(Mode.STANDBY)
+        self._mover.reset()
         self._leader_id = new_leader if new_leader != self.settings.node_id else None
         reverted = self._replayed_next - self._committed_next
         self.state.revert_to_committed(self._committed_next - 1)

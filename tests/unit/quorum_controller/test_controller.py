@@ -650,3 +650,128 @@ def test_queued_events_fail_fast_once_the_node_task_is_gone() -> None:
         assert env.ctrl[1].queued_events == 0
 
     run(main)
+
+
+# ------------------------------------------------- brokers of many partitions
+
+# 2 x 5,100 partitions at RF 3 on three brokers: each broker is a replica of 10,200,
+# more than one batch may hold (MAX_RECORDS_PER_BATCH 10,000). Before the partition
+# mover, fencing such a broker generated all 10,200 changes plus the fence record as
+# one batch, which `_append` refused as too large -- silently, nobody waits for a
+# fence: the dead broker stayed unfenced and kept every leadership, tick after tick.
+BIG_TOPICS = (("big-a", 5_100), ("big-b", 5_100))
+BIG_BROKERS = [0, 4, 5]
+
+
+async def big_cluster(**settings: Any) -> Env:
+    env = Env(**settings)
+    await env.elect(1)
+    await env.register_brokers(1, BIG_BROKERS)
+    for name, count in BIG_TOPICS:
+        created = await env.api[1].create_topics([topic(name, count, 3)], validate_only=False,
+                                                 origin=ORIGIN)
+        assert created[0].error.ok, created
+    return env
+
+
+async def beat(env: Env, node: int, broker_id: int, **wants: bool) -> Any:
+    broker = env.ctrl[node].state.cluster.broker(broker_id)
+    assert broker is not None
+    return await env.api[node].broker_heartbeat(
+        BrokerHeartbeatRequest(broker_id, broker.broker_epoch, 1 << 40, **wants), origin=ORIGIN)
+
+
+async def until_moved(env: Env, node: int) -> None:
+    """Let the active controller's ticks run until it owes no partition change (each
+    tick writes one batch and queues the next)."""
+    for _ in range(200):
+        await settle(5)
+        if not env.ctrl[node].machine.owes_partition_moves:
+            return
+    raise AssertionError("the partition mover did not finish")
+
+
+def partitions_of(env: Env, node: int) -> list[Any]:
+    state = env.ctrl[node].state.replication
+    return [p.registration for t in state.describe_topics() for p in t.partitions]
+
+
+def change_batches_after(env: Env, offset: int) -> list[list[str]]:
+    return [record_types(b) for b in env.quorum.log if b.base_offset >= offset]
+
+
+def test_fencing_a_broker_of_many_partitions_moves_them_in_batches() -> None:
+    from controller.metadata.replication import PARTITION_MOVES_PER_BATCH
+
+    async def main() -> None:
+        env = await big_cluster(session_timeout_ms=1_000)
+        led_by_0 = sum(1 for p in partitions_of(env, 1) if p.leader == 0)
+        assert led_by_0 > PARTITION_MOVES_PER_BATCH
+        before = env.quorum.end_offset
+        env.clock.now_ms += 600
+        for b in (4, 5):
+            assert (await beat(env, 1, b)).error.ok
+        env.clock.now_ms += 600  # broker 0's session (1 s) is over; 4 and 5 heard 0.6 s ago
+        env.ctrl[1].request_tick()
+        await until_moved(env, 1)
+        brokers = {b.broker_id: b for b in env.ctrl[1].state.cluster.brokers()}
+        assert brokers[0].fenced and not brokers[4].fenced and not brokers[5].fenced
+        parts = partitions_of(env, 1)
+        assert all(p.leader in (4, 5) and 0 not in p.isr for p in parts)
+        batches = change_batches_after(env, before)
+        # The fence record alone first, then the changes in bounded batches.
+        assert batches[0] == ["broker_registration_change"]
+        assert all(set(b) == {"partition_change"} for b in batches[1:])
+        assert max(len(b) for b in batches) <= PARTITION_MOVES_PER_BATCH
+        assert sum(len(b) for b in batches[1:]) == 10_200
+        # Leaderships first: the batches that move broker 0's leaderships come before
+        # those that only shrink an ISR.
+        moved_leaders = [i for i, b in enumerate(env.quorum.log) if b.base_offset > before
+                         and any(decode_record(r).partition_change.HasField("leader")
+                                 for r in b.records)]
+        assert moved_leaders == list(range(moved_leaders[0], moved_leaders[0] + len(moved_leaders)))
+        assert sum(1 for b in env.quorum.log[moved_leaders[0]:moved_leaders[-1] + 1]
+                   for _ in b.records) < led_by_0 + PARTITION_MOVES_PER_BATCH
+        # The standby replaying the log agrees.
+        assert committed_state(env.quorum).replication.list_topics() \
+            == env.ctrl[1].state.replication.list_topics()
+        assert all(p.leader in (4, 5) and 0 not in p.isr for p in partitions_of(env, 2))
+
+        # Back: its heartbeat unfences it, and it rejoins every ISR in batches too.
+        assert not (await beat(env, 1, 0)).is_fenced
+        await until_moved(env, 1)
+        assert all(0 in p.isr for p in partitions_of(env, 1))
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def test_a_new_active_controller_finishes_moves_the_last_one_left_half_done() -> None:
+    async def main() -> None:
+        env = await big_cluster()
+        reply = await beat(env, 1, 0, want_fence=True)
+        assert reply.is_fenced
+        # Two turns of node 1's mover, then node 2 takes over.
+        for _ in range(3):
+            env.ctrl[1].request_tick()
+            await settle(3)
+        left = [p for p in partitions_of(env, 1) if p.leader == 0 or 0 in p.isr]
+        assert left, "the test needs the moves half done"
+        await env.elect(2)
+        env.ctrl[2].request_tick()
+        await until_moved(env, 2)
+        assert all(p.leader in (4, 5) and 0 not in p.isr for p in partitions_of(env, 2))
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def test_controlled_shutdown_of_a_broker_of_many_partitions() -> None:
+    async def main() -> None:
+        env = await big_cluster()
+        first = await beat(env, 1, 0, want_shutdown=True)
+        assert first.error.ok and first.in_controlled_shutdown and not first.should_shut_down
+        await until_moved(env, 1)
+        assert not any(p.leader == 0 for p in partitions_of(env, 1))
+        last = await beat(env, 1, 0, want_shutdown=True)
+        assert last.should_shut_down
+
+    asyncio.run(asyncio.wait_for(main(), 120))
