@@ -6,7 +6,8 @@ and whether it keeps answering meanwhile.
 Three `metakraft controller` processes on loopback (the tests' launcher; the log
 fsyncs every flush) and `--brokers` brokers registered over the BrokerLifecycle gRPC
 service, kept alive by this script's heartbeats (every 500 ms, a broker's default)
-with a `--session-ms` session. `--partitions` partitions (topics of 100, RF 3) are
+with a `--session-ms` session (9 s, Kafka's default); each broker heartbeats on
+its own thread. `--partitions` partitions (topics of 100, RF 3) are
 created through the Admin API. Then, with one client writing small config changes
 in a closed loop the whole time:
 
@@ -71,51 +72,57 @@ class Brokers:
         self.last_beat_s: dict[int, float] = {}
         self.unfenced: set[int] = set()
         self._stop = threading.Event()
-        self._stub: bpb_grpc.BrokerLifecycleStub | None = None
         for bid in ids:
             request = registration_request_to_pb(BrokerRegistrationRequest(
                 bid, f"incarnation-{bid}", cluster.cluster_id, rack=f"rack-{bid % 3}",
                 listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)))
-            reply = wait_until(lambda r=request: self._call("RegisterBroker", r), 30, "registration")
+            reply = wait_until(lambda r=request: self._call("RegisterBroker", r, []), 30,
+                               "registration")
             self.epochs[bid] = reply.broker_epoch
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, args=(bid,), daemon=True)
+                         for bid in ids]
+        for thread in self._threads:
+            thread.start()
 
-    def _call(self, method: str, request: object) -> object:
+    def _call(self, method: str, request: object,
+              stubs: list[bpb_grpc.BrokerLifecycleStub]) -> object:
+        """Call the active controller (`stubs`: the caller's cached stub, if any)."""
         for _ in range(2):
-            if self._stub is None:
+            if not stubs:
                 active = self.cluster.active_node()
                 if active is None:
                     return None
-                self._stub = bpb_grpc.BrokerLifecycleStub(grpc.insecure_channel(active.address))
+                stubs.append(bpb_grpc.BrokerLifecycleStub(grpc.insecure_channel(active.address)))
             try:
-                return getattr(self._stub, method)(request, timeout=5)
+                return getattr(stubs[0], method)(request, timeout=2)
             except grpc.RpcError:
-                self._stub = None
+                stubs.clear()
         return None
 
-    def _run(self) -> None:
+    def _run(self, bid: int) -> None:
+        """One broker's heartbeats, on its own thread (as each broker has its own)."""
+        stubs: list[bpb_grpc.BrokerLifecycleStub] = []
         while not self._stop.is_set():
             started = time.monotonic()
-            for bid, epoch in self.epochs.items():
-                if bid in self.silent:
-                    continue
+            if bid not in self.silent:
                 want_shutdown = bid in self.shutting
                 reply = self._call("BrokerHeartbeat", heartbeat_request_to_pb(
-                    BrokerHeartbeatRequest(bid, epoch, 1 << 40, want_shutdown=want_shutdown),
-                    self.cluster.cluster_id))
-                if reply is None:
-                    continue
-                self.last_beat_s[bid] = time.time()
-                if not reply.is_fenced:  # type: ignore[attr-defined]
-                    self.unfenced.add(bid)
-                if want_shutdown and reply.should_shut_down and self.shutting[bid] is None:  # type: ignore[attr-defined]
-                    self.shutting[bid] = time.time()
+                    BrokerHeartbeatRequest(bid, self.epochs[bid], 1 << 40,
+                                           want_shutdown=want_shutdown),
+                    self.cluster.cluster_id), stubs)
+                if reply is not None:
+                    self.last_beat_s[bid] = time.time()
+                    if not reply.is_fenced:  # type: ignore[attr-defined]
+                        self.unfenced.add(bid)
+                    if want_shutdown and reply.should_shut_down \
+                            and self.shutting[bid] is None:  # type: ignore[attr-defined]
+                        self.shutting[bid] = time.time()
             self._stop.wait(max(0.0, HEARTBEAT_S - (time.monotonic() - started)))
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
 
 class Load:
@@ -183,38 +190,36 @@ def create_partitions(bootstrap: list[str], partitions: int, threads: int) -> fl
     return time.time() - started
 
 
-def analyse(cluster: ControllerCluster, node_id: int, broker_id: int, kind: str) -> dict[str, float]:
-    """From node `node_id`'s log: the batch that fenced (kind "fence") or shut down
-    (kind "shutdown") `broker_id`, and the partition changes after it."""
-    batches = cluster.nodes[node_id].read_log()
-    start_ms = None
-    last_leader_ms = last_change_ms = None
-    leaders = changes = 0
-    for batch in batches:
+def analyse(cluster: ControllerCluster, node_id: int) -> dict[str, dict[str, float]]:
+    """From node `node_id`'s log: for the fence of broker 1 and the controlled shutdown
+    of broker 2, the partition changes from that broker's record until the next phase's
+    (or the end): how many, how many moved a leadership, and when the last of each was
+    appended (seconds after the broker's record)."""
+    phases: dict[str, dict[str, float]] = {}
+    current: dict[str, float] | None = None
+    for batch in cluster.nodes[node_id].read_log():
         if batch.is_control:
             continue
         for raw in batch.records:
             record = decode_record(raw)
             which = record.WhichOneof("record")
-            if which == "broker_registration_change" and start_ms is None:
+            if which == "broker_registration_change":
                 change = record.broker_registration_change
-                if change.broker_id == broker_id and (
-                        (kind == "fence" and change.fenced == 1)
-                        or (kind == "shutdown" and change.in_controlled_shutdown == 1)):
-                    start_ms = batch.append_time_ms
-            elif which == "partition_change" and start_ms is not None:
-                changes += 1
-                last_change_ms = batch.append_time_ms
+                name = ("fence" if change.broker_id == 1 and change.fenced == 1 else
+                        "shutdown" if change.broker_id == 2 and change.in_controlled_shutdown == 1
+                        else None)
+                if name is not None and name not in phases:
+                    current = phases[name] = {"start_ms": batch.append_time_ms, "leaders": 0,
+                                              "changes": 0, "leaders_s": 0.0, "changes_s": 0.0}
+            elif which == "partition_change" and current is not None:
+                since_s = (batch.append_time_ms - current["start_ms"]) / 1e3
+                current["changes"] += 1
+                current["changes_s"] = since_s
                 if record.partition_change.HasField("leader"):
-                    leaders += 1
-                    last_leader_ms = batch.append_time_ms
-        if start_ms is not None and kind == "fence" and last_change_ms is not None \
-                and batch.append_time_ms - last_change_ms > 5_000:
-            break
-    assert start_ms is not None, f"no {kind} record for broker {broker_id}"
-    return {"start_ms": start_ms, "leaders": leaders, "changes": changes,
-            "leaders_s": ((last_leader_ms or start_ms) - start_ms) / 1e3,
-            "changes_s": ((last_change_ms or start_ms) - start_ms) / 1e3}
+                    current["leaders"] += 1
+                    current["leaders_s"] = since_s
+    assert set(phases) == {"fence", "shutdown"}, sorted(phases)
+    return phases
 
 
 def main() -> None:
@@ -222,11 +227,13 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=1_000_000)
     parser.add_argument("--brokers", type=int, default=12)
-    parser.add_argument("--session-ms", type=int, default=3_000)
+    parser.add_argument("--session-ms", type=int, default=9_000,
+                        help="broker session timeout (Kafka's default: 9 s)")
     parser.add_argument("--create-threads", type=int, default=4)
     parser.add_argument("--settle-s", type=float, default=20.0,
                         help="time each phase is given after its event")
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the data dirs and logs")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="failover-bench-", dir=args.dir))
     cluster = ControllerCluster(root, 3, session_timeout_ms=args.session_ms,
@@ -269,12 +276,15 @@ def main() -> None:
         print(f"load during shutdown:   {load.window(*shutdown_window)}")
         print(f"load errors: {len(load.errors)} {load.errors[:1]}")
         cluster.close()
-        fence = analyse(cluster, active.node_id, 1, "fence")
+        phases = analyse(cluster, active.node_id)
+        fence = phases["fence"]
         print(f"kill -9: fenced {fence['start_ms'] / 1e3 - last_beat_s:.2f}s after its last "
               f"heartbeat; {fence['leaders']:.0f} leaderships moved in {fence['leaders_s']:.2f}s "
               f"after the fence record, all {fence['changes']:.0f} partition changes in "
               f"{fence['changes_s']:.2f}s")
-        shut = analyse(cluster, active.node_id, 2, "shutdown")
+        activations = sum(f.read_text().count("controller_active") for f in root.glob("c*.log"))
+        print(f"controller activations in the whole run: {activations} (1: no failover)")
+        shut = phases["shutdown"]
         print(f"controlled shutdown: {shut['leaders']:.0f} leaderships moved in "
               f"{shut['leaders_s']:.2f}s after the shutdown record, all "
               f"{shut['changes']:.0f} changes in {shut['changes_s']:.2f}s; the broker was "
@@ -285,7 +295,10 @@ def main() -> None:
         if brokers is not None:
             brokers.close()
         cluster.close()
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep:
+            print(f"# kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -179,6 +179,16 @@ class ReplicationControlManager:
         led = [k for k in ordered if partitions[k].leader in broker_ids]
         return led + [k for k in ordered if partitions[k].leader not in broker_ids]
 
+    def replica_keys(self, broker_id: int) -> list[PartKey]:
+        """The partitions `broker_id` is a replica of, in no particular order (a copy
+        of the index: cheap at any size)."""
+        return list(self._index.replica_of.get(broker_id, ()))
+
+    def leader_of(self, key: PartKey) -> int:
+        """Partition `key`'s leader (NO_LEADER if it has none or is gone)."""
+        part = self._partitions.get(key)
+        return NO_LEADER if part is None else part.leader
+
     def leaving_change(self, key: PartKey, broker_ids: frozenset[int]) -> MetadataRecord | None:
         """The change taking `broker_ids` out of partition `key`'s ISR and leadership,
         computed as if they were gone; None if there is nothing to change (or the
@@ -207,10 +217,12 @@ class ReplicationControlManager:
                 records.append(record)
         return records
 
-    def ready_keys(self, broker_id: int, limit: int | None = None) -> list[PartKey] | None:
+    def ready_keys(self, broker_id: int, limit: int | None = None,
+                   ordered: bool = True) -> list[PartKey] | None:
         """The partitions a usable `broker_id` may rejoin (out of their ISR) or lead
         (offline ones it is a replica of), the offline ones first, each group in key
-        order; None if there are more than `limit`."""
+        order (in no particular order if not `ordered`); None if there are more than
+        `limit`."""
         out_of_isr = self._index.out_of_isr.get(broker_id, ())
         if limit is not None and len(out_of_isr) > limit:
             return None
@@ -224,6 +236,8 @@ class ReplicationControlManager:
             offline = {k for k in replica_of if k in leaderless}
         if limit is not None and len(offline) + len(out_of_isr) > limit:
             return None
+        if not ordered:
+            return [*offline, *(k for k in out_of_isr if k not in offline)]
         return sorted(offline) + sorted(k for k in out_of_isr if k not in offline)
 
     def ready_change(self, key: PartKey, broker_id: int) -> MetadataRecord | None:

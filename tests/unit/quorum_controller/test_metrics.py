@@ -56,3 +56,16 @@ def test_metrics_follow_the_controller_and_are_served() -> None:
         assert b"metakraft_controller_topics 3.0" in body
 
     run(main)
+
+
+def test_gc_pauses_are_measured() -> None:
+    import gc
+
+    from controller.quorum_controller.metrics import standard_registry
+
+    registry = standard_registry()
+    before = registry.get_sample_value("python_gc_pause_seconds_count", {"generation": "2"}) or 0
+    gc.collect()
+    after = registry.get_sample_value("python_gc_pause_seconds_count", {"generation": "2"})
+    assert after == before + 1
+    assert (registry.get_sample_value("python_gc_pause_seconds_sum", {"generation": "2"}) or 0) > 0
