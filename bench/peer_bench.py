@@ -41,7 +41,6 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import platform
 import resource
 import shutil
 import socket
@@ -58,41 +57,16 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from controller_bench import BROKERS, machine, proc_cpu_s
+
+from tests.support.polling import wait_until
 from tests.support.raft_node_process import free_ports
 
 SYSTEMS = ("etcd", "zookeeper", "metakraft")
 VALUE = b"v" * 100
-BROKERS = 12
 # The rows of one round: (kind, clients).
 ROWS = (("small", 1), ("small", 16), ("small", 64), ("101", 16))
 RECORDS = {"small": 1, "101": 101}
-
-
-def machine() -> str:
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{platform.machine()} {os.cpu_count()} cpus, {platform.system()} "
-            f"{platform.release()}, Python {platform.python_version()}, load average {load}")
-
-
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of a live process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Poll `check` until it returns something truthy; fail naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as e:
-            last = e
-        time.sleep(0.2)
-    raise SystemExit(f"{what} not ready within {timeout_s:.0f}s (last error: {last})")
 
 
 def ensure_packages() -> None:
@@ -170,7 +144,7 @@ class EtcdCluster(Processes):
                 "--initial-cluster", initial, "--initial-cluster-state", "new",
                 "--initial-cluster-token", "peer-bench", "--logger", "zap",
                 "--log-level", "warn"])
-        wait_for(self.leader, 30, "etcd's leader")
+        wait_until(self.leader, 30, "etcd's leader")
 
     def leader(self) -> str:
         out = subprocess.run(["etcdctl", "--endpoints", ",".join(self.client), "endpoint",
@@ -208,7 +182,7 @@ class ZooKeeperCluster(Processes):
             self.spawn(f"z{i}", ["java", "-Xms512m", "-Xmx2g", "-cp", self.CLASSPATH,
                                  f"-Dzookeeper.log.dir={self.root}",
                                  "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)])
-        wait_for(self.leader, 60, "ZooKeeper's leader")
+        wait_until(self.leader, 60, "ZooKeeper's leader")
 
     @staticmethod
     def _mode(address: str) -> str:
@@ -247,7 +221,7 @@ class MetakraftCluster:
     def start(self) -> None:
         self.cluster.start()
         self.cluster.register_brokers(list(range(1, BROKERS + 1)), timeout_s=30)
-        wait_for(self.leader, 30, "metakraft's active controller")
+        wait_until(self.leader, 30, "metakraft's active controller")
 
     def leader(self) -> str:
         active = self.cluster.active_node()
@@ -436,6 +410,7 @@ class Row:
     server_cpu_s: float
     client_cpu_s: float
     errors: tuple[str, ...]
+    seconds: float  # the measured window
 
     @property
     def records_per_s(self) -> float:
@@ -443,7 +418,7 @@ class Row:
 
     @property
     def cpu_ms_per_write(self) -> float:
-        return self.server_cpu_s / max(1.0, self.writes_per_s * SECONDS[0]) * 1e3
+        return self.server_cpu_s / max(1.0, self.writes_per_s * self.seconds) * 1e3
 
     def line(self) -> str:
         errors = f"{len(self.errors)}{' ' + self.errors[0] if self.errors else ''}"
@@ -455,7 +430,6 @@ class Row:
 
 HEADER = ("system      kind clients  writes/s  records/s  p50 ms  p99 ms  server cpu s  "
           "cpu ms/write  client cpu s  errors")
-SECONDS = [10.0]  # the measured window, set from --seconds
 
 
 def measure(system: str, cluster: Cluster, kind: str, clients: int,
@@ -484,7 +458,8 @@ def measure(system: str, cluster: Cluster, kind: str, clients: int,
     p50 = statistics.median(lat) * 1e3 if lat else float("nan")
     p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3 if lat else float("nan")
     return Row(system, kind, clients, sum(r[0] for r in results) / args.seconds, p50, p99,
-               cpu, sum(r[3] for r in results), tuple(e for r in results for e in r[2]))
+               cpu, sum(r[3] for r in results), tuple(e for r in results for e in r[2]),
+               args.seconds)
 
 
 def summarize(rows: list[Row], systems: list[str], spec: tuple[tuple[str, int], ...]) -> None:
@@ -528,7 +503,6 @@ def main() -> None:
                         help="kind x clients, e.g. smallx1,101x16")
     parser.add_argument("--dir", default=None, help="where the data dirs go")
     args = parser.parse_args()
-    SECONDS[0] = args.seconds
     systems = [s for s in args.systems.split(",") if s]
     unknown = set(systems) - set(SYSTEMS)
     if unknown:

@@ -361,9 +361,9 @@ class QuorumController(CommitListener):
     def _on_tick(self, access: NodeAccess) -> None:
         self._tick_queued = False
         now = self._clock_ms()
-        more = self.machine.tick(access, now)
+        self.machine.tick(access, now)
         self._settle()
-        if more:
+        if self.machine.owes_partition_moves:
             # Partition changes still owed: the next batch in the next turn, after
             # whatever else is queued.
             self.request_tick()

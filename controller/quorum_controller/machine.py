@@ -257,11 +257,10 @@ class ControllerMachine:
                 self._reads[read_id] = (entry[0], index)
         self._serve_confirmed_reads()
 
-    def tick(self, node: NodeAccess, now_ms: int) -> bool:
+    def tick(self, node: NodeAccess, now_ms: int) -> None:
         """Timers: catch up with the node's role, expire orphans and parked requests,
         fence brokers whose session timed out, write the next batch of partition
-        changes a broker event owes. True when the next tick should come at once
-        (more partition changes to write)."""
+        changes a broker event owes (`owes_partition_moves`: more to write)."""
         self._sync_leadership(node, now_ms)
         expired = self._purgatory.expire(now_ms)
         if expired:
@@ -279,8 +278,6 @@ class ControllerMachine:
             moves = self._mover.step()
             if moves:
                 self._append(moves, None, EMPTY_ORIGIN, node, None, now_ms)
-            return self._mover.busy
-        return False
 
     def leader_changed(self, leader_id: int | None, epoch: int, now_ms: int) -> None:
         if leader_id == self.settings.node_id:

@@ -43,7 +43,8 @@ class _Job:
     position: int = 0
     # Leaving: a first pass over the keys moves only leaderships (what restores
     # availability), the second takes the broker out of the remaining ISRs.
-    leaders_only: bool = True
+    leaders_only: bool = attrs.field(
+        default=attrs.Factory(lambda job: job.leaving, takes_self=True))
 
 
 class PartitionMover:
@@ -78,8 +79,8 @@ class PartitionMover:
         self._replication.deferred_ready.clear()
 
     def step(self) -> list[MetadataRecord]:
-        """The next batch of changes (possibly none: a step that lists a job's
-        partitions, or finds nothing to change, writes nothing)."""
+        """The next batch of changes (possibly none: a step that finds nothing to
+        change writes nothing)."""
         self._take_hints()
         while self._jobs:
             job = self._jobs[0]
@@ -87,9 +88,7 @@ class PartitionMover:
                 self._jobs.popleft()  # the broker changed state again: its job is moot
                 continue
             if job.keys is None:
-                # Listing (and sorting) a large broker's partitions is a step of its own.
                 job.keys = self._keys(job)
-                return []
             records = self._advance(job)
             if job.position >= len(job.keys):
                 if job.leaders_only:
@@ -115,7 +114,6 @@ class PartitionMover:
         replication = self._replication
         if job.leaving:
             return replication.replica_keys(job.broker_id)
-        job.leaders_only = False
         keys = replication.ready_keys(job.broker_id, ordered=False)
         assert keys is not None  # no limit asked
         return keys
