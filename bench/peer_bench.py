@@ -16,7 +16,11 @@ is answered after it is committed by a majority and fsynced). The same Python gR
 stack (grpc.aio) drives metakraft and etcd (etcd's KV service is gRPC; its
 requests are encoded here, field by field, from etcd's `rpc.proto`); ZooKeeper
 speaks its own protocol, driven with kazoo, the Python ZooKeeper client, whose
-async calls are awaited by the same loop. Clients talk to the leader.
+async calls are awaited by the same loop. Clients talk to the leader. Each
+system is driven the way its own client sends: etcd's clients make one unary call
+per write, metakraft's Python client (`AdminClient`) one message on its multiplexed
+`Admin/Stream` (one request in flight); `--systems metakraft-unary` measures
+metakraft with a unary call per write instead.
 
 The writes:
   small  etcd: one Put of a 100-byte value under a new key; ZooKeeper: one create
@@ -63,6 +67,8 @@ from tests.support.polling import wait_until
 from tests.support.raft_node_process import free_ports
 
 SYSTEMS = ("etcd", "zookeeper", "metakraft")
+# Also known to --systems: metakraft's writes as unary calls, not over Admin/Stream.
+OPTIONAL_SYSTEMS = ("metakraft-unary",)
 VALUE = b"v" * 100
 # The rows of one round: (kind, clients).
 ROWS = (("small", 1), ("small", 16), ("small", 64), ("101", 16))
@@ -236,7 +242,7 @@ class MetakraftCluster:
 
 def make_cluster(system: str, root: Path) -> Cluster:
     return {"etcd": EtcdCluster, "zookeeper": ZooKeeperCluster,
-            "metakraft": MetakraftCluster}[system](root)
+            "metakraft": MetakraftCluster, "metakraft-unary": MetakraftCluster}[system](root)
 
 
 # --------------------------------------------------------------------- clients
@@ -283,7 +289,11 @@ async def _etcd_writer(leader: str, kind: str, tag: str) -> tuple[Writer, Callab
     return write, channel.close
 
 
-async def _metakraft_writer(leader: str, kind: str, tag: str) -> tuple[Writer, Callable[[], Awaitable[None]]]:
+async def _metakraft_writer(leader: str, kind: str, tag: str, *, unary: bool = False
+                           ) -> tuple[Writer, Callable[[], Awaitable[None]]]:
+    """One client. By default its writes go over one multiplexed `Admin/Stream`, one
+    request in flight, as the project's Python client (`AdminClient`) sends them;
+    `unary=True` makes each write its own unary call (`metakraft-unary`)."""
     import grpc
 
     from controller.api import admin_pb2 as pb
@@ -298,6 +308,20 @@ async def _metakraft_writer(leader: str, kind: str, tag: str) -> tuple[Writer, C
         code = made.results[0].error.code
         if code not in ("NONE", "TOPIC_ALREADY_EXISTS"):
             raise RuntimeError(f"CreateTopics {topic}: {code}")
+    stream = None if unary else stub.Stream()
+    next_id = 0
+
+    async def call(method: str, request: Any, response_type: Any) -> Any:
+        nonlocal next_id
+        if stream is None:
+            return await getattr(stub, method)(request)
+        next_id += 1
+        await stream.write(pb.StreamRequest(id=next_id, method=method,
+                                            payload=request.SerializeToString()))
+        answer = await stream.read()
+        if answer is grpc.aio.EOF or answer.id != next_id or answer.status_code:
+            raise RuntimeError(f"{method} on the stream: {answer}")
+        return response_type.FromString(answer.payload)
 
     def check(code: str, what: str) -> None:
         if code != "NONE":
@@ -305,18 +329,30 @@ async def _metakraft_writer(leader: str, kind: str, tag: str) -> tuple[Writer, C
 
     async def write(n: int) -> None:
         if kind == "small":
-            answer = await stub.IncrementalAlterConfigs(pb.IncrementalAlterConfigsRequest(
+            answer = await call("IncrementalAlterConfigs", pb.IncrementalAlterConfigsRequest(
                 resources=[pb.AlterConfigsResource(
                     resource=pb.ConfigResource(type=pb.RESOURCE_TYPE_TOPIC, name=topic),
                     ops=[pb.AlterConfigOp(key="retention.ms", op=pb.ALTER_CONFIG_OP_TYPE_SET,
-                                          value=str(86_400_000 + n))])]))
+                                          value=str(86_400_000 + n))])]),
+                pb.IncrementalAlterConfigsResponse)
             check(answer.results[0].error.code, "IncrementalAlterConfigs")
         else:
-            created = await stub.CreateTopics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
-                name=f"t-{tag}-{n}", num_partitions=100, replication_factor=3)]))
+            created = await call("CreateTopics", pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
+                name=f"t-{tag}-{n}", num_partitions=100, replication_factor=3)]),
+                pb.CreateTopicsResponse)
             check(created.results[0].error.code, "CreateTopics")
 
-    return write, channel.close
+    async def close() -> None:
+        if stream is not None:
+            await stream.done_writing()
+        await channel.close()
+
+    return write, close
+
+
+async def _metakraft_unary_writer(leader: str, kind: str, tag: str
+                                  ) -> tuple[Writer, Callable[[], Awaitable[None]]]:
+    return await _metakraft_writer(leader, kind, tag, unary=True)
 
 
 async def _zookeeper_writer(leader: str, kind: str, tag: str) -> tuple[Writer, Callable[[], Awaitable[None]]]:
@@ -360,7 +396,8 @@ async def _zookeeper_writer(leader: str, kind: str, tag: str) -> tuple[Writer, C
     return write, close
 
 
-WRITERS = {"etcd": _etcd_writer, "zookeeper": _zookeeper_writer, "metakraft": _metakraft_writer}
+WRITERS = {"etcd": _etcd_writer, "zookeeper": _zookeeper_writer, "metakraft": _metakraft_writer,
+           "metakraft-unary": _metakraft_unary_writer}
 
 # What a client process reports: writes in the window, their latencies (s), the
 # first errors, its CPU seconds.
@@ -422,13 +459,13 @@ class Row:
 
     def line(self) -> str:
         errors = f"{len(self.errors)}{' ' + self.errors[0] if self.errors else ''}"
-        return (f"{self.system:10s} {self.kind:>5s} {self.clients:7d} {self.writes_per_s:9.0f} "
+        return (f"{self.system:15s} {self.kind:>5s} {self.clients:7d} {self.writes_per_s:9.0f} "
                 f"{self.records_per_s:10.0f} {self.p50_ms:7.1f} {self.p99_ms:7.1f} "
                 f"{self.server_cpu_s:12.1f} {self.cpu_ms_per_write:11.2f} "
                 f"{self.client_cpu_s:12.1f}  {errors}")
 
 
-HEADER = ("system      kind clients  writes/s  records/s  p50 ms  p99 ms  server cpu s  "
+HEADER = ("system           kind clients  writes/s  records/s  p50 ms  p99 ms  server cpu s  "
           "cpu ms/write  client cpu s  errors")
 
 
@@ -470,17 +507,17 @@ def summarize(rows: list[Row], systems: list[str], spec: tuple[tuple[str, int], 
         return statistics.median(values) if values else float("nan")
 
     print("\n# medians over the rounds")
-    print("system      kind clients  writes/s  records/s  p50 ms  p99 ms  cpu ms/write")
+    print("system           kind clients  writes/s  records/s  p50 ms  p99 ms  cpu ms/write")
     for kind, clients in spec:
         for s in systems:
-            print(f"{s:10s} {kind:>5s} {clients:7d} {med(s, kind, clients, 'writes_per_s'):9.0f} "
+            print(f"{s:15s} {kind:>5s} {clients:7d} {med(s, kind, clients, 'writes_per_s'):9.0f} "
                   f"{med(s, kind, clients, 'records_per_s'):10.0f} "
                   f"{med(s, kind, clients, 'p50_ms'):7.1f} {med(s, kind, clients, 'p99_ms'):7.1f} "
                   f"{med(s, kind, clients, 'cpu_ms_per_write'):13.2f}")
     if "metakraft" not in systems:
         return
     print("\n# metakraft / peer (medians): writes/s, cpu per write, p50")
-    for peer in (s for s in systems if s != "metakraft"):
+    for peer in (s for s in systems if not s.startswith("metakraft")):
         for kind, clients in spec:
             ratio = {f: med("metakraft", kind, clients, f) / med(peer, kind, clients, f)
                      for f in ("writes_per_s", "cpu_ms_per_write", "p50_ms")}
@@ -504,9 +541,10 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the data dirs go")
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
-    unknown = set(systems) - set(SYSTEMS)
+    known = SYSTEMS + OPTIONAL_SYSTEMS
+    unknown = set(systems) - set(known)
     if unknown:
-        raise SystemExit(f"unknown systems {sorted(unknown)}; known: {', '.join(SYSTEMS)}")
+        raise SystemExit(f"unknown systems {sorted(unknown)}; known: {', '.join(known)}")
     spec = tuple((k, int(c)) for k, c in (r.split("x") for r in args.rows.split(",")))
     if any(k not in RECORDS for k, _ in spec):
         raise SystemExit(f"--rows: kinds are {', '.join(RECORDS)}")

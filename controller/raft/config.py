@@ -29,6 +29,14 @@ class RaftConfig:
     election_timeout_ms: int = attrs.field(default=1000, validator=_positive)
     # How long the leader may park a fetch that has nothing new (long poll).
     fetch_max_wait_ms: int = attrs.field(default=200, validator=_positive)
+    # How long a fetch whose only news is a newer high watermark may stay parked
+    # waiting for records to carry it (0: answer it at once). Why: under steady
+    # writes every commit would otherwise cost each follower a second answer and a
+    # second fetch (records, then the high watermark that commits them); lingering,
+    # the high watermark rides with the next records. Followers (standbys,
+    # observers) learn of a commit up to this long (plus one tick) later when no
+    # write follows it. Measured: -23% CPU per write at one client.
+    high_watermark_linger_ms: int = attrs.field(default=5)
     # A request not answered within this is sent again (messages can be lost).
     request_timeout_ms: int = attrs.field(default=400, validator=_positive)
     # A leader that has not heard from a majority of voters (itself included)
@@ -49,6 +57,8 @@ class RaftConfig:
     def __attrs_post_init__(self) -> None:
         if not self.voters:
             raise ValueError("voters must not be empty")
+        if not 0 <= self.high_watermark_linger_ms < self.fetch_max_wait_ms:
+            raise ValueError("high_watermark_linger_ms must be >= 0 and below fetch_max_wait_ms")
         # A caught-up follower hears from the leader (and the leader from it) at
         # least every fetch_max_wait_ms plus a round trip; the timeouts must be
         # longer or an idle but healthy cluster would hold elections.

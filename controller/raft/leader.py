@@ -112,17 +112,11 @@ class LeaderMixin(NodeState):
                 caught_up=req.fetch_offset >= self.log.end_offset,
             )
             self.update_high_watermark()
-            # A barrier no response carried yet is news too: reads wait on it.
-            has_news = (
-                req.fetch_offset < self.log.end_offset
-                or req.high_watermark != self.high_watermark
-                or not state.reads.current_sent
-            )
-            if has_news or req.max_wait_ms <= 0:
+            if self._has_news(req, not state.reads.current_sent) or req.max_wait_ms <= 0:
                 self._answer_fetch(req)
             else:
                 deadline = self.now_ms + min(req.max_wait_ms, self.config.fetch_max_wait_ms)
-                state.parked[req.src] = ParkedFetch(req, deadline)
+                state.parked[req.src] = ParkedFetch(req, self._hurried(req, deadline))
             return
         state.record_fetch(
             req.src, None, self.now_ms, is_voter=is_voter, directory_id=req.src_directory_id
@@ -167,22 +161,44 @@ class LeaderMixin(NodeState):
             )
         )
 
+    def _has_news(self, req: FetchRequest, barrier_news: bool) -> bool:
+        """Whether a fetch must be answered now: records it lacks, a read barrier no
+        response carried yet (reads wait on it), or -- without a linger -- a newer
+        high watermark."""
+        return (
+            req.fetch_offset < self.log.end_offset
+            or barrier_news
+            or (
+                self.config.high_watermark_linger_ms == 0
+                and req.high_watermark != self.high_watermark
+            )
+        )
+
+    def _hurried(self, req: FetchRequest, deadline_ms: int) -> int:
+        """A parked fetch's deadline, brought forward to the end of the high
+        watermark linger when the follower's high watermark is behind ours."""
+        if req.high_watermark == self.high_watermark:
+            return deadline_ms
+        return min(deadline_ms, self.now_ms + self.config.high_watermark_linger_ms)
+
     def answer_parked_fetches(self, *, due_only: bool = False) -> None:
-        """Answer parked fetches that now have news (new records or a new high
-        watermark), and those whose wait is over."""
+        """Answer parked fetches that now have news (`_has_news`), and those whose
+        wait is over; a newer high watermark alone shortens the wait to the linger."""
         if self.role is not Role.LEADER:
             return
         state = self._leading()
-        end = self.log.end_offset
         # A barrier no response carried yet: reads wait on it, so it is news.
         barrier_news = not state.reads.current_sent
         for replica, parked in list(state.parked.items()):
             req = parked.request
-            news = req.fetch_offset < end or req.high_watermark != self.high_watermark \
-                or barrier_news
-            if (news and not due_only) or self.now_ms >= parked.deadline_ms:
+            if (not due_only and self._has_news(req, barrier_news)) \
+                    or self.now_ms >= parked.deadline_ms:
                 del state.parked[replica]
                 self._answer_fetch(req)
+            else:
+                deadline_ms = self._hurried(req, parked.deadline_ms)
+                if deadline_ms != parked.deadline_ms:
+                    state.parked[replica] = ParkedFetch(req, deadline_ms)
 
     def update_high_watermark(self) -> None:
         """Move the high watermark to what a majority of voters stored durably."""

@@ -65,8 +65,9 @@ def follower_truncation_offset(log: RaftLog, diverging: EpochEndOffset) -> int:
 
 @attrs.frozen(slots=True)
 class ParkedFetch:
-    """A fetch with nothing new to return yet (long poll), answered when data or a
-    new high watermark arrives, or at `deadline_ms`."""
+    """A fetch with nothing new to return yet (long poll), answered when records
+    arrive, or at `deadline_ms` (brought forward when only the high watermark moved:
+    `RaftConfig.high_watermark_linger_ms`)."""
 
     request: FetchRequest
     deadline_ms: int
