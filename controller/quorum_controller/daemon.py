@@ -27,6 +27,7 @@ from controller.quorum.service import RaftGate, add_raft_service
 from controller.quorum_controller.config_file import DaemonConfig
 from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.facade import CommittedAcls, ControllerApi
+from controller.quorum_controller.gc_policy import GcPolicy
 from controller.quorum_controller.metrics import ControllerMetrics
 from controller.quorum_controller.ports import QuorumPort
 from controller.rpc import NOT_SERVING, bind, create_server
@@ -40,6 +41,9 @@ log = get_logger("metakraft.daemon")
 
 async def run_controller(config: DaemonConfig) -> int:
     cfg = config.driver
+    # Full collector passes over the metadata image would stop the process for
+    # hundreds of milliseconds at a million partitions (gc_policy.py).
+    GcPolicy().install()
     clock = SteadyWallClock()
     controller = QuorumController(config.controller, clock_ms=clock, rng=random.Random())
     driver = RaftDriver(cfg, controller, clock_ms=clock)
