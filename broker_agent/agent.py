@@ -25,12 +25,12 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from broker_agent.bulk import gc_paused
 from broker_agent.delta import ImageChanges, SnapshotPartition
 from broker_agent.image import MetadataImage
 from broker_agent.local_state import LocalPartitionStore
 from broker_agent.metrics import BrokerMetrics
 from broker_agent.reconciler import Plan, desired_replica, plan_delta, plan_full
+from controller.gc_policy import gc_paused
 from controller.log import get_logger
 
 log = get_logger("metakraft.broker")

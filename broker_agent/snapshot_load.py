@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from broker_agent.bulk import gc_paused
 from broker_agent.delta import SnapshotPartition, build_image_from_bytes
 from broker_agent.image import MetadataImage
 from broker_agent.loader import MetadataLoader
+from controller.gc_policy import gc_paused
 from controller.logformat import RecordBatch, SnapshotId
 from controller.quorum.driver import CommitListener
 from controller.storage import snapshot_file as sf

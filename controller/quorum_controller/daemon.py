@@ -21,13 +21,13 @@ from controller.api.access import Access
 from controller.api.admin_service import add_api_services
 from controller.api.audit_log import ApiMetrics
 from controller.api.seam import ControllerFacade
+from controller.gc_policy import GcPolicy
 from controller.log import get_logger
 from controller.quorum.driver import RaftDriver, SteadyWallClock
 from controller.quorum.service import RaftGate, add_raft_service
 from controller.quorum_controller.config_file import DaemonConfig
 from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.facade import CommittedAcls, ControllerApi
-from controller.quorum_controller.gc_policy import GcPolicy
 from controller.quorum_controller.metrics import ControllerMetrics
 from controller.quorum_controller.ports import QuorumPort
 from controller.rpc import NOT_SERVING, bind, create_server

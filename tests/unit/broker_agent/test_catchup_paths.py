@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from broker_agent.agent import BrokerAgent
-from broker_agent.bulk import gc_paused
 from broker_agent.delta import DeltaReplayError, build_image_from_bytes
 from broker_agent.local_state import (
     STATE_FILE,
@@ -27,6 +26,7 @@ from broker_agent.reconciler import (
     plan_full,
 )
 from broker_agent.snapshot_load import read_snapshot_image
+from controller.gc_policy import gc_paused
 from controller.logformat import SnapshotId
 from controller.records import RecordDecodeError, encode_record, make_record
 from controller.records import metadata_pb2 as pb

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.quorum_controller.gc_policy import GcPolicy
+from controller.gc_policy import GcPolicy
 
 
 class Cycle:
