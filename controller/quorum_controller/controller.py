@@ -30,7 +30,6 @@ from controller.api.seam import (
     NotControllerError,
     ReadConsistency,
 )
-from controller.gc_policy import gc_paused
 from controller.logformat import SnapshotId
 from controller.logformat.batch import BatchOrigin, RecordBatch
 from controller.metadata import MetadataState
@@ -125,9 +124,7 @@ class QuorumController(CommitListener):
             self.load_snapshot(latest.end_offset, latest.epoch, records)
 
     def load_snapshot(self, end_offset: int, epoch: int, records: Iterable[bytes]) -> None:
-        # Millions of new objects and no cycles: a collector pass would be wasted.
-        with gc_paused():
-            self.machine.load_snapshot(end_offset, epoch, records)
+        self.machine.load_snapshot(end_offset, epoch, records)
 
     def start(self) -> None:
         assert self._quorum is not None, "attach() first"
