@@ -2,7 +2,10 @@
 
 - broker -> partitions it is a replica of (ISR shrink/expansion without a full scan);
 - broker -> partitions it is a replica of but not in the ISR (ISR expansion);
-- partitions without a leader (offline) and partitions being reassigned.
+- partitions without a leader (offline) and partitions being reassigned;
+- broker -> how many partitions it leads (a controlled shutdown asks "does it still
+  lead anything" on every heartbeat: a scan of a large broker's partitions took
+  ~75 ms once it led nothing).
 
 They live on the same ``SnapshotRegistry`` as the partitions, so a revert undoes them
 with the rest. The broker indexes are plain dicts of timeline sets that only ever
@@ -12,10 +15,11 @@ need no history.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from controller.records.domain import NO_LEADER, PartitionRegistration
-from timeline import SnapshotRegistry, TimelineHashSet
+from timeline import SnapshotRegistry, TimelineHashMap, TimelineHashSet
 
 PartKey = tuple[str, int]  # (topic id, partition index)
 
@@ -30,6 +34,8 @@ class PartitionIndex:
         # Led by another replica than its first (preferred) one: Kafka's
         # PreferredReplicaImbalanceCount, kept as an index (no scan to count it).
         self.not_preferred: TimelineHashSet[PartKey] = TimelineHashSet(registry)
+        # Broker id -> partitions it leads (> 0; a broker leading none is absent).
+        self.led_count: TimelineHashMap[int, int] = TimelineHashMap(registry)
 
     def reindex(
         self, key: PartKey, old: PartitionRegistration | None, new: PartitionRegistration | None
@@ -38,6 +44,11 @@ class PartitionIndex:
         if old is None and new is not None:
             self.add_new(((key, new),))
             return
+        old_leader = old.leader if old is not None else NO_LEADER
+        new_leader = new.leader if new is not None else NO_LEADER
+        if old_leader != new_leader:
+            self._count_led(old_leader, -1)
+            self._count_led(new_leader, 1)
         old_replicas = set(old.replicas) if old else set()
         new_replicas = set(new.replicas) if new else set()
         for broker_id in old_replicas - new_replicas:
@@ -69,7 +80,9 @@ class PartitionIndex:
         per broker, one ``add_all`` each."""
         by_broker: dict[int, list[PartKey]] = {}
         out_of_isr: dict[int, list[PartKey]] = {}
+        leaders: Counter[int] = Counter()
         for key, new in fresh:
+            leaders[new.leader] += 1
             for broker_id in new.replicas:
                 found = by_broker.get(broker_id)
                 if found is None:
@@ -89,6 +102,18 @@ class PartitionIndex:
             self._index_set(self.replica_of, broker_id).add_all(keys)
         for broker_id, keys in out_of_isr.items():
             self._index_set(self.out_of_isr, broker_id).add_all(keys)
+        for broker_id, count in leaders.items():
+            self._count_led(broker_id, count)
+
+    def _count_led(self, broker_id: int, delta: int) -> None:
+        if broker_id == NO_LEADER:
+            return
+        count = self.led_count.get(broker_id, 0) + delta
+        assert count >= 0, (broker_id, count)
+        if count:
+            self.led_count[broker_id] = count
+        else:
+            del self.led_count[broker_id]
 
     def _index_set(
         self, index: dict[int, TimelineHashSet[PartKey]], broker_id: int
@@ -111,6 +136,8 @@ class PartitionIndex:
         for index, expected in ((self.replica_of, replica_of), (self.out_of_isr, out_of_isr)):
             actual = {b: set(s) for b, s in index.items() if s}
             assert actual == expected, (actual, expected)
+        led = Counter(p.leader for _k, p in items if p.leader != NO_LEADER)
+        assert dict(self.led_count.items()) == dict(led), (dict(self.led_count.items()), led)
         leaderless = {k for k, p in items if p.leader == NO_LEADER}
         assert set(self.leaderless) == leaderless
         moving = {k for k, p in items if p.adding_replicas or p.removing_replicas}

@@ -261,8 +261,7 @@ class ReplicationControlManager:
         return [b for b, keys in self._index.replica_of.items() if keys]
 
     def leads_any(self, broker_id: int) -> bool:
-        index = self._index.replica_of.get(broker_id, ())
-        return any(self._partitions[key].leader == broker_id for key in index)
+        return broker_id in self._index.led_count
 
     def change_record(
         self,

@@ -221,6 +221,28 @@ def test_controlled_shutdown_moves_leadership_then_lets_broker_stop() -> None:
     h.check()
 
 
+def test_the_leader_count_answers_leads_any_and_reverts_with_the_state() -> None:
+    # A shutting-down broker asks on every heartbeat whether it still leads anything;
+    # the answer is a per-broker count kept by replay, not a scan of its partitions.
+    h = Harness()
+    h.add_brokers([1, 2, 3])
+    h.create("t", partitions=6, rf=2)
+    replication = h.state.replication
+    led = {b: sum(1 for p in range(6) if h.part("t", p).leader == b) for b in (1, 2, 3)}
+    assert led[1] > 0
+    assert {b: replication.leads_any(b) for b in (1, 2, 3)} == {b: n > 0 for b, n in led.items()}
+    assert dict(replication._index.led_count.items()) == {b: n for b, n in led.items() if n}
+    before = h.committed
+    h.heartbeat(1, want_shutdown=True)
+    assert not replication.leads_any(1)
+    h.check()
+    h.state.registry.revert_to_snapshot(before)
+    h.resync()
+    assert replication.leads_any(1)
+    assert dict(replication._index.led_count.items()) == {b: n for b, n in led.items() if n}
+    replication.check_indexes()
+
+
 def test_fenced_broker_may_shut_down_at_once() -> None:
     h = Harness()
     h.register(1)
