@@ -16,10 +16,10 @@ in the order `Ready` prescribes:
 4. committed batches handed in order to the listener, and proposals answered;
 5. leadership changes reported; fetched snapshots made durable and loaded.
 
-The fsync runs on the event loop thread: it costs ~0.1-0.6 ms on the disks we
-run on, and running it elsewhere would need the log to be thread-safe. While it
-runs, events pile up in the inbox, which is exactly what makes the next fsync
-cover many of them.
+The fsync runs in a worker thread (`asyncio.to_thread`) while the node task, the
+log's only writer, waits for it: the event loop keeps accepting requests and
+answers meanwhile, and they pile up in the inbox, which is exactly what makes the
+next fsync cover many of them.
 """
 
 from __future__ import annotations
