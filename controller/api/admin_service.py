@@ -1,8 +1,10 @@
 """The Admin gRPC service, served from the table of RPCs (`controller.api.rpcs`).
 
 For each request: decode (malformed → INVALID_ARGUMENT), find the caller (the
-principal from its certificate), authorize it by the RPC's rule (PERMISSION_DENIED,
-nothing written), then one facade call, converted back. The status-code contract is
+principal from its certificate), redirect what a standby would not serve
+(FAILED_PRECONDITION with the leader, before authorizing: a standby's ACLs may lag),
+authorize it by the RPC's rule (PERMISSION_DENIED, nothing written), then one facade
+call, converted back. The status-code contract is
 in admin.proto's header; ``handlers.guarded`` implements it. ``add_api_services``
 registers Admin, BrokerLifecycle, health and reflection.
 """
@@ -43,6 +45,7 @@ def admin_handler(spec: AdminRpc, facade: ControllerFacade, access: Access,
                             header.request_id if header is not None else "",
                             _consistency(header))
             audit.principal, audit.request_id = origin.principal, origin.request_id
+            facade.check_serves(write=spec.write, consistency=origin.consistency)
             call = Call(caller, access, origin)
             spec.authorize(request, call)
             return await spec.handle(facade, request, call)

@@ -197,6 +197,12 @@ class ControllerFacade(Protocol):
     @property
     def cluster_id(self) -> str: ...
 
+    def check_serves(self, *, write: bool, consistency: ReadConsistency) -> None:
+        """Raise `NotControllerError` when this node would refuse the request anyway
+        (a write or a linearizable read on a standby). Called before authorization:
+        a standby's ACLs are as of its committed offset, which may lag the active
+        controller's, and a request it would not serve must be redirected, not denied."""
+
     async def create_topics(
         self, topics: Sequence[CreatableTopic], *, validate_only: bool, origin: Origin
     ) -> tuple[CreateTopicResult, ...]: ...

@@ -16,6 +16,7 @@ from controller.api.seam import (
     ClusterDescription,
     Origin,
     QuorumDescription,
+    ReadConsistency,
     ReplicaState,
     VoterChangeKind,
     VoterChangeOutcome,
@@ -56,7 +57,7 @@ from controller.metadata import (
 )
 from controller.quorum.proposals import ProposalLostError
 from controller.quorum_controller.controller import QuorumController
-from controller.quorum_controller.events import RequestTooLargeError
+from controller.quorum_controller.events import Mode, RequestTooLargeError
 from controller.quorum_controller.ports import QuorumPort
 from controller.raft.voters import Voter, VoterChangeError
 from controller.security.acl import AclBinding, AclFilter
@@ -106,6 +107,11 @@ class ControllerApi:
     @property
     def cluster_id(self) -> str:
         return self.controller.settings.cluster_id
+
+    def check_serves(self, *, write: bool, consistency: ReadConsistency) -> None:
+        machine = self.controller.machine
+        if machine.mode is Mode.STANDBY and (write or consistency is ReadConsistency.LINEARIZABLE):
+            raise machine.not_controller()
 
     # ---------------------------------------------------------------- helpers
 

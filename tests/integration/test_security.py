@@ -123,6 +123,33 @@ def test_deny_overrides_allow_and_listings_leave_out_what_is_denied(
     assert topic_names(cluster, "mallory") == []
 
 
+def test_a_standby_redirects_writes_before_authorizing_them(cluster: ControllerCluster) -> None:
+    # A standby's ACLs are as of its committed offset, which may lag the active
+    # controller's: just after a grant it used to deny the write the grant allows.
+    # It judges no write: it names the active controller, which authorizes.
+    active = wait_until(cluster.active_node, 20.0, "leader")
+    request = apb.CreateTopicsRequest(topics=[apb.CreatableTopic(
+        name="never-granted", num_partitions=1, replication_factor=3)])
+    for node in cluster.nodes.values():
+        channel = create_sync_channel(node.address, tls=cluster.credentials("alice"))
+        try:
+            with pytest.raises(grpc.RpcError) as exc:
+                apb_grpc.AdminStub(channel).CreateTopics(request, timeout=10)
+        finally:
+            channel.close()
+        error: grpc.Call = exc.value  # type: ignore[assignment]
+        trailing = dict(error.trailing_metadata() or ())
+        if node is active:
+            assert error.code() is grpc.StatusCode.PERMISSION_DENIED, error
+        else:
+            assert error.code() is grpc.StatusCode.FAILED_PRECONDITION, error
+            assert trailing.get("x-metakraft-leader-address") == active.address, trailing
+    # The client follows the redirect and gets the active controller's verdict.
+    with client(cluster, "alice") as alice, pytest.raises(RequestFailedError) as denied_exc:
+        alice.create_topics([CreatableTopic("never-granted", 1, 3)])
+    assert "not allowed CREATE" in denied(denied_exc)
+
+
 def test_a_super_user_bypasses_even_a_deny(cluster: ControllerCluster) -> None:
     deny_admin = topic_acl("*", Operation.ALL, Permission.DENY, principal="User:admin")
     grant(cluster, deny_admin)

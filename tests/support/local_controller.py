@@ -28,6 +28,7 @@ from controller.api.seam import (
     ClusterDescription,
     Origin,
     QuorumDescription,
+    ReadConsistency,
     ReplicaState,
     VoterChangeKind,
     VoterChangeOutcome,
@@ -163,6 +164,9 @@ class LocalController:
     @property
     def cluster_id(self) -> str:
         return self._cluster_id
+
+    def check_serves(self, *, write: bool, consistency: ReadConsistency) -> None:
+        """Always the active controller: it serves everything."""
 
     async def create_topics(
         self, topics: Sequence[CreatableTopic], *, validate_only: bool, origin: Origin
