@@ -57,7 +57,7 @@ from controller.metadata import (
 )
 from controller.quorum.proposals import ProposalLostError
 from controller.quorum_controller.controller import QuorumController
-from controller.quorum_controller.events import Mode, RequestTooLargeError
+from controller.quorum_controller.events import RequestTooLargeError
 from controller.quorum_controller.ports import QuorumPort
 from controller.raft.voters import Voter, VoterChangeError
 from controller.security.acl import AclBinding, AclFilter
@@ -110,7 +110,7 @@ class ControllerApi:
 
     def check_serves(self, *, write: bool, consistency: ReadConsistency) -> None:
         machine = self.controller.machine
-        if machine.mode is Mode.STANDBY and (write or consistency is ReadConsistency.LINEARIZABLE):
+        if machine.refuses(write=write, consistency=consistency):
             raise machine.not_controller()
 
     # ---------------------------------------------------------------- helpers

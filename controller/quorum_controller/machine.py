@@ -228,6 +228,11 @@ class ControllerMachine:
 
     # ------------------------------------------------------------------ stimuli
 
+    def refuses(self, *, write: bool, consistency: ReadConsistency) -> bool:
+        """Whether `request` would answer `not_controller()` now: a standby serves
+        stale reads only."""
+        return self._mode is Mode.STANDBY and (write or consistency is not ReadConsistency.STALE)
+
     def request(self, req: Request, node: NodeAccess, now_ms: int) -> None:
         """An admin request, run now (on the Raft node's turn)."""
         self._sync_leadership(node, now_ms)
