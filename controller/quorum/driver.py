@@ -324,7 +324,7 @@ class RaftDriver:
                               self._snapshots, self._rng, quorum_state=stored,
                               now_ms=self._clock_ms(),
                               voters=starting_voters(meta, data_dir, self._log.snapshot_id))
-        self._applied_offset = self._log.start_offset
+        self._applied_offset = self._log.start_offset  # the snapshot's end
         self._running = True
         self._tasks = [asyncio.create_task(self._run(), name=f"raft-node-{cfg.node_id}"),
                        asyncio.create_task(self._ticker(), name=f"raft-ticker-{cfg.node_id}")]
@@ -412,7 +412,7 @@ class RaftDriver:
         """The local log as the tier copier and local retention see it now."""
         node, log = self._node, self._log
         assert node is not None and log is not None, "driver not started"
-        return LocalLogView(tuple(log.segment_infos()), log.local_start_offset,
+        return LocalLogView(tuple(log.segment_infos()), log.retained_start_offset,
                             log.start_offset, log.snapshot_id.epoch, node.high_watermark,
                             node.flushed_offset)
 

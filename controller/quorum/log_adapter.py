@@ -7,8 +7,10 @@ snapshot directory satisfy `SnapshotStore` (controller/raft/snapshot.py).
 Differences bridged here:
 
 - The core's log starts exactly at its snapshot (`start_offset ==
-  snapshot_id.end_offset`), while `SegmentedLog` deletes whole segments only, so
-  it may still hold batches below the snapshot. The adapter hides them.
+  snapshot_id.end_offset`), while `SegmentedLog` deletes whole segments only (and
+  keeps what a remote tier has not copied yet), so it may still hold batches below
+  the snapshot: the core sees them as the retained prefix (`retained_start_offset`),
+  which a leader serves to fetchers.
 - `SegmentedLog.last_epoch` is -1 for a log without batches; the core wants the
   snapshot's epoch. `end_offset_for_epoch` follows the core's contract (largest
   epoch <= the one asked, None below the snapshot), not Kafka's.
@@ -37,6 +39,23 @@ from controller.storage.meta_properties import DataDir
 RECENT_BATCHES = 1024
 
 
+def _log_ends_snapshot(log: SegmentedLog, snapshot_id: SnapshotId) -> bool:
+    """Does the local log agree with the snapshot where the snapshot ends: no batch
+    there at all, or the batch ending there in the snapshot's epoch, and a boundary?
+    (The log is at least as long as the snapshot.)"""
+    offset = snapshot_id.end_offset
+    if offset <= log.start_offset:
+        return True
+    history = log.epoch_history()
+    i = bisect_right([s for _, s in history], offset - 1)
+    if i == 0 or history[i - 1][0] != snapshot_id.epoch:
+        return False
+    if offset == log.end_offset:
+        return True
+    data = log.read(offset, 1)
+    return bool(data) and decode_batch(data[0])[0].base_offset == offset
+
+
 class DurableRaftLog:
     """A `RaftLog` over a `SegmentedLog`, its leader-epoch checkpoint and the newest
     snapshot. One owner (the driver's node task); not thread-safe."""
@@ -61,9 +80,10 @@ class DurableRaftLog:
             raise LogCorruptionError(str(log.directory), f"log starts at {log.start_offset} "
                                      f"but the newest snapshot ends at {snapshot_id.end_offset}: "
                                      "records in between are missing", log.start_offset)
-        if log.end_offset < snapshot_id.end_offset:
+        if log.end_offset < snapshot_id.end_offset or not _log_ends_snapshot(log, snapshot_id):
             # A crash between installing a fetched snapshot and emptying the log:
-            # finish the reset (the snapshot is durable, the old log is obsolete).
+            # finish the reset (the snapshot is durable, the old log is obsolete, and
+            # may even differ from it below its end, if it held an uncommitted tail).
             log.truncate_fully_and_start_at(snapshot_id.end_offset)
         self._sync_checkpoint()
 
@@ -100,16 +120,21 @@ class DurableRaftLog:
     def snapshot_id(self) -> SnapshotId:
         return self._snapshot
 
+    @property
+    def retained_start_offset(self) -> int:
+        return self._log.start_offset
+
     def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
-        if epoch < self._snapshot.epoch:
-            return None
-        # History below the snapshot may still be on disk (whole segments only are
-        # deleted); it can only hold epochs <= the snapshot's, hence the max below.
+        # (epoch, start offset) of every epoch the local segments hold, retained
+        # batches below the snapshot included.
         entries = self._log.epoch_history()
+        retains = self._log.start_offset < self._snapshot.end_offset and bool(entries)
+        if epoch < (entries[0][0] if retains else self._snapshot.epoch):
+            return None
         i = bisect_right([e for e, _ in entries], epoch)
         found = entries[i - 1][0] if i > 0 else self._snapshot.epoch
         end = entries[i][1] if i < len(entries) else self.end_offset
-        return EpochEndOffset(max(found, self._snapshot.epoch), end)
+        return EpochEndOffset(found, end)
 
     def append(self, batch: RecordBatch) -> None:
         if batch.base_offset != self.end_offset:
@@ -128,8 +153,8 @@ class DurableRaftLog:
             del recent[next(iter(recent))]
 
     def read(self, from_offset: int, max_batches: int, max_bytes: int) -> list[RecordBatch]:
-        if not self.start_offset <= from_offset <= self.end_offset:
-            raise ValueError(f"read at {from_offset} outside [{self.start_offset}, "
+        if not self.retained_start_offset <= from_offset <= self.end_offset:
+            raise ValueError(f"read at {from_offset} outside [{self.retained_start_offset}, "
                              f"{self.end_offset}]")
         if from_offset == self.end_offset or max_batches <= 0:
             return []
@@ -189,15 +214,9 @@ class DurableRaftLog:
             return
         if offset > self.end_offset:
             raise ValueError(f"delete below {offset} beyond log end {self.end_offset}")
-        # The record at offset - 1 must carry the snapshot's epoch: the latest
-        # epoch starting at or before it.
-        history = self._log.epoch_history()
-        i = bisect_right([s for _, s in history], offset - 1)
-        epoch_at = history[i - 1][0] if i > 0 else None
-        if epoch_at != snapshot_id.epoch:
-            raise ValueError(f"snapshot {snapshot_id} does not match the log")
-        if offset < self.end_offset:
-            self._check_boundary(offset)
+        if not _log_ends_snapshot(self._log, snapshot_id):
+            raise ValueError(f"snapshot {snapshot_id} does not match the log (epoch "
+                             "or batch boundary)")
         self._snapshot = snapshot_id
         self._delete_local_below(offset)
 
@@ -224,11 +243,6 @@ class DurableRaftLog:
         up to `to_offset` (exclusive, a batch boundary), at most about `max_bytes`."""
         return self._log.read(from_offset, max_bytes, max_offset=to_offset)
 
-    @property
-    def local_start_offset(self) -> int:
-        """The first offset the local segments hold (may be below `start_offset`)."""
-        return self._log.start_offset
-
     # -- driver side -----------------------------------------------------------
 
     @property
@@ -254,10 +268,6 @@ class DurableRaftLog:
     def close(self) -> None:
         self._log.close()
 
-    def _check_boundary(self, offset: int) -> None:
-        data = self._log.read(offset, 1)
-        if not data or decode_batch(data[0])[0].base_offset != offset:
-            raise ValueError(f"offset {offset} is not a batch boundary")
 
     def _sync_checkpoint(self) -> None:
         # The log rebuilds its epoch history from the batches on open, so it is

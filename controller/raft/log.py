@@ -6,6 +6,12 @@ The real `SegmentedLog` is adapted to `RaftLog` by the driver. The contract:
   The log holds the batches in [start_offset, end_offset); everything below
   `start_offset` is covered by the snapshot `snapshot_id` (end_offset ==
   start_offset).
+* Below the snapshot the log may still keep a committed prefix, [retained_start_offset,
+  start_offset): compaction deletes whole segments, and a remote tier keeps what it has
+  not copied yet. A leader serves fetches from there (`read`, `end_offset_for_epoch`)
+  instead of sending the snapshot, so a follower a little behind keeps its own log,
+  history included, rather than dropping it for a snapshot. Nothing else looks below
+  `start_offset`: voter sets, truncation and the state machine start at the snapshot.
 * `append` and `truncate_to` are buffered: they take effect in memory at once and
   reach disk, in order, when the driver flushes (the core asks with
   `Ready.flush_to_offset` and learns of completion through `RaftNode.flushed`).
@@ -27,7 +33,15 @@ from controller.logformat import EMPTY_SNAPSHOT, EpochEndOffset, RecordBatch, Sn
 
 class RaftLog(Protocol):
     @property
-    def start_offset(self) -> int: ...
+    def start_offset(self) -> int:
+        """Where the log proper starts: the snapshot's end."""
+        ...
+
+    @property
+    def retained_start_offset(self) -> int:
+        """The first offset `read` serves (<= start_offset): the batches kept below the
+        snapshot are committed and stay readable until retention deletes them."""
+        ...
 
     @property
     def end_offset(self) -> int:
@@ -47,8 +61,9 @@ class RaftLog(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
         """The largest epoch <= `epoch` in the log's history and where it ends.
 
-        None when `epoch` is older than the snapshot's epoch: that history is gone
-        and the asker must be sent the snapshot.
+        None when `epoch` is older than every epoch the log still holds (the snapshot's,
+        or the oldest retained below it): that history is gone and the asker must be
+        sent the snapshot.
         """
         ...
 
@@ -57,13 +72,14 @@ class RaftLog(Protocol):
         ...
 
     def read(self, from_offset: int, max_batches: int, max_bytes: int) -> list[RecordBatch]:
-        """Batches from the one containing `from_offset` (in [start_offset,
+        """Batches from the one containing `from_offset` (in [retained_start_offset,
         end_offset]; nothing at end_offset); at least one batch when any exists,
         even if it alone exceeds `max_bytes`."""
         ...
 
     def truncate_to(self, offset: int) -> None:
-        """Buffered removal of every record >= `offset` (a batch boundary)."""
+        """Buffered removal of every record >= `offset` (a batch boundary, >=
+        start_offset: what a snapshot covers is committed)."""
         ...
 
     def control_batches(self, from_offset: int) -> Iterator[RecordBatch]:
@@ -76,8 +92,8 @@ class RaftLog(Protocol):
         ...
 
     def delete_below(self, snapshot_id: SnapshotId) -> None:
-        """Drop the batches below `snapshot_id.end_offset`, a batch boundary in the
-        log, and record the snapshot as the log start (durable)."""
+        """Record `snapshot_id` as the log start and drop the batches below its end
+        offset (a batch boundary in the log) that retention lets go (durable)."""
         ...
 
 
@@ -92,11 +108,17 @@ class MemoryRaftLog:
     In memory: `_batches`. On "disk": `_durable_batches` and `_durable_snapshot`,
     updated by `sync` (what a flush does) and read back by `crash`. Writes not yet
     synced sit in `_pending` as ("append", batch) / ("truncate", offset) operations
-    in the order they were made.
+    in the order they were made. `retain_batches` models retention below the
+    snapshot: compaction keeps that many batches below it.
     """
 
-    def __init__(self, snapshot_id: SnapshotId = EMPTY_SNAPSHOT) -> None:
+    def __init__(self, snapshot_id: SnapshotId = EMPTY_SNAPSHOT, *,
+                 retain_batches: int = 0) -> None:
+        assert retain_batches >= 0, retain_batches
         self._snapshot = snapshot_id
+        self._retain_batches = retain_batches
+        # Invariant: contiguous batches covering [retained_start_offset, end_offset);
+        # those below the snapshot are a committed prefix.
         self._batches: list[RecordBatch] = []
         # Parallel to _batches, for bisection.
         self._bases: list[int] = []
@@ -115,6 +137,10 @@ class MemoryRaftLog:
         return self._snapshot.end_offset
 
     @property
+    def retained_start_offset(self) -> int:
+        return self._bases[0] if self._bases else self._snapshot.end_offset
+
+    @property
     def end_offset(self) -> int:
         return self._batches[-1].next_offset if self._batches else self._snapshot.end_offset
 
@@ -127,7 +153,8 @@ class MemoryRaftLog:
         return self._snapshot
 
     def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
-        if epoch < self._snapshot.epoch:
+        retains = bool(self._bases) and self._bases[0] < self._snapshot.end_offset
+        if epoch < (self._epochs[0] if retains else self._snapshot.epoch):
             return None
         # Number of batches whose epoch is <= `epoch` (epochs never decrease).
         i = bisect_right(self._epochs, epoch)
@@ -150,10 +177,9 @@ class MemoryRaftLog:
         return (b for b in self._batches if b.is_control and b.next_offset > from_offset)
 
     def read(self, from_offset: int, max_batches: int, max_bytes: int) -> list[RecordBatch]:
-        if not self.start_offset <= from_offset <= self.end_offset:
-            raise ValueError(
-                f"read at {from_offset} outside [{self.start_offset}, {self.end_offset}]"
-            )
+        if not self.retained_start_offset <= from_offset <= self.end_offset:
+            raise ValueError(f"read at {from_offset} outside "
+                             f"[{self.retained_start_offset}, {self.end_offset}]")
         if from_offset == self.end_offset:
             return []
         i = bisect_right(self._bases, from_offset) - 1
@@ -169,6 +195,8 @@ class MemoryRaftLog:
     def truncate_to(self, offset: int) -> None:
         if offset >= self.end_offset:
             return
+        if offset < self.start_offset:
+            raise ValueError(f"truncate to {offset} below the log start {self.start_offset}")
         i = self._index_of(offset)
         del self._batches[i:], self._bases[i:], self._epochs[i:]
         self._pending.append(("truncate", offset))
@@ -190,8 +218,11 @@ class MemoryRaftLog:
         if i > 0 and self._batches[i - 1].epoch != snapshot_id.epoch:
             raise ValueError(f"snapshot {snapshot_id} does not match the log")
         self._snapshot = self._durable_snapshot = snapshot_id
+        i = max(0, i - self._retain_batches)
+        keep_from = self._bases[i] if i < len(self._bases) else offset
         del self._batches[:i], self._bases[:i], self._epochs[:i]
-        self._durable_batches = [b for b in self._durable_batches if b.base_offset >= offset]
+        self._durable_batches = [b for b in self._durable_batches
+                                 if b.base_offset >= keep_from]
 
     # -- test and simulation helpers ------------------------------------------
 

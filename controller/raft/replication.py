@@ -29,10 +29,12 @@ def check_fetch_position(
     to `fetch_offset`: all records of one epoch come from its one leader at the
     same offsets, so by Log Matching (§5.3) the fetcher's whole prefix equals ours.
     Otherwise we return our largest epoch <= `last_fetched_epoch` and its end, the
-    point the fetcher truncates to. An offset below our log start, or an epoch
-    older than our snapshot, can only be answered with the snapshot.
+    point the fetcher truncates to. Batches we retain below our snapshot count: a
+    fetcher a little behind the snapshot is served records, not the snapshot. An
+    offset below what we retain, or an epoch older than all we hold, can only be
+    answered with the snapshot.
     """
-    if fetch_offset < log.start_offset:
+    if fetch_offset < log.retained_start_offset:
         return FetchCheck.SNAPSHOT, None
     found = log.end_offset_for_epoch(last_fetched_epoch)
     if found is None:
@@ -48,8 +50,9 @@ def follower_truncation_offset(log: RaftLog, diverging: EpochEndOffset) -> int:
     The leader's epoch `diverging.epoch` ends at `diverging.end_offset`; ours at
     our own end for that epoch. Below the smaller of the two both logs hold the
     same records when both have that epoch, so this never cuts a record the
-    leader has (and hence never a committed one). The fetcher may have to go round again if an older epoch
-    diverges too.
+    leader has (and hence never a committed one), nor below our snapshot (the
+    leader may answer from batches it retains below its own). The fetcher may have
+    to go round again if an older epoch diverges too.
     """
     own = log.end_offset_for_epoch(diverging.epoch)
     own_end = log.start_offset if own is None else own.end_offset

@@ -100,10 +100,10 @@ class FixedRandom:
 
 
 class Node:
-    def __init__(self, config: RaftConfig, jitter: float) -> None:
+    def __init__(self, config: RaftConfig, jitter: float, retain_batches: int = 0) -> None:
         self.config = config
         self.jitter = jitter
-        self.log = MemoryRaftLog()
+        self.log = MemoryRaftLog(retain_batches=retain_batches)
         self.store = MemorySnapshotStore()
         self.qs: QuorumState | None = None
         self.raft: RaftNode | None = None
@@ -228,6 +228,8 @@ class Script:
         voters = frozenset(int(v) for v in opts.pop("voters").split(","))
         observers = [int(v) for v in opts.pop("observers", "").split(",") if v]
         late = {int(v) for v in opts.pop("late", "").split(",") if v}
+        # Batches each log keeps below its snapshot when compacted.
+        retain = int(opts.pop("retain", "0"))
         jitter = {
             int(k): float(v)
             for k, v in (p.split(":") for p in opts.pop("jitter", "").split(",") if p)
@@ -245,7 +247,7 @@ class Script:
             directory_id = f"d{node_id}.1" if dynamic else ""
             config = RaftConfig(node_id=node_id, cluster_id=CLUSTER_ID, voters=voters,
                                 directory_id=directory_id, **overrides)
-            self.nodes[node_id] = Node(config, jitter.get(node_id, (0.3 * i) % 1.0))
+            self.nodes[node_id] = Node(config, jitter.get(node_id, (0.3 * i) % 1.0), retain)
             self.nodes[node_id].dynamic = dynamic
         if dynamic:
             bootstrap = VoterSet.of(self.nodes[v].voter for v in voters)
@@ -446,6 +448,11 @@ class Script:
         actual = self.raft(int(node_id)).log.start_offset
         if actual != int(offset):
             raise ScriptError(f"node {node_id} log starts at {actual}, expected {offset}")
+
+    def expect_retained(self, node_id: str, offset: str) -> None:
+        actual = self.raft(int(node_id)).log.retained_start_offset
+        if actual != int(offset):
+            raise ScriptError(f"node {node_id} retains its log from {actual}, expected {offset}")
 
     def expect_voted(self, node_id: str, candidate: str) -> None:
         actual = self.raft(int(node_id)).voted_for

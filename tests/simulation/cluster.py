@@ -44,6 +44,10 @@ class Cluster:
         self.history = History()
         self._queue: list[tuple[int, int, str, tuple[Any, ...]]] = []
         self._seq = 0
+        # Batches each log keeps below its snapshot when compacted (a leader serves
+        # fetches from them). Drawn apart from `rng`, so that each seed's faults stay
+        # what they were before retention was modelled.
+        self.retain_batches = random.Random(seed * 7919 + 1).choice((0, 0, 2, 16))
         n_voters = self.rng.choice((3, 3, 5))
         n_observers = self.rng.choice((1, 2))
         voters = frozenset(range(1, n_voters + 1))
@@ -402,7 +406,7 @@ class Cluster:
         victim.disk += 1
         victim.config = attrs.evolve(victim.config,
                                      directory_id=f"d{victim.id}.{victim.disk}")
-        victim.log = SimLog(victim.id, self.check_truncation)
+        victim.log = SimLog(victim.id, self.check_truncation, self.retain_batches)
         victim.store = MemorySnapshotStore()
         victim.durable_qs = None
         victim.max_epoch_sent = victim.epoch_seen = victim.hw_seen = 0

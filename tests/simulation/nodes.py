@@ -27,8 +27,9 @@ CLUSTER_ID = "sim-cluster"
 class SimLog(MemoryRaftLog):
     """A MemoryRaftLog that reports every truncation to the checker first."""
 
-    def __init__(self, node_id: int, on_truncate: Callable[[int, SimLog, int], None]) -> None:
-        super().__init__()
+    def __init__(self, node_id: int, on_truncate: Callable[[int, SimLog, int], None],
+                 retain_batches: int = 0) -> None:
+        super().__init__(retain_batches=retain_batches)
         self.node_id = node_id
         self._on_truncate = on_truncate
 
@@ -113,7 +114,7 @@ class SimNode:
         # Configured as a voter (a controller, in the system simulation); the voter
         # set of a dynamic quorum may change since (RaftNode.is_voter says).
         self.is_voter = node_id in voters
-        self.log = SimLog(node_id, cluster.check_truncation)
+        self.log = SimLog(node_id, cluster.check_truncation, cluster.retain_batches)
         self.store = MemorySnapshotStore()
         self.durable_qs: QuorumState | None = None
         self.raft: RaftNode | None = None

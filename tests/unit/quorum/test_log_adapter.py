@@ -15,7 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.logformat import EMPTY_SNAPSHOT, BatchOrigin, RecordBatch, SnapshotId
+from controller.logformat import (
+    EMPTY_SNAPSHOT,
+    BatchOrigin,
+    EpochEndOffset,
+    RecordBatch,
+    SnapshotId,
+)
 from controller.quorum.log_adapter import DurableRaftLog, FileSnapshotStore
 from controller.raft.log import MemoryRaftLog, RaftLog
 from controller.storage import snapshot_file as sf
@@ -110,12 +116,75 @@ def test_delete_below_and_reset(make_log: Callable[[], RaftLog]) -> None:
     assert (log.start_offset, log.end_offset, log.snapshot_id) == (2, 4, SnapshotId(2, 1))
     assert log.end_offset_for_epoch(0) is None
     assert [b.base_offset for b in log.read(2, 10, 100)] == [2]
+    # Below the snapshot a log may retain a prefix (the durable log deletes whole
+    # segments only: here its one segment stays); reads start there, not lower.
+    retained = log.retained_start_offset
+    assert retained in (0, 2)
+    assert log.read(retained, 10, 100)[0].base_offset == retained
     with pytest.raises(ValueError):
-        log.read(0, 10, 100)
+        log.read(retained - 1, 10, 100)
+    with pytest.raises(ValueError):
+        log.truncate_to(0)  # what the snapshot covers is committed
     log.reset_to_snapshot(SnapshotId(10, 4))
+    assert log.retained_start_offset == 10
     assert (log.start_offset, log.end_offset, log.last_epoch) == (10, 10, 4)
     log.append(batch(10, 5))
     assert log.last_epoch == 5
+
+
+def test_the_retained_prefix_below_the_snapshot_serves_reads_and_epochs(
+        tmp_path: Path) -> None:
+    """A leader answers a fetcher a little behind its snapshot from the batches it
+    still keeps below it: the memory model keeps a count of batches, the durable
+    log whole segments."""
+    memory = MemoryRaftLog(retain_batches=1)
+    durable = DurableRaftLog.open(_data_dir(tmp_path / "d"))
+    try:
+        for log in (memory, durable):
+            log.append(batch(0, 1, 2))
+            if log is durable:
+                durable._log.roll()  # segments [0, 2) and [2, ...)
+            log.append(batch(2, 2, 2))
+            log.append(batch(4, 3, 2))
+            log.delete_below(SnapshotId(6, 3))
+            # The snapshot is the log proper's start; the batch [4, 6) (memory) or
+            # the segment [2, 6) (durable) is retained below it.
+            assert (log.start_offset, log.end_offset, log.last_epoch) == (6, 6, 3)
+        assert (memory.retained_start_offset, durable.retained_start_offset) == (4, 2)
+        for log in (memory, durable):
+            assert log.end_offset_for_epoch(1) is None  # older than anything held
+            assert log.end_offset_for_epoch(3) == EpochEndOffset(3, 6)
+            assert log.end_offset_for_epoch(9) == EpochEndOffset(3, 6)
+            assert log.read(4, 10, 100) == [batch(4, 3, 2)]
+        assert durable.end_offset_for_epoch(2) == EpochEndOffset(2, 4)
+        assert memory.end_offset_for_epoch(2) is None
+        # Reset to a snapshot drops the prefix too.
+        for log in (memory, durable):
+            log.reset_to_snapshot(SnapshotId(20, 4))
+            assert log.retained_start_offset == 20 and log.end_offset_for_epoch(3) is None
+    finally:
+        durable.close()
+
+
+def test_reopening_drops_a_log_that_disagrees_with_the_newest_snapshot(
+        tmp_path: Path) -> None:
+    """A crash between installing a fetched snapshot and emptying the log leaves a
+    log as long as the snapshot whose batch at its end is of another epoch (an
+    uncommitted tail the leader replaced): reopening finishes the reset."""
+    data_dir = _data_dir(tmp_path / "d")
+    log = DurableRaftLog.open(data_dir)
+    log.append(batch(0, 1, 3))
+    log.append(batch(3, 2, 3))
+    log.flush()
+    log.close()
+    with sf.SnapshotWriter(data_dir.snapshot_dir, SnapshotId(4, 3)) as writer:
+        writer.freeze()
+    log = DurableRaftLog.open(data_dir)
+    try:
+        assert (log.retained_start_offset, log.start_offset, log.end_offset) == (4, 4, 4)
+        assert log.last_epoch == 3
+    finally:
+        log.close()
 
 
 def test_durable_log_survives_reopen(tmp_path: Path) -> None:
@@ -191,8 +260,8 @@ ops = st.lists(
 
 def _observe(log: RaftLog) -> tuple[object, ...]:
     epochs = tuple(log.end_offset_for_epoch(e) for e in range(0, 8))
-    return (log.start_offset, log.end_offset, log.last_epoch, log.snapshot_id, epochs,
-            tuple(log.read(log.start_offset, 1000, 10**6)))
+    return (log.start_offset, log.retained_start_offset, log.end_offset, log.last_epoch,
+            log.snapshot_id, epochs, tuple(log.read(log.retained_start_offset, 1000, 10**6)))
 
 
 def _check_tail_reads(log: DurableRaftLog) -> None:
@@ -228,7 +297,9 @@ def test_durable_log_matches_the_memory_log(script: list[tuple[str, int, int]]) 
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = _data_dir(Path(tmp) / "d")
         durable = DurableRaftLog.open(data_dir)
-        model = MemoryRaftLog()
+        # The durable log here has one segment, which compaction never deletes: the
+        # model retains everything below its snapshot too.
+        model = MemoryRaftLog(retain_batches=10**6)
         epoch = 1
         try:
             for kind, a, b in script:
