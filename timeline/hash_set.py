@@ -72,27 +72,34 @@ class TimelineHashSet(Revertable, MutableSet[T]):
             cur[element] = False
         data.add(element)
 
-    def add_all(self, elements: Iterable[T]) -> None:
-        """``add`` each of ``elements``, in one call: replaying a topic's partitions
-        adds a run of new keys to each broker's index, and a method call per key
-        cost more than the adds themselves."""
+    def add_absent(self, elements: Iterable[T]) -> None:
+        """Add ``elements``, none of which is in the set yet (distinct), in one call:
+        replaying a topic's new partitions adds a run of new keys to each broker's
+        index, and a method call per key, or a membership test per key, cost more
+        than the adds themselves. The precondition is checked by the size after:
+        a present or repeated element raises, and leaves the set unusable (a bug in
+        the caller, as any failed assertion)."""
         data = self._data
         new = list(elements)
-        if not data.isdisjoint(new):
-            new = [e for e in new if e not in data]
         if not new:
             return
         cur = self._cur
         if cur is None:
             cur = self._sync()
         if cur is not False:
+            # An element removed since the last snapshot is absent, yet recorded as
+            # present before it: keep that record.
             if cur.keys().isdisjoint(new):
                 cur.update(dict.fromkeys(new, False))
             else:
                 for element in new:
                     if element not in cur:
                         cur[element] = False
+        size = len(data)
         data.update(new)
+        if len(data) != size + len(new):
+            raise AssertionError(f"add_absent: {size + len(new) - len(data)} of the "
+                                 "elements were present or repeated")
 
     def discard(self, element: T) -> None:
         """Remove ``element`` from the latest state (no-op if absent)."""

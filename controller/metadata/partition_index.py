@@ -77,7 +77,7 @@ class PartitionIndex:
     def add_new(self, fresh: Iterable[tuple[PartKey, PartitionRegistration]]) -> None:
         """`reindex` of each of ``fresh``, partitions that did not exist (the hot path
         of creating topics and of loading a snapshot): only additions, keys gathered
-        per broker, one ``add_all`` each."""
+        per broker, one ``add_absent`` each."""
         by_broker: dict[int, list[PartKey]] = {}
         out_of_isr: dict[int, list[PartKey]] = {}
         leaders: Counter[int] = Counter()
@@ -99,9 +99,9 @@ class PartitionIndex:
             if _not_preferred(new):
                 self.not_preferred.add(key)
         for broker_id, keys in by_broker.items():
-            self._index_set(self.replica_of, broker_id).add_all(keys)
+            self._index_set(self.replica_of, broker_id).add_absent(keys)
         for broker_id, keys in out_of_isr.items():
-            self._index_set(self.out_of_isr, broker_id).add_all(keys)
+            self._index_set(self.out_of_isr, broker_id).add_absent(keys)
         for broker_id, count in leaders.items():
             self._count_led(broker_id, count)
 

@@ -195,6 +195,25 @@ def test_hash_set_latest_and_epochs() -> None:
         s.size(epoch=2)
 
 
+def test_hash_set_add_absent_adds_new_elements_and_refuses_present_ones() -> None:
+    reg = SnapshotRegistry()
+    s: TimelineHashSet[str] = TimelineHashSet(reg)
+    s.add_absent(["a", "b"])
+    reg.create_snapshot(1)
+    s.discard("a")
+    s.add_absent(["a", "c"])  # "a" was removed since the snapshot: absent again
+    s.add_absent([])
+    assert s.elements() == {"a", "b", "c"} and s.elements(epoch=1) == {"a", "b"}
+    reg.revert_to_snapshot(1)
+    assert set(s) == {"a", "b"}
+    # A present or repeated element is a caller's bug: it is reported (and the set is
+    # not to be used after).
+    with pytest.raises(AssertionError, match="1 of the elements were present"):
+        s.add_absent(["b", "d"])
+    with pytest.raises(AssertionError, match="1 of the elements were present or repeated"):
+        TimelineHashSet[str](reg).add_absent(["e", "e"])
+
+
 # -- TimelineInteger / TimelineLong / TimelineObject --------------------------------
 
 

@@ -89,10 +89,11 @@ class TimelineModel(RuleBasedStateMachine):
         self.set.add(x)
         self.latest["set"].add(x)
 
-    @rule(xs=st.lists(KEYS, max_size=5))
-    def add_all(self, xs: list[int]) -> None:
-        self.set.add_all(xs)
-        self.latest["set"].update(xs)
+    @rule(xs=st.lists(KEYS, max_size=5, unique=True))
+    def add_absent(self, xs: list[int]) -> None:
+        fresh = [x for x in xs if x not in self.latest["set"]]
+        self.set.add_absent(fresh)
+        self.latest["set"].update(fresh)
 
     @rule(x=KEYS)
     def discard(self, x: int) -> None:
