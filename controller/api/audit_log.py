@@ -10,12 +10,14 @@ both are counted by `ApiMetrics` when the daemon serves metrics.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from typing import Any
 
 import attrs
 from google.protobuf import message as pb_message
+from google.protobuf.descriptor import Descriptor
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client import Counter as PromCounter
 
@@ -88,16 +90,39 @@ def error_codes(response: pb_message.Message, depth: int = 0) -> Counter[str]:
     found: Counter[str] = Counter()
     if depth > 3:
         return found
-    for field, value in response.ListFields():
-        if field.type != field.TYPE_MESSAGE:
+    for name, repeated, is_error in _error_fields(response.DESCRIPTOR):
+        if repeated:
+            items = getattr(response, name)
+        elif response.HasField(name):
+            items = (getattr(response, name),)
+        else:
             continue
-        for item in (value if field.is_repeated else [value]):
-            if item.DESCRIPTOR.name == "Error":
-                if item.code and item.code != "NONE":
-                    found[item.code] += 1
-            else:
-                found += error_codes(item, depth + 1)
+        for item in items:
+            if not is_error:
+                found.update(error_codes(item, depth + 1))
+            elif item.code and item.code != "NONE":
+                found[item.code] += 1
     return found
+
+
+@functools.cache
+def _error_fields(descriptor: Descriptor) -> tuple[tuple[str, bool, bool], ...]:
+    """(name, repeated, is an Error) of the message fields of `descriptor` that are
+    `Error`s or may hold one: the walk above visits only those (one per answer type,
+    computed once; every admin write's answer is walked)."""
+    return tuple((f.name, f.is_repeated, f.message_type.name == "Error")
+                 for f in descriptor.fields
+                 if f.type == f.TYPE_MESSAGE and _may_hold_error(f.message_type, set()))
+
+
+def _may_hold_error(descriptor: Descriptor, seen: set[str]) -> bool:
+    if descriptor.name == "Error":
+        return True
+    if descriptor.full_name in seen:
+        return False
+    seen.add(descriptor.full_name)
+    return any(f.type == f.TYPE_MESSAGE and _may_hold_error(f.message_type, seen)
+               for f in descriptor.fields)
 
 
 @attrs.define
