@@ -112,7 +112,7 @@ def _error_fields(descriptor: Descriptor) -> tuple[tuple[str, bool, bool], ...]:
     computed once; every admin write's answer is walked)."""
     return tuple((f.name, f.is_repeated, f.message_type.name == "Error")
                  for f in descriptor.fields
-                 if f.type == f.TYPE_MESSAGE and _may_hold_error(f.message_type, set()))
+                 if f.message_type is not None and _may_hold_error(f.message_type, set()))
 
 
 def _may_hold_error(descriptor: Descriptor, seen: set[str]) -> bool:
@@ -121,7 +121,7 @@ def _may_hold_error(descriptor: Descriptor, seen: set[str]) -> bool:
     if descriptor.full_name in seen:
         return False
     seen.add(descriptor.full_name)
-    return any(f.type == f.TYPE_MESSAGE and _may_hold_error(f.message_type, seen)
+    return any(f.message_type is not None and _may_hold_error(f.message_type, seen)
                for f in descriptor.fields)
 
 
