@@ -432,11 +432,17 @@ class RaftDriver:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
         def work(_access: NodeTaskAccess) -> None:
+            # The deletion is done even if the caller stopped waiting (cancelled at
+            # shutdown): setting a cancelled future's result would fail the node.
             assert self._log is not None
             try:
-                fut.set_result(self._log.apply_retention_floor(floor))
+                start = self._log.apply_retention_floor(floor)
             except StorageError as exc:
-                fut.set_exception(exc)
+                if not fut.done():
+                    fut.set_exception(exc)
+                return
+            if not fut.done():
+                fut.set_result(start)
 
         self._inbox.put_nowait(("work", work))
         return await fut
@@ -606,12 +612,18 @@ class RaftDriver:
         # The core asserts these (a violation would be a bug in it); from the
         # outside they are bad input, refused without harming the node.
         assert self._snapshots is not None
+        error: ValueError | None = None
         if sid.end_offset > min(node.high_watermark, node.flushed_offset):
-            fut.set_exception(ValueError(f"{sid} is beyond the committed, flushed log"))
+            error = ValueError(f"{sid} is beyond the committed, flushed log")
         elif self._snapshots.size_bytes(sid) is None:
-            fut.set_exception(ValueError(f"no snapshot file for {sid} in {self.snapshot_dir}"))
+            error = ValueError(f"no snapshot file for {sid} in {self.snapshot_dir}")
         else:
             node.compact(sid, now)
+        if fut.done():
+            return  # the caller stopped waiting (cancelled at shutdown)
+        if error is not None:
+            fut.set_exception(error)
+        else:
             fut.set_result(None)
 
     def _start_proposal(self, node: RaftNode, records: tuple[bytes, ...], origin: BatchOrigin,

@@ -412,3 +412,26 @@ async def test_work_that_requeues_itself_does_not_starve_the_loop(c: Cluster) ->
     finally:
         stop[0] = True
     assert steps[0] > 20
+
+
+@run
+async def test_work_whose_caller_went_away_does_not_fail_the_node(c: Cluster) -> None:
+    """A local-retention or compaction request cancelled while queued (the tier copier
+    and the snapshot scheduler are cancelled at shutdown) is still done or refused on
+    the node task, without setting the cancelled future's result: that raised
+    InvalidStateError and failed the whole node (seen as a controller exiting 1 on
+    SIGTERM in the S3 outage test)."""
+    for node_id in c.addresses:
+        await c.start(node_id)
+    await _propose_via_leader(c, [b"warm-up"])
+    leader = c.leader()
+    assert leader is not None
+    driver = c.members[leader].driver
+    floor = asyncio.create_task(driver.apply_retention_floor(None))
+    compact = asyncio.create_task(driver.compact(SnapshotId(1, 1)))  # no such file
+    await asyncio.sleep(0)  # both are queued on the node task, waiting for it
+    floor.cancel()
+    compact.cancel()
+    await asyncio.gather(floor, compact, return_exceptions=True)
+    assert await driver.propose([b"after"], timeout_s=10) > 0
+    assert driver.status().role == "leader"
