@@ -91,7 +91,8 @@ class QuorumController(CommitListener):
 
     def enable_snapshots(self, directory: Path) -> None:
         """Write snapshots into `directory` every `snapshot_interval_bytes` of
-        committed records, and compact the Raft log below each."""
+        committed records (and at least `snapshot_interval_image_multiple` times the
+        newest snapshot's size), and compact the Raft log below each."""
         quorum = self._quorum
         assert quorum is not None, "attach() first"
         self.snapshots = SnapshotScheduler(
@@ -99,7 +100,11 @@ class QuorumController(CommitListener):
             chunk_records=self.settings.snapshot_chunk_records,
             run_on_node_task=quorum.run_on_node_task, compact=quorum.compact,
             release_history=self.machine.release_history,
-            phase_bytes=self.snapshot_phase_bytes())
+            phase_bytes=self.snapshot_phase_bytes(),
+            image_multiple=self.settings.snapshot_interval_image_multiple)
+        latest = sf.latest_snapshot(directory)
+        if latest is not None:
+            self.snapshots.note_image_bytes((directory / latest.file_name).stat().st_size)
         self.machine.snapshots = self.snapshots
 
     def snapshot_phase_bytes(self) -> int:

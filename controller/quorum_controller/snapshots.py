@@ -112,19 +112,24 @@ RunOnNodeTask = Callable[[Callable[[Any], None]], None]
 
 
 class SnapshotScheduler:
-    """Decides when to snapshot (every `interval_bytes` of committed records) and
-    drives a `SnapshotJob` one step per node-task event, then finishes it off the
-    loop, compacts the log below it and prunes old snapshot files."""
+    """Decides when to snapshot (every `interval_bytes` of committed records, and at
+    least `image_multiple` times the newest snapshot's size) and drives a
+    `SnapshotJob` one step per node-task event, then finishes it off the loop,
+    compacts the log below it and prunes old snapshot files."""
 
     def __init__(self, state: MetadataState, directory: Path, *, interval_bytes: int,
                  chunk_records: int, run_on_node_task: RunOnNodeTask, compact: Compact,
                  release_history: Callable[[], None], keep: int = 2,
-                 phase_bytes: int = 0) -> None:
+                 phase_bytes: int = 0, image_multiple: int = 0) -> None:
         assert interval_bytes > 0 and chunk_records > 0 and keep >= 1
-        assert 0 <= phase_bytes < interval_bytes
+        assert 0 <= phase_bytes < interval_bytes and image_multiple >= 0
         self._state = state
         self.directory = directory
         self._interval_bytes = interval_bytes
+        self._image_multiple = image_multiple
+        # Committed bytes between two snapshots: `interval_bytes`, raised by
+        # `note_image_bytes` for a large image.
+        self.threshold_bytes = interval_bytes
         self._chunk_records = chunk_records
         self._run = run_on_node_task
         self._compact = compact
@@ -139,6 +144,10 @@ class SnapshotScheduler:
         self.snapshots_written = 0
         self.last_snapshot: SnapshotId | None = None
 
+    def note_image_bytes(self, size_bytes: int) -> None:
+        """The newest snapshot is `size_bytes` (written now, or found at start)."""
+        self.threshold_bytes = max(self._interval_bytes, self._image_multiple * size_bytes)
+
     @property
     def pinned_offset(self) -> int | None:
         """The offset whose registry snapshot a running job still reads."""
@@ -150,7 +159,7 @@ class SnapshotScheduler:
         there: the caller makes sure one exists)."""
         self._bytes_since += batch_bytes
         if (self._job is None and self._finishing is None
-                and self._bytes_since >= self._interval_bytes and committed_next > 0):
+                and self._bytes_since >= self.threshold_bytes and committed_next > 0):
             self._bytes_since = 0
             self._job = SnapshotJob(self._state, self.directory, committed_next - 1, epoch,
                                     self._chunk_records)
@@ -182,9 +191,12 @@ class SnapshotScheduler:
             sid = job.snapshot_id
             self.last_snapshot = sid
             self.snapshots_written += 1
+            size = path.stat().st_size
+            self.note_image_bytes(size)
             log.info("snapshot_written", end_offset=sid.end_offset, epoch=sid.epoch,
-                     records=job.record_count, bytes=path.stat().st_size,
-                     ms=int((time.monotonic() - job.started_s) * 1000))
+                     records=job.record_count, bytes=size,
+                     ms=int((time.monotonic() - job.started_s) * 1000),
+                     next_after_bytes=self.threshold_bytes)
             try:
                 await self._compact(sid)
             except (ValueError, DriverStoppedError) as exc:

@@ -29,7 +29,7 @@ from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import Mode
 from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
-from controller.quorum_controller.snapshots import iter_image_chunks
+from controller.quorum_controller.snapshots import SnapshotScheduler, iter_image_chunks
 from controller.records import decode_record, encode_record
 from controller.records.domain import Listener
 from tests.support.controller_fake_quorum import FakeQuorum
@@ -490,6 +490,38 @@ def test_snapshots_written_in_steps_while_serving_and_load_into_equal_image(
         assert fresh.state.to_image() == at_offset.to_image()
 
     run(main)
+
+
+def test_the_snapshot_interval_grows_with_the_image(tmp_path: Path) -> None:
+    """Raft thesis §5.1.3: a log significantly larger than the snapshot keeps the
+    snapshot's cost small. The next snapshot waits for `interval_bytes` of committed
+    records and at least `image_multiple` times the newest snapshot's size."""
+    queued: list[object] = []
+
+    async def compact(_sid: object) -> None:
+        return None
+
+    def scheduler(image_multiple: int) -> SnapshotScheduler:
+        state = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
+        return SnapshotScheduler(state, tmp_path / f"m{image_multiple}", interval_bytes=1_000,
+                                 chunk_records=10, run_on_node_task=queued.append,
+                                 compact=compact, release_history=lambda: None,
+                                 image_multiple=image_multiple)
+
+    grows = scheduler(2)
+    assert grows.threshold_bytes == 1_000
+    assert not grows.committed(999, 999, 1) and grows.committed(1, 1_000, 1)
+    grows.reset()  # (the job it started is not run here)
+    grows.note_image_bytes(800)  # as a finished snapshot, or the newest file at start
+    assert grows.threshold_bytes == 1_600
+    assert not grows.committed(1_599, 2_599, 1) and grows.committed(1, 2_600, 1)
+    grows.reset()
+    grows.note_image_bytes(100)  # a smaller image: back to the byte interval
+    assert grows.threshold_bytes == 1_000
+    fixed = scheduler(0)
+    fixed.note_image_bytes(10_000)
+    assert fixed.threshold_bytes == 1_000
+    assert len(queued) == 2
 
 
 def test_image_chunks_concatenate_to_snapshot_records() -> None:
