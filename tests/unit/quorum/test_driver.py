@@ -149,6 +149,16 @@ async def _propose_via_leader(c: Cluster, records: list[bytes]) -> int:
     return await c.members[leader].driver.propose(records)
 
 
+async def _started_leader(c: Cluster) -> RaftDriver:
+    """Start every member, commit one record; the leader's driver."""
+    for node_id in c.addresses:
+        await c.start(node_id)
+    await _propose_via_leader(c, [b"warm-up"])
+    leader = c.leader()
+    assert leader is not None
+    return c.members[leader].driver
+
+
 def run(coro_fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
     """Run an async test on a fresh loop (no pytest-asyncio here)."""
     import functools
@@ -384,12 +394,7 @@ async def test_work_that_requeues_itself_does_not_starve_the_loop(c: Cluster) ->
     threads take the GIL: the followers' log flushes run in `asyncio.to_thread`, and
     with only zero-timeout polls they were starved for seconds (no flush, no commit;
     this test failed about one run in five)."""
-    for node_id in c.addresses:
-        await c.start(node_id)
-    await _propose_via_leader(c, [b"warm-up"])
-    leader = c.leader()
-    assert leader is not None
-    driver = c.members[leader].driver
+    driver = await _started_leader(c)
     steps = [0]
     stop = [False]
 
@@ -421,12 +426,7 @@ async def test_work_whose_caller_went_away_does_not_fail_the_node(c: Cluster) ->
     the node task, without setting the cancelled future's result: that raised
     InvalidStateError and failed the whole node (seen as a controller exiting 1 on
     SIGTERM in the S3 outage test)."""
-    for node_id in c.addresses:
-        await c.start(node_id)
-    await _propose_via_leader(c, [b"warm-up"])
-    leader = c.leader()
-    assert leader is not None
-    driver = c.members[leader].driver
+    driver = await _started_leader(c)
     floor = asyncio.create_task(driver.apply_retention_floor(None))
     compact = asyncio.create_task(driver.compact(SnapshotId(1, 1)))  # no such file
     await asyncio.sleep(0)  # both are queued on the node task, waiting for it
