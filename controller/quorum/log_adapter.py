@@ -268,7 +268,6 @@ class DurableRaftLog:
     def close(self) -> None:
         self._log.close()
 
-
     def _sync_checkpoint(self) -> None:
         # The log rebuilds its epoch history from the batches on open, so it is
         # the source of truth; the checkpoint file mirrors it for operators and

@@ -229,8 +229,8 @@ class ControllerMachine:
     # ------------------------------------------------------------------ stimuli
 
     def refuses(self, *, write: bool, consistency: ReadConsistency) -> bool:
-        """Whether `request` would answer `not_controller()` now: a standby serves
-        stale reads only."""
+        """Whether a request of this kind would be answered `not_controller()` now: a
+        standby serves stale reads only."""
         return self._mode is Mode.STANDBY and (write or consistency is not ReadConsistency.STALE)
 
     def request(self, req: Request, node: NodeAccess, now_ms: int) -> None:

@@ -103,10 +103,7 @@ class ControllerSettings:
     activation_wait_ms: int = attrs.field(default=3_000, validator=_positive)
     # The longest a caller waits for any answer.
     request_timeout_ms: int = attrs.field(default=30_000, validator=_positive)
-    # A snapshot is written after this many bytes of newly committed records, in
-    # steps of this many records (so the loop keeps serving in between: a step of
-    # 500 PartitionRecords is 1-2 ms; 2,000-record steps, 4-18 ms each, put ~15%
-    # more into the p99 of concurrent 100-partition creates).
+    # A snapshot is written after this many bytes of newly committed records ...
     snapshot_interval_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=_positive)
     # ... and at least this many times the newest snapshot's size: a snapshot of a
     # large image costs in proportion to the image, so a log significantly larger
@@ -114,6 +111,9 @@ class ControllerSettings:
     # §5.1.3). At 1M partitions (60 MB) and the default interval, snapshots would
     # otherwise write 4 bytes of image per byte of log. 0: the byte interval only.
     snapshot_interval_image_multiple: int = attrs.field(default=2, validator=attrs.validators.ge(0))
+    # ... in steps of this many records, so the loop keeps serving in between: a step
+    # of 500 PartitionRecords is 1-2 ms; 2,000-record steps, 4-18 ms each, put ~15%
+    # more into the p99 of concurrent 100-partition creates.
     snapshot_chunk_records: int = attrs.field(default=500, validator=_positive)
 
     def leader_address(self, leader_id: int | None) -> str | None:
