@@ -21,9 +21,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 
-from controller.records import BrokerIdList, PartitionChangeRecord
+from controller.records import RECORD_TYPES, MetadataRecord
 from controller.records import metadata_pb2 as pb
 from controller.records.domain import NO_LEADER, LeaderRecoveryState, PartitionRegistration
+
+_VERSION = RECORD_TYPES["partition_change"].version
 
 
 class Election(enum.Enum):
@@ -39,19 +41,22 @@ def build_partition_change(
     topic_id: str,
     partition_id: int,
     is_usable: Callable[[int], bool],
-    unclean_allowed: bool,
+    unclean_allowed: Callable[[], bool],
     isr: tuple[int, ...] | None = None,
     replicas: tuple[int, ...] | None = None,
     adding: tuple[int, ...] | None = None,
     removing: tuple[int, ...] | None = None,
     election: Election = Election.KEEP,
-) -> PartitionChangeRecord | None:
-    """The record taking ``part`` to the requested state, or None if nothing changes.
-    Arguments left None mean "as now"."""
+) -> MetadataRecord | None:
+    """The PartitionChangeRecord taking ``part`` to the requested state, in its
+    envelope, or None if nothing changes. Arguments left None mean "as now".
+    ``unclean_allowed`` is asked only when no in-sync replica can lead (it is a
+    config lookup: asked for every partition of a fenced broker, it cost more than
+    the election)."""
     new_replicas = part.replicas if replicas is None else replicas
     new_adding = part.adding_replicas if adding is None else adding
     new_removing = part.removing_replicas if removing is None else removing
-    new_isr = tuple(r for r in (part.isr if isr is None else isr) if r in new_replicas)
+    new_isr = tuple([r for r in (part.isr if isr is None else isr) if r in new_replicas])
     if (new_adding or new_removing) and set(new_adding) <= set(new_isr):
         remaining_isr = tuple(r for r in new_isr if r not in new_removing)
         if remaining_isr:
@@ -62,18 +67,16 @@ def build_partition_change(
         new_isr = tuple(r for r in part.isr if r in new_replicas)
     recovery = part.leader_recovery_state
 
-    def eligible(broker_id: int) -> bool:
-        return broker_id in new_isr and is_usable(broker_id)
-
-    if election is Election.PREFERRED and new_replicas and eligible(new_replicas[0]):
+    if election is Election.PREFERRED and new_replicas and new_replicas[0] in new_isr \
+            and is_usable(new_replicas[0]):
         leader = new_replicas[0]
-    elif part.leader != NO_LEADER and eligible(part.leader):
+    elif part.leader != NO_LEADER and part.leader in new_isr and is_usable(part.leader):
         leader = part.leader
     else:
-        leader = next((r for r in new_replicas if eligible(r)), NO_LEADER)
+        leader = next((r for r in new_replicas if r in new_isr and is_usable(r)), NO_LEADER)
         if leader != NO_LEADER:
             recovery = LeaderRecoveryState.RECOVERED
-        elif unclean_allowed:
+        elif unclean_allowed():
             leader = next((r for r in new_replicas if is_usable(r)), NO_LEADER)
             if leader != NO_LEADER:
                 # Data outside the old ISR may be lost: say so in the recovery state.
@@ -82,24 +85,36 @@ def build_partition_change(
     assert set(new_isr) <= set(new_replicas), (new_isr, new_replicas)
     assert leader == NO_LEADER or leader in new_isr, (leader, new_isr)
 
-    change = PartitionChangeRecord(topic_id=topic_id, partition_id=partition_id)
-    changed = False
-    if new_isr != part.isr:
-        change.isr.CopyFrom(BrokerIdList(ids=new_isr))
-        changed = True
-    if leader != part.leader:
+    changed_isr = new_isr != part.isr
+    changed_leader = leader != part.leader
+    changed_replicas = new_replicas != part.replicas
+    changed_removing = new_removing != part.removing_replicas
+    changed_adding = new_adding != part.adding_replicas
+    changed_recovery = recovery != part.leader_recovery_state
+    if not (changed_isr or changed_leader or changed_replicas or changed_removing
+            or changed_adding or changed_recovery):
+        return None
+    # Built in place: building the payload and copying it into an envelope cost twice
+    # as much (a broker's fencing writes one of these per partition it held).
+    record = MetadataRecord(version=_VERSION)
+    change = record.partition_change
+    change.partition_id = partition_id
+    change.topic_id = topic_id
+    # SetInParent: a list that changes to empty must still be present (cleared).
+    if changed_isr:
+        change.isr.SetInParent()
+        change.isr.ids.extend(new_isr)
+    if changed_leader:
         change.leader = leader
-        changed = True
-    if new_replicas != part.replicas:
-        change.replicas.CopyFrom(BrokerIdList(ids=new_replicas))
-        changed = True
-    if new_removing != part.removing_replicas:
-        change.removing_replicas.CopyFrom(BrokerIdList(ids=new_removing))
-        changed = True
-    if new_adding != part.adding_replicas:
-        change.adding_replicas.CopyFrom(BrokerIdList(ids=new_adding))
-        changed = True
-    if recovery != part.leader_recovery_state:
+    if changed_replicas:
+        change.replicas.SetInParent()
+        change.replicas.ids.extend(new_replicas)
+    if changed_removing:
+        change.removing_replicas.SetInParent()
+        change.removing_replicas.ids.extend(new_removing)
+    if changed_adding:
+        change.adding_replicas.SetInParent()
+        change.adding_replicas.ids.extend(new_adding)
+    if changed_recovery:
         change.leader_recovery_state = pb.LeaderRecoveryState.ValueType(int(recovery))
-        changed = True
-    return change if changed else None
+    return record

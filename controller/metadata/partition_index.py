@@ -40,39 +40,61 @@ class PartitionIndex:
     def reindex(
         self, key: PartKey, old: PartitionRegistration | None, new: PartitionRegistration | None
     ) -> None:
-        """Partition ``key`` went from ``old`` to ``new`` (None: absent)."""
-        if old is None and new is not None:
-            self.add_new(((key, new),))
+        """Partition ``key`` went from ``old`` to ``new`` (None: absent). The indexes
+        agree with ``old``, so only what differs is touched: most changes move a
+        leader or an ISR and leave the replicas as they are (a broker's fencing
+        replays hundreds of thousands of them, on every controller)."""
+        if old is None:
+            if new is not None:
+                self.add_new(((key, new),))
             return
-        old_leader = old.leader if old is not None else NO_LEADER
-        new_leader = new.leader if new is not None else NO_LEADER
-        if old_leader != new_leader:
-            self._count_led(old_leader, -1)
-            self._count_led(new_leader, 1)
-        old_replicas = set(old.replicas) if old else set()
-        new_replicas = set(new.replicas) if new else set()
-        for broker_id in old_replicas - new_replicas:
+        if new is None:
+            self._drop(key, old)
+            return
+        if old.leader != new.leader:
+            self._count_led(old.leader, -1)
+            self._count_led(new.leader, 1)
+            if new.leader == NO_LEADER:
+                self.leaderless.add(key)
+            elif old.leader == NO_LEADER:
+                self.leaderless.discard(key)
+        replicas_changed = old.replicas != new.replicas
+        if replicas_changed:
+            old_replicas, new_replicas = set(old.replicas), set(new.replicas)
+            for broker_id in old_replicas - new_replicas:
+                self.replica_of[broker_id].discard(key)
+            for broker_id in new_replicas - old_replicas:
+                self._index_set(self.replica_of, broker_id).add(key)
+        if replicas_changed or old.isr != new.isr:
+            old_out = set(old.replicas).difference(old.isr)
+            new_out = set(new.replicas).difference(new.isr)
+            for broker_id in old_out - new_out:
+                self.out_of_isr[broker_id].discard(key)
+            for broker_id in new_out - old_out:
+                self._index_set(self.out_of_isr, broker_id).add(key)
+        moving = bool(new.adding_replicas or new.removing_replicas)
+        if moving != bool(old.adding_replicas or old.removing_replicas):
+            if moving:
+                self.reassigning.add(key)
+            else:
+                self.reassigning.discard(key)
+        preferred_off = _not_preferred(new)
+        if preferred_off != _not_preferred(old):
+            if preferred_off:
+                self.not_preferred.add(key)
+            else:
+                self.not_preferred.discard(key)
+
+    def _drop(self, key: PartKey, old: PartitionRegistration) -> None:
+        """Partition ``key`` (``old``) is gone."""
+        self._count_led(old.leader, -1)
+        for broker_id in old.replicas:
             self.replica_of[broker_id].discard(key)
-        for broker_id in new_replicas - old_replicas:
-            self._index_set(self.replica_of, broker_id).add(key)
-        old_out = old_replicas - set(old.isr) if old else set()
-        new_out = new_replicas - set(new.isr) if new else set()
-        for broker_id in old_out - new_out:
-            self.out_of_isr[broker_id].discard(key)
-        for broker_id in new_out - old_out:
-            self._index_set(self.out_of_isr, broker_id).add(key)
-        if new is not None and new.leader == NO_LEADER:
-            self.leaderless.add(key)
-        else:
-            self.leaderless.discard(key)
-        if new is not None and (new.adding_replicas or new.removing_replicas):
-            self.reassigning.add(key)
-        else:
-            self.reassigning.discard(key)
-        if new is not None and _not_preferred(new):
-            self.not_preferred.add(key)
-        else:
-            self.not_preferred.discard(key)
+            if broker_id not in old.isr:
+                self.out_of_isr[broker_id].discard(key)
+        self.leaderless.discard(key)
+        self.reassigning.discard(key)
+        self.not_preferred.discard(key)
 
     def add_new(self, fresh: Iterable[tuple[PartKey, PartitionRegistration]]) -> None:
         """`reindex` of each of ``fresh``, partitions that did not exist (the hot path

@@ -19,7 +19,7 @@ from controller.metadata.topics import (
     ReassignmentResult,
     TopicPartition,
 )
-from controller.records import MetadataRecord, PartitionChangeRecord, make_record
+from controller.records import MetadataRecord
 from controller.records.domain import NO_LEADER
 
 if TYPE_CHECKING:
@@ -51,13 +51,13 @@ def elect_leaders(
         error, change = _elect_one(manager, tp, election_type)
         results.append(ElectLeadersResult(tp.topic, tp.partition, error))
         if change is not None:
-            records.append(make_record(change))
+            records.append(change)
     return ControllerResult(tuple(records), tuple(results))
 
 
 def _elect_one(
     manager: ReplicationControlManager, tp: TopicPartition, election_type: ElectionType
-) -> tuple[ApiError, PartitionChangeRecord | None]:
+) -> tuple[ApiError, MetadataRecord | None]:
     found = manager.lookup_partition(tp.topic, tp.partition)
     if isinstance(found, ApiError):
         return found, None
@@ -80,7 +80,7 @@ def _elect_one(
                 f"preferred replica {preferred} of {tp.topic}-{tp.partition} is {why}",
             ), None
         change = manager.change_record(tid, tp.partition, part, election=Election.PREFERRED)
-        assert change is not None and change.leader == preferred
+        assert change is not None and change.partition_change.leader == preferred
         return OK, change
     if part.leader != NO_LEADER:
         return ApiError(
@@ -88,7 +88,7 @@ def _elect_one(
             f"{tp.topic}-{tp.partition} has a leader ({part.leader})",
         ), None
     change = manager.change_record(tid, tp.partition, part, unclean_allowed=True)
-    if change is None or not change.HasField("leader"):
+    if change is None or not change.partition_change.HasField("leader"):
         return ApiError(
             ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
             f"no replica of {tp.topic}-{tp.partition} ({list(part.replicas)}) is usable",
@@ -123,13 +123,13 @@ def alter_partition_reassignments(
             error, change = _reassign_one(manager, item)
         results.append(ReassignmentResult(item.topic, item.partition, error))
         if change is not None:
-            records.append(make_record(change))
+            records.append(change)
     return ControllerResult(tuple(records), tuple(results))
 
 
 def _reassign_one(
     manager: ReplicationControlManager, item: ReassignmentRequest
-) -> tuple[ApiError, PartitionChangeRecord | None]:
+) -> tuple[ApiError, MetadataRecord | None]:
     found = manager.lookup_partition(item.topic, item.partition)
     if isinstance(found, ApiError):
         return found, None

@@ -194,14 +194,14 @@ class ReplicationControlManager:
         computed as if they were gone; None if there is nothing to change (or the
         partition is gone)."""
         part = self._partitions.get(key)
-        if part is None or (part.leader not in broker_ids
-                            and not any(r in broker_ids for r in part.isr)):
+        if part is None:
             return None
-        isr = tuple(r for r in part.isr if r not in broker_ids)
-        change = self.change_record(
+        isr = tuple([r for r in part.isr if r not in broker_ids])
+        if part.leader not in broker_ids and len(isr) == len(part.isr):
+            return None
+        return self.change_record(
             key[0], key[1], part, isr=isr,
             usable=lambda b: b not in broker_ids and self.cluster.is_usable(b))
-        return None if change is None else make_record(change)
 
     def ready_broker_changes(self, broker_id: int) -> list[MetadataRecord]:
         """Like `leaving_brokers_changes`: all at once up to `PARTITION_MOVES_PER_BATCH`
@@ -251,10 +251,9 @@ class ReplicationControlManager:
         # offline one waits for an in-sync replica (or an unclean election).
         if part.leader != NO_LEADER and broker_id not in isr:
             isr = (*isr, broker_id)
-        change = self.change_record(
+        return self.change_record(
             key[0], key[1], part, isr=isr,
             usable=lambda b: b == broker_id or self.cluster.is_usable(b))
-        return None if change is None else make_record(change)
 
     def replica_brokers(self) -> list[int]:
         """Every broker id that is a replica of some partition."""
@@ -276,15 +275,21 @@ class ReplicationControlManager:
         adding: tuple[int, ...] | None = None,
         removing: tuple[int, ...] | None = None,
         election: Election = Election.KEEP,
-    ) -> PartitionChangeRecord | None:
-        if unclean_allowed is None:
-            unclean_allowed = self.configs.topic_flag(self._topics[topic_id].name, UNCLEAN_KEY)
+    ) -> MetadataRecord | None:
+        """``build_partition_change`` with this cluster's usable brokers and the
+        topic's unclean-election config (unless given)."""
+
+        def unclean() -> bool:
+            if unclean_allowed is None:
+                return self.configs.topic_flag(self._topics[topic_id].name, UNCLEAN_KEY)
+            return unclean_allowed
+
         return build_partition_change(
             part,
             topic_id=topic_id,
             partition_id=partition_id,
             is_usable=self.cluster.is_usable if usable is None else usable,
-            unclean_allowed=unclean_allowed,
+            unclean_allowed=unclean,
             isr=isr,
             replicas=replicas,
             adding=adding,

@@ -119,29 +119,22 @@ class PartitionRegistration:
           (docs/architecture.md: +1 only when the leader changes); this differs from Kafka,
           whose replay bumps whenever the leader field is present.
         """
-        leader = change.leader if change.HasField("leader") else self.leader
+        has = change.HasField
+        leader = change.leader if has("leader") else self.leader
         recovery = self.leader_recovery_state
-        if change.HasField("leader_recovery_state"):
+        if has("leader_recovery_state"):
             recovery = LeaderRecoveryState(change.leader_recovery_state)
+        # The list fields are wrapped in BrokerIdList so "absent" (unchanged) differs
+        # from "present and empty" (cleared).
         return PartitionRegistration(
-            replicas=_ids_if(change.HasField("replicas"), change.replicas, self.replicas),
-            isr=_ids_if(change.HasField("isr"), change.isr, self.isr),
-            removing_replicas=_ids_if(
-                change.HasField("removing_replicas"),
-                change.removing_replicas,
-                self.removing_replicas,
-            ),
-            adding_replicas=_ids_if(
-                change.HasField("adding_replicas"), change.adding_replicas, self.adding_replicas
-            ),
+            replicas=tuple(change.replicas.ids) if has("replicas") else self.replicas,
+            isr=tuple(change.isr.ids) if has("isr") else self.isr,
+            removing_replicas=(tuple(change.removing_replicas.ids)
+                               if has("removing_replicas") else self.removing_replicas),
+            adding_replicas=(tuple(change.adding_replicas.ids)
+                             if has("adding_replicas") else self.adding_replicas),
             leader=leader,
             leader_recovery_state=recovery,
-            leader_epoch=self.leader_epoch + (1 if leader != self.leader else 0),
+            leader_epoch=self.leader_epoch + (leader != self.leader),
             partition_epoch=self.partition_epoch + 1,
         )
-
-
-def _ids_if(present: bool, ids: pb.BrokerIdList, current: tuple[int, ...]) -> tuple[int, ...]:
-    # The list fields are wrapped in BrokerIdList so "absent" (unchanged) differs
-    # from "present and empty" (cleared).
-    return tuple(ids.ids) if present else current

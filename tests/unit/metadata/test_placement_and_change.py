@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from controller.metadata.partition_change import Election, build_partition_change
 from controller.metadata.placement import _place_one, new_uuid, place_replicas, rack_alternated
+from controller.records.codec import decode_record, encode_record
 from controller.records.domain import NO_LEADER, LeaderRecoveryState, PartitionRegistration
 
 RACK_MAPS = st.dictionaries(
@@ -58,14 +59,16 @@ def _part(**kw: object) -> PartitionRegistration:
 
 
 def _build(part: PartitionRegistration, usable: set[int], **kw: object):
-    return build_partition_change(
+    unclean = bool(kw.pop("unclean", False))
+    record = build_partition_change(
         part,
         topic_id="t",
         partition_id=0,
         is_usable=usable.__contains__,
-        unclean_allowed=bool(kw.pop("unclean", False)),
+        unclean_allowed=lambda: unclean,
         **kw,  # type: ignore[arg-type]
     )
+    return None if record is None else record.partition_change
 
 
 def test_no_change_gives_no_record() -> None:
@@ -94,6 +97,37 @@ def test_unclean_election_marks_recovering() -> None:
     change = _build(_part(isr=(1,), leader=NO_LEADER), {3}, unclean=True)
     assert change is not None and change.leader == 3 and list(change.isr.ids) == [3]
     assert change.leader_recovery_state == int(LeaderRecoveryState.RECOVERING)
+
+
+def test_the_unclean_flag_is_asked_only_when_no_in_sync_replica_can_lead() -> None:
+    asked: list[bool] = []
+
+    def flag() -> bool:
+        asked.append(True)
+        return False
+
+    def build(part: PartitionRegistration, usable: set[int], **kw: object) -> object:
+        return build_partition_change(part, topic_id="t", partition_id=0,
+                                      is_usable=usable.__contains__, unclean_allowed=flag,
+                                      **kw)  # type: ignore[arg-type]
+
+    assert build(_part(), {2, 3}, isr=(2, 3)) is not None
+    assert asked == []  # replica 2 is in sync and usable: no config lookup
+    offline = build(_part(isr=(1,)), {3}, isr=())
+    assert asked == [True]
+    assert offline is not None and offline.partition_change.leader == NO_LEADER
+
+
+def test_the_change_comes_in_an_envelope_that_encodes_and_decodes() -> None:
+    record = build_partition_change(_part(removing_replicas=(3,)), topic_id="t",
+                                    partition_id=4, is_usable={1, 2, 3}.__contains__,
+                                    unclean_allowed=lambda: False, removing=())
+    assert record is not None
+    decoded = decode_record(encode_record(record)).partition_change
+    # A list cleared to empty is present (cleared), not absent (unchanged).
+    assert decoded.HasField("removing_replicas") and list(decoded.removing_replicas.ids) == []
+    assert (decoded.topic_id, decoded.partition_id) == ("t", 4)
+    assert not decoded.HasField("isr") and not decoded.HasField("leader")
 
 
 def test_preferred_election() -> None:

@@ -459,7 +459,7 @@ def test_new_partitions_share_registrations_and_changes_stay_their_own(h: Harnes
     change = h.state.replication.change_record(
         tid, 0, parts[0], isr=parts[0].replicas[:2])
     assert change is not None
-    h.apply(ControllerResult((make_record(change),), None))
+    h.apply(ControllerResult((change,), None))
     assert h.part("shared", 0).isr == parts[0].replicas[:2]
     assert h.part("shared", twin) is parts[twin] and parts[twin].isr == parts[twin].replicas
     h.check()
@@ -511,7 +511,7 @@ def test_partitions_at_a_past_epoch_read_from_the_latest_state_only_when_unchang
     assert part is not None
     change = replication.change_record(tid_a, 0, part, isr=part.replicas[:1])
     assert change is not None
-    h.apply(ControllerResult((make_record(change),), None))
+    h.apply(ControllerResult((change,), None))
     h.apply(replication.create_partitions([CreatePartitionsTopic("b", 5)]))
     h.apply(replication.delete_topics(["c"]))
     h.create("e", partitions=2, rf=2)
