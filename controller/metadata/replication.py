@@ -63,6 +63,7 @@ from controller.records import (
 )
 from controller.records.domain import (
     NO_LEADER,
+    PartitionDelta,
     PartitionRegistration,
     Topic,
 )
@@ -100,6 +101,8 @@ class ReplicationControlManager:
         self._partitions: TimelineHashMap[PartKey, PartitionRegistration] = TimelineHashMap(
             registry
         )
+        # Its latest state, read at C speed (replay looks up a partition per change).
+        self._latest_partitions = self._partitions.latest()
         self._index = PartitionIndex(registry)
         # The log offset of the record being replayed (``MetadataState`` sets it), and
         # topic id -> the offset of the last record that changed the topic or its
@@ -376,15 +379,22 @@ class ReplicationControlManager:
         self._changed_at[topic_id] = self.replay_offset
 
     def replay_partition_change(self, record: PartitionChangeRecord) -> None:
-        key = (record.topic_id, record.partition_id)
-        old = self._partitions.get(key)
+        self.replay_partition_delta(record.topic_id, record.partition_id,
+                                    PartitionDelta.of(record))
+
+    def replay_partition_delta(self, topic_id: str, partition_id: int,
+                               delta: PartitionDelta) -> None:
+        """A PartitionChangeRecord's replay from its parts (the wire fast path,
+        ``MetadataState.replay_encoded``, reads them from the bytes)."""
+        key = (topic_id, partition_id)
+        old = self._latest_partitions.get(key)
         if old is None:
             raise MetadataReplayError(
-                f"change to unknown partition {record.partition_id} of topic id {record.topic_id}"
+                f"change to unknown partition {partition_id} of topic id {topic_id}"
             )
-        new = old.merge(record)
+        new = old.apply(delta)
         self._partitions[key] = new
-        self._changed_at[record.topic_id] = self.replay_offset
+        self._changed_at[topic_id] = self.replay_offset
         self._index.reindex(key, old, new)
 
     def replay_remove_topic(self, record: RemoveTopicRecord) -> str:

@@ -54,7 +54,12 @@ from controller.records import (
     partition_wire,
 )
 from controller.records.dispatch import RecordHandler, UnhandledRecordError, dispatch
-from controller.records.domain import NO_LEADER, BrokerRegistration, PartitionRegistration
+from controller.records.domain import (
+    NO_LEADER,
+    BrokerRegistration,
+    PartitionDelta,
+    PartitionRegistration,
+)
 from timeline import SnapshotRegistry, TimelineLong, TimelineObject
 
 DEFAULT_SESSION_TIMEOUT_MS = 9_000
@@ -231,7 +236,8 @@ class MetadataState(RecordHandler):
         PartitionRecords in the layout the controller writes skip protobuf
         (``partition_wire``: the registration comes from a cache keyed by its bytes),
         and a topic's run of them is replayed in one call
-        (``replay_registrations``); every other record, and any bytes the fast path
+        (``replay_registrations``); PartitionChangeRecords skip it the same way (the
+        delta comes from a cache keyed by its bytes); every other record, and any bytes the fast path
         does not take, is decoded (``RecordDecodeError`` if unreadable) and replayed
         as usual. On an error the records before the bad one stay applied."""
         last = self._last_offset.get()
@@ -240,7 +246,9 @@ class MetadataState(RecordHandler):
         offset = base_offset
         replay = self.replay
         split_partition = partition_wire.split_partition
+        split_change = partition_wire.split_partition_change
         registrations = partition_wire.registration_cache()
+        deltas = partition_wire.delta_cache()
         # The run of fast-path PartitionRecords not yet replayed, all of `topic_id`
         # (decoded from `topic_key`; one str per topic keeps a million keys small).
         run: list[tuple[int, PartitionRegistration]] = []
@@ -255,13 +263,24 @@ class MetadataState(RecordHandler):
                         if run:
                             self._replay_run(topic_id, run, offset - step)
                             run = []
-                        try:
-                            topic_id = key.decode("utf-8")
-                        except UnicodeDecodeError:
-                            topic_id = ""
+                        topic_id = _topic_id(key)
                         topic_key = key if topic_id else b""
                     if topic_id:
                         run.append((pid, new))
+                        offset += step
+                        continue
+            elif (split := split_change(data)) is not None:
+                pid, key, tail = split
+                delta = deltas.get(tail) or partition_wire.delta_from_tail(tail)
+                if delta is not None:
+                    if run:
+                        self._replay_run(topic_id, run, offset - step)
+                        run = []
+                    if key != topic_key:
+                        topic_id = _topic_id(key)
+                        topic_key = key if topic_id else b""
+                    if topic_id:
+                        self._replay_delta(topic_id, pid, delta, offset)
                         offset += step
                         continue
             if run:
@@ -272,6 +291,15 @@ class MetadataState(RecordHandler):
         if run:
             self._replay_run(topic_id, run, offset - step)
         return offset
+
+    def _replay_delta(self, topic_id: str, partition_id: int, delta: PartitionDelta,
+                      offset: int) -> None:
+        """A fast-path PartitionChangeRecord at ``offset``: ``replay`` without the
+        protobuf message."""
+        self.replication.replay_offset = offset
+        self.replication.replay_partition_delta(topic_id, partition_id, delta)
+        if self._last_offset.get() != offset:
+            self._last_offset.set(offset)
 
     def _replay_run(self, topic_id: str, run: list[tuple[int, PartitionRegistration]],
                     last_offset: int) -> None:
@@ -354,3 +382,12 @@ class MetadataState(RecordHandler):
                 ):
                     problems.append(f"{where}: bad reassignment state {part}")
         return problems
+
+
+def _topic_id(key: bytes) -> str:
+    """A fast-path record's topic id bytes as text; "" if they are not UTF-8 (the
+    protobuf path then refuses the record)."""
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""

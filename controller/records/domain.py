@@ -2,8 +2,8 @@
 
 These are what the control managers and broker images hold. They know nothing about
 bytes or protobuf encoding (conversions live in ``controller.records.convert``); the
-one exception is ``PartitionRegistration.merge``, which reads a PartitionChangeRecord
-because that record *is* the delta it applies.
+one exception is ``PartitionDelta.of``, which reads a PartitionChangeRecord because
+that record *is* the delta.
 """
 
 from __future__ import annotations
@@ -108,33 +108,62 @@ class PartitionRegistration:
         return self.leader != NO_LEADER
 
     def merge(self, change: pb.PartitionChangeRecord) -> PartitionRegistration:
-        """The registration after replaying ``change``.
+        """The registration after replaying ``change`` (``apply`` of its delta)."""
+        return self.apply(PartitionDelta.of(change))
 
-        Only the fields present in ``change`` are applied. Like Kafka's KRaft, the
-        record carries no epochs; replay derives them so every replica of the log
-        computes the same ones:
+    def apply(self, delta: PartitionDelta) -> PartitionRegistration:
+        """The registration after a PartitionChangeRecord stating ``delta``.
+
+        Only the fields the delta sets are applied. Like Kafka's KRaft, the record
+        carries no epochs; replay derives them so every replica of the log computes
+        the same ones:
         - ``partition_epoch`` + 1, always (every record is a change);
         - ``leader_epoch`` + 1 when the record sets a leader different from the
           current one. A record that repeats the current leader does not bump it
           (docs/architecture.md: +1 only when the leader changes); this differs from Kafka,
           whose replay bumps whenever the leader field is present.
         """
-        has = change.HasField
-        leader = change.leader if has("leader") else self.leader
-        recovery = self.leader_recovery_state
-        if has("leader_recovery_state"):
-            recovery = LeaderRecoveryState(change.leader_recovery_state)
-        # The list fields are wrapped in BrokerIdList so "absent" (unchanged) differs
-        # from "present and empty" (cleared).
+        leader = self.leader if delta.leader is None else delta.leader
         return PartitionRegistration(
-            replicas=tuple(change.replicas.ids) if has("replicas") else self.replicas,
-            isr=tuple(change.isr.ids) if has("isr") else self.isr,
-            removing_replicas=(tuple(change.removing_replicas.ids)
-                               if has("removing_replicas") else self.removing_replicas),
-            adding_replicas=(tuple(change.adding_replicas.ids)
-                             if has("adding_replicas") else self.adding_replicas),
+            replicas=self.replicas if delta.replicas is None else delta.replicas,
+            isr=self.isr if delta.isr is None else delta.isr,
+            removing_replicas=(self.removing_replicas if delta.removing_replicas is None
+                               else delta.removing_replicas),
+            adding_replicas=(self.adding_replicas if delta.adding_replicas is None
+                             else delta.adding_replicas),
             leader=leader,
-            leader_recovery_state=recovery,
+            leader_recovery_state=(self.leader_recovery_state
+                                   if delta.leader_recovery_state is None
+                                   else delta.leader_recovery_state),
             leader_epoch=self.leader_epoch + (leader != self.leader),
             partition_epoch=self.partition_epoch + 1,
+        )
+
+
+@attrs.frozen
+class PartitionDelta:
+    """What one PartitionChangeRecord states; None: unchanged. A list that is set and
+    empty is cleared, which is why the record wraps its lists (absent != empty)."""
+
+    isr: tuple[int, ...] | None = None
+    leader: int | None = None
+    replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    leader_recovery_state: LeaderRecoveryState | None = None
+
+    @classmethod
+    def of(cls, change: pb.PartitionChangeRecord) -> PartitionDelta:
+        """``change``'s delta; ValueError for a recovery state this code does not know."""
+        has = change.HasField
+        return cls(
+            isr=tuple(change.isr.ids) if has("isr") else None,
+            leader=change.leader if has("leader") else None,
+            replicas=tuple(change.replicas.ids) if has("replicas") else None,
+            removing_replicas=(tuple(change.removing_replicas.ids)
+                               if has("removing_replicas") else None),
+            adding_replicas=(tuple(change.adding_replicas.ids)
+                             if has("adding_replicas") else None),
+            leader_recovery_state=(LeaderRecoveryState(change.leader_recovery_state)
+                                   if has("leader_recovery_state") else None),
         )

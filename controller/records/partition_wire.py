@@ -1,4 +1,4 @@
-"""PartitionRecord envelopes on the wire without protobuf objects on the hot paths.
+"""Partition records on the wire without protobuf objects on the hot paths.
 
 Creating a 100-partition topic writes 100 PartitionRecords, every controller
 replays them, and a snapshot writes one per partition of the cluster: building a
@@ -17,6 +17,13 @@ brokers, epochs 0 when new), so:
   `registration_from_tail` maps the trailing bytes to a shared registration through
   a cache keyed by those bytes (exact: equal bytes decode to equal registrations).
 
+PartitionChangeRecords get the same reading: a fenced broker's partitions all change
+(hundreds of thousands of records, replayed by every controller), yet the changes are
+few distinct values (an ISR and a leader over the brokers). `split_partition_change`
+splits an envelope the same way, and `delta_from_tail` maps fields 3..8 to a shared
+``PartitionDelta``. The controller builds these records with protobuf (deterministic
+output, so equal changes are equal bytes).
+
 Caches stop growing at `_CACHE_LIMIT` entries (cleared then; a miss is the slow path).
 """
 
@@ -26,11 +33,13 @@ from collections.abc import Sequence
 
 from controller.records import metadata_pb2 as pb
 from controller.records.convert import partition_from_record
-from controller.records.domain import PartitionRegistration
+from controller.records.domain import PartitionDelta, PartitionRegistration
 from controller.records.registry import RECORD_TYPES
 
 VERSION = RECORD_TYPES["partition"].version
+CHANGE_VERSION = RECORD_TYPES["partition_change"].version
 _ENVELOPE_TAG = 0x72  # MetadataRecord field 14 (partition), wire type 2
+_CHANGE_ENVELOPE_TAG = 0x7A  # MetadataRecord field 15 (partition_change), wire type 2
 _CACHE_LIMIT = 50_000
 # id(registration) -> (registration, its fields 3..10 serialised). Keyed by id, not
 # by value: hashing a registration hashes all its fields; the entry keeps the object
@@ -40,8 +49,10 @@ _TAILS: dict[int, tuple[PartitionRegistration, bytes]] = {}
 _NEW_TAILS: dict[tuple[tuple[int, ...], tuple[int, ...]], bytes] = {}
 # Fields 3..10 serialised -> the registration they state.
 _REGISTRATIONS: dict[bytes, PartitionRegistration] = {}
+# A PartitionChangeRecord's fields 3..8 serialised -> the delta they state.
+_DELTAS: dict[bytes, PartitionDelta] = {}
 
-assert VERSION < 0x80, "the envelope's version is one varint byte"
+assert VERSION < 0x80 and CHANGE_VERSION < 0x80, "the envelope's version is one varint byte"
 
 
 def _varint(value: int) -> bytes:
@@ -135,8 +146,21 @@ def split_partition(data: bytes) -> tuple[int, bytes, bytes] | None:
     """(partition_id, topic id bytes, fields 3..10) of a PartitionRecord envelope in
     the layout `encode_partitions` writes, with a version this code reads; None for
     anything else (the caller decodes it with protobuf)."""
+    return _split(data, _ENVELOPE_TAG, VERSION)
+
+
+def split_partition_change(data: bytes) -> tuple[int, bytes, bytes] | None:
+    """(partition_id, topic id bytes, fields 3..8) of a PartitionChangeRecord envelope
+    as protobuf writes it (the same leading fields as a PartitionRecord's), with a
+    version this code reads; None for anything else."""
+    return _split(data, _CHANGE_ENVELOPE_TAG, CHANGE_VERSION)
+
+
+def _split(data: bytes, tag: int, version: int) -> tuple[int, bytes, bytes] | None:
+    """`split_partition` of envelope member ``tag`` (either record's field 1 is the
+    partition id, field 2 the topic id)."""
     n = len(data)
-    if n < 6 or data[0] != 0x08 or data[2] != _ENVELOPE_TAG or not 1 <= data[1] <= VERSION:
+    if n < 6 or data[0] != 0x08 or data[2] != tag or not 1 <= data[1] <= version:
         return None
     size = data[3]
     i = 4
@@ -192,4 +216,29 @@ def registration_from_tail(tail: bytes) -> PartitionRegistration | None:
     if len(_REGISTRATIONS) >= _CACHE_LIMIT:
         _REGISTRATIONS.clear()
     _REGISTRATIONS[tail] = found
+    return found
+
+
+def delta_cache() -> dict[bytes, PartitionDelta]:
+    """The tail -> delta cache itself, for a hot loop's first lookup (a miss goes
+    through `delta_from_tail`)."""
+    return _DELTAS
+
+
+def delta_from_tail(tail: bytes) -> PartitionDelta | None:
+    """The delta that PartitionChangeRecord fields 3..8 (``tail``) state, or None if
+    they are not only those fields or do not decode (the protobuf path decides)."""
+    found = _DELTAS.get(tail)
+    if found is not None:
+        return found
+    try:
+        msg = pb.PartitionChangeRecord.FromString(tail)
+        if msg.partition_id != 0 or msg.topic_id:
+            return None  # a repeated field 1 or 2: protobuf's last-one-wins applies
+        found = PartitionDelta.of(msg)
+    except Exception:  # malformed, or an unknown recovery state: the slow path says
+        return None
+    if len(_DELTAS) >= _CACHE_LIMIT:
+        _DELTAS.clear()
+    _DELTAS[tail] = found
     return found

@@ -1,5 +1,6 @@
-"""The PartitionRecord wire fast path: bytes equal to protobuf's, strict splitting,
-and a fallback (None) for every layout it does not take."""
+"""The partition records' wire fast path: PartitionRecord bytes equal to protobuf's,
+strict splitting of PartitionRecords and PartitionChangeRecords, and a fallback (None)
+for every layout it does not take."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ from hypothesis import strategies as st
 from controller.records import decode_record, encode_record, make_record
 from controller.records import metadata_pb2 as pb
 from controller.records.convert import partition_from_record, partition_to_record
-from controller.records.domain import LeaderRecoveryState, PartitionRegistration
+from controller.records.domain import LeaderRecoveryState, PartitionDelta, PartitionRegistration
 from controller.records.partition_wire import (
+    CHANGE_VERSION,
     VERSION,
+    delta_from_tail,
     encode_new_partitions,
     encode_partitions,
     registration_from_tail,
     registration_tail,
     split_partition,
+    split_partition_change,
 )
-from tests.unit.records.strategies import partition_registrations
+from tests.unit.records.strategies import PAYLOADS, partition_registrations
 
 TID = "AbCdEfGhIjKlMnOpQrStUv"
 PART = PartitionRegistration(replicas=(1, 2, 3), isr=(1, 2, 3), leader=1)
@@ -119,3 +123,65 @@ def test_new_partitions_are_led_by_the_first_of_the_isr_at_epoch_zero(
     expected = [PartitionRegistration(replicas, isr, leader=isr[0]) for replicas, isr in placements]
     assert encode_new_partitions(TID, first_id, placements) == encode_partitions(
         TID, expected, first_id)
+
+
+# -- PartitionChangeRecords ------------------------------------------------------------
+
+
+@given(change=PAYLOADS["partition_change"])
+def test_a_change_splits_into_its_ids_and_a_tail_that_states_its_delta(
+    change: pb.PartitionChangeRecord,
+) -> None:
+    data = encode_record(make_record(change))
+    split = split_partition_change(data)
+    if len(change.topic_id.encode()) >= 0x80 or len(data) >= 1 << 14 or not change.topic_id:
+        assert split is None
+        return
+    assert split is not None
+    pid, key, tail = split
+    assert (pid, key.decode()) == (change.partition_id, change.topic_id)
+    assert delta_from_tail(tail) == PartitionDelta.of(decode_record(data).partition_change)
+    assert split_partition(data) is None  # not a PartitionRecord
+
+
+def test_a_delta_states_what_is_set_and_clears_what_is_set_empty() -> None:
+    change = pb.PartitionChangeRecord(topic_id=TID, partition_id=9, leader=-1)
+    change.removing_replicas.SetInParent()
+    change.isr.ids.extend([2, 3])
+    split = split_partition_change(encode_record(make_record(change)))
+    assert split is not None
+    delta = delta_from_tail(split[2])
+    assert delta == PartitionDelta(isr=(2, 3), leader=-1, removing_replicas=())
+    moving = PartitionRegistration(replicas=(1, 2, 3), isr=(1, 2, 3), leader=1,
+                                   removing_replicas=(1,), leader_epoch=4, partition_epoch=7)
+    assert moving.apply(delta) == PartitionRegistration(
+        replicas=(1, 2, 3), isr=(2, 3), leader=-1, leader_epoch=5, partition_epoch=8)
+    assert delta_from_tail(bytes(split[2])) is delta  # shared through the cache
+
+
+def test_the_change_split_refuses_what_it_does_not_take() -> None:
+    tid_field = b"\x12" + bytes((len(TID),)) + TID.encode()
+    tail = b"\x20\x02"  # leader = 2
+
+    def envelope(payload: bytes, version: int = CHANGE_VERSION) -> bytes:
+        return bytes((0x08, version, 0x7A, len(payload))) + payload
+
+    good = envelope(b"\x08\x03" + tid_field + tail)
+    assert decode_record(good).partition_change.leader == 2
+    assert split_partition_change(good) == (3, TID.encode(), tail)
+    refused = {
+        "a PartitionRecord": encode_partitions(TID, [PART], 3)[0],
+        "version 0": envelope(b"\x08\x03" + tid_field + tail, version=0),
+        "a newer version": envelope(b"\x08\x03" + tid_field + tail, version=CHANGE_VERSION + 1),
+        "truncated": good[:-1],
+        "trailing bytes": good + b"\x00",
+        "no topic id": envelope(b"\x08\x03" + tail),
+    }
+    for what, raw in refused.items():
+        assert split_partition_change(raw) is None, what
+    assert delta_from_tail(tail + b"\x08\x07") is None  # partition_id again
+    assert delta_from_tail(tail + b"\x12\x01x") is None  # topic_id again
+    assert delta_from_tail(b"\x1a\x05\x01") is None  # malformed
+    unknown_state = pb.PartitionChangeRecord(leader=1)
+    unknown_state.leader_recovery_state = 7  # type: ignore[assignment]
+    assert delta_from_tail(unknown_state.SerializeToString()) is None
