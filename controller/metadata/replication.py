@@ -101,7 +101,8 @@ class ReplicationControlManager:
         self._partitions: TimelineHashMap[PartKey, PartitionRegistration] = TimelineHashMap(
             registry
         )
-        # Its latest state, read at C speed (replay looks up a partition per change).
+        # Its latest state, read at C speed (replay and the partition mover look up a
+        # partition per change).
         self._latest_partitions = self._partitions.latest()
         self._index = PartitionIndex(registry)
         # The log offset of the record being replayed (``MetadataState`` sets it), and
@@ -189,14 +190,14 @@ class ReplicationControlManager:
 
     def leader_of(self, key: PartKey) -> int:
         """Partition `key`'s leader (NO_LEADER if it has none or is gone)."""
-        part = self._partitions.get(key)
+        part = self._latest_partitions.get(key)
         return NO_LEADER if part is None else part.leader
 
     def leaving_change(self, key: PartKey, broker_ids: frozenset[int]) -> MetadataRecord | None:
         """The change taking `broker_ids` out of partition `key`'s ISR and leadership,
         computed as if they were gone; None if there is nothing to change (or the
         partition is gone)."""
-        part = self._partitions.get(key)
+        part = self._latest_partitions.get(key)
         if part is None:
             return None
         isr = tuple([r for r in part.isr if r not in broker_ids])
@@ -246,7 +247,7 @@ class ReplicationControlManager:
     def ready_change(self, key: PartKey, broker_id: int) -> MetadataRecord | None:
         """The change adding a usable `broker_id` back to partition `key`'s ISR, or
         electing it where the partition has no leader; None if nothing changes."""
-        part = self._partitions.get(key)
+        part = self._latest_partitions.get(key)
         if part is None or broker_id not in part.replicas:
             return None
         isr = part.isr
