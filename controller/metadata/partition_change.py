@@ -1,8 +1,9 @@
 """Building PartitionChangeRecords: ISR rules, leader election, reassignment completion.
 
 One function, ``build_partition_change``, turns "this partition should now have this
-ISR / these replicas" into the minimal record (only changed fields), applying the
-rules every caller shares:
+ISR / these replicas" into the minimal change (a ``PartitionDelta``: only changed
+fields; ``convert.change_to_record`` makes it a record, ``partition_wire.encode_change``
+its bytes), applying the rules every caller shares:
 
 - the ISR is always a subset of the replicas and never becomes empty: when every
   in-sync replica leaves, the ISR keeps its last members (they hold the data) and the
@@ -21,11 +22,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 
-from controller.records import RECORD_TYPES, MetadataRecord
-from controller.records import metadata_pb2 as pb
-from controller.records.domain import NO_LEADER, LeaderRecoveryState, PartitionRegistration
+from controller.records import MetadataRecord, make_record
+from controller.records.convert import change_to_record
+from controller.records.domain import (
+    NO_LEADER,
+    LeaderRecoveryState,
+    PartitionDelta,
+    PartitionRegistration,
+)
 
-_VERSION = RECORD_TYPES["partition_change"].version
+NO_CHANGE = PartitionDelta()
 
 
 class Election(enum.Enum):
@@ -38,8 +44,6 @@ class Election(enum.Enum):
 def build_partition_change(
     part: PartitionRegistration,
     *,
-    topic_id: str,
-    partition_id: int,
     is_usable: Callable[[int], bool],
     unclean_allowed: Callable[[], bool],
     isr: tuple[int, ...] | None = None,
@@ -47,9 +51,9 @@ def build_partition_change(
     adding: tuple[int, ...] | None = None,
     removing: tuple[int, ...] | None = None,
     election: Election = Election.KEEP,
-) -> MetadataRecord | None:
-    """The PartitionChangeRecord taking ``part`` to the requested state, in its
-    envelope, or None if nothing changes. Arguments left None mean "as now".
+) -> PartitionDelta | None:
+    """The change taking ``part`` to the requested state (only what differs), or None
+    if nothing changes. Arguments left None mean "as now".
     ``unclean_allowed`` is asked only when no in-sync replica can lead (it is a
     config lookup: asked for every partition of a fenced broker, it cost more than
     the election)."""
@@ -85,36 +89,18 @@ def build_partition_change(
     assert set(new_isr) <= set(new_replicas), (new_isr, new_replicas)
     assert leader == NO_LEADER or leader in new_isr, (leader, new_isr)
 
-    changed_isr = new_isr != part.isr
-    changed_leader = leader != part.leader
-    changed_replicas = new_replicas != part.replicas
-    changed_removing = new_removing != part.removing_replicas
-    changed_adding = new_adding != part.adding_replicas
-    changed_recovery = recovery != part.leader_recovery_state
-    if not (changed_isr or changed_leader or changed_replicas or changed_removing
-            or changed_adding or changed_recovery):
-        return None
-    # Built in place: building the payload and copying it into an envelope cost twice
-    # as much (a broker's fencing writes one of these per partition it held).
-    record = MetadataRecord(version=_VERSION)
-    change = record.partition_change
-    change.partition_id = partition_id
-    change.topic_id = topic_id
-    # SetInParent: a list that changes to empty must still be present (cleared).
-    if changed_isr:
-        change.isr.SetInParent()
-        change.isr.ids.extend(new_isr)
-    if changed_leader:
-        change.leader = leader
-    if changed_replicas:
-        change.replicas.SetInParent()
-        change.replicas.ids.extend(new_replicas)
-    if changed_removing:
-        change.removing_replicas.SetInParent()
-        change.removing_replicas.ids.extend(new_removing)
-    if changed_adding:
-        change.adding_replicas.SetInParent()
-        change.adding_replicas.ids.extend(new_adding)
-    if changed_recovery:
-        change.leader_recovery_state = pb.LeaderRecoveryState.ValueType(int(recovery))
-    return record
+    delta = PartitionDelta(
+        isr=None if new_isr == part.isr else new_isr,
+        leader=None if leader == part.leader else leader,
+        replicas=None if new_replicas == part.replicas else new_replicas,
+        removing_replicas=None if new_removing == part.removing_replicas else new_removing,
+        adding_replicas=None if new_adding == part.adding_replicas else new_adding,
+        leader_recovery_state=(None if recovery == part.leader_recovery_state
+                               else recovery),
+    )
+    return None if delta == NO_CHANGE else delta
+
+
+def change_record(topic_id: str, partition_id: int, delta: PartitionDelta) -> MetadataRecord:
+    """The PartitionChangeRecord stating ``delta``, in its envelope."""
+    return make_record(change_to_record(delta, topic_id=topic_id, partition_id=partition_id))

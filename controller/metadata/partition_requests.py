@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from controller.metadata import topics as _topics
 from controller.metadata.errors import OK, ApiError, ControllerResult, ErrorCode
-from controller.metadata.partition_change import Election
+from controller.metadata.partition_change import Election, change_record
 from controller.metadata.topics import (
     ElectionType,
     ElectLeadersResult,
@@ -20,7 +20,7 @@ from controller.metadata.topics import (
     TopicPartition,
 )
 from controller.records import MetadataRecord
-from controller.records.domain import NO_LEADER
+from controller.records.domain import NO_LEADER, PartitionDelta
 
 if TYPE_CHECKING:
     from controller.metadata.replication import ReplicationControlManager
@@ -79,21 +79,21 @@ def _elect_one(
                 ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
                 f"preferred replica {preferred} of {tp.topic}-{tp.partition} is {why}",
             ), None
-        change = manager.change_record(tid, tp.partition, part, election=Election.PREFERRED)
-        assert change is not None and change.partition_change.leader == preferred
-        return OK, change
+        delta = manager.partition_delta(tid, part, election=Election.PREFERRED)
+        assert delta is not None and delta.leader == preferred
+        return OK, _record(tid, tp.partition, delta)
     if part.leader != NO_LEADER:
         return ApiError(
             ErrorCode.ELECTION_NOT_NEEDED,
             f"{tp.topic}-{tp.partition} has a leader ({part.leader})",
         ), None
-    change = manager.change_record(tid, tp.partition, part, unclean_allowed=True)
-    if change is None or not change.partition_change.HasField("leader"):
+    delta = manager.partition_delta(tid, part, unclean_allowed=True)
+    if delta is None or delta.leader is None:
         return ApiError(
             ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
             f"no replica of {tp.topic}-{tp.partition} ({list(part.replicas)}) is usable",
         ), None
-    return OK, change
+    return OK, _record(tid, tp.partition, delta)
 
 
 def alter_partition_reassignments(
@@ -150,10 +150,10 @@ def _reassign_one(
                 f"cancelling the reassignment of {name} would leave no in-sync replica "
                 f"(ISR {list(part.isr)}, original replicas {list(original)})",
             ), None
-        change = manager.change_record(
-            tid, item.partition, part, isr=isr, replicas=original, adding=(), removing=()
+        delta = manager.partition_delta(
+            tid, part, isr=isr, replicas=original, adding=(), removing=()
         )
-        return OK, change
+        return OK, _record(tid, item.partition, delta)
     target = item.replicas
     error = _topics.check_replica_list(manager.cluster, target, f"reassignment of {name}")
     if not error.ok:
@@ -169,7 +169,12 @@ def _reassign_one(
             f"{list(part.isr)}; the partition would have no in-sync replica",
         ), None
     merged = target + removing
-    change = manager.change_record(
-        tid, item.partition, part, replicas=merged, adding=adding, removing=removing
+    delta = manager.partition_delta(
+        tid, part, replicas=merged, adding=adding, removing=removing
     )
-    return OK, change
+    return OK, _record(tid, item.partition, delta)
+
+
+
+def _record(topic_id: str, partition_id: int, delta: PartitionDelta | None) -> MetadataRecord | None:
+    return None if delta is None else change_record(topic_id, partition_id, delta)

@@ -32,7 +32,11 @@ from controller.metadata.errors import (
     ErrorCode,
     MetadataReplayError,
 )
-from controller.metadata.partition_change import Election, build_partition_change
+from controller.metadata.partition_change import (
+    Election,
+    build_partition_change,
+    change_record,
+)
 from controller.metadata.partition_index import PartitionIndex, PartKey
 from controller.metadata.placement import RandomSource
 from controller.metadata.registrations import partition_records, registration_of
@@ -167,9 +171,9 @@ class ReplicationControlManager:
             return []
         records: list[MetadataRecord] = []
         for key in self.leaving_keys(broker_ids):
-            record = self.leaving_change(key, broker_ids)
-            if record is not None:
-                records.append(record)
+            delta = self.leaving_delta(key, broker_ids)
+            if delta is not None:
+                records.append(change_record(key[0], key[1], delta))
         return records
 
     def leaving_keys(self, broker_ids: frozenset[int]) -> list[PartKey]:
@@ -193,7 +197,7 @@ class ReplicationControlManager:
         part = self._latest_partitions.get(key)
         return NO_LEADER if part is None else part.leader
 
-    def leaving_change(self, key: PartKey, broker_ids: frozenset[int]) -> MetadataRecord | None:
+    def leaving_delta(self, key: PartKey, broker_ids: frozenset[int]) -> PartitionDelta | None:
         """The change taking `broker_ids` out of partition `key`'s ISR and leadership,
         computed as if they were gone; None if there is nothing to change (or the
         partition is gone)."""
@@ -203,8 +207,8 @@ class ReplicationControlManager:
         isr = tuple([r for r in part.isr if r not in broker_ids])
         if part.leader not in broker_ids and len(isr) == len(part.isr):
             return None
-        return self.change_record(
-            key[0], key[1], part, isr=isr,
+        return self.partition_delta(
+            key[0], part, isr=isr,
             usable=lambda b: b not in broker_ids and self.cluster.is_usable(b))
 
     def ready_broker_changes(self, broker_id: int) -> list[MetadataRecord]:
@@ -216,9 +220,9 @@ class ReplicationControlManager:
             return []
         records: list[MetadataRecord] = []
         for key in keys:
-            record = self.ready_change(key, broker_id)
-            if record is not None:
-                records.append(record)
+            delta = self.ready_delta(key, broker_id)
+            if delta is not None:
+                records.append(change_record(key[0], key[1], delta))
         return records
 
     def ready_keys(self, broker_id: int, limit: int | None = None,
@@ -244,7 +248,7 @@ class ReplicationControlManager:
             return [*offline, *(k for k in out_of_isr if k not in offline)]
         return sorted(offline) + sorted(k for k in out_of_isr if k not in offline)
 
-    def ready_change(self, key: PartKey, broker_id: int) -> MetadataRecord | None:
+    def ready_delta(self, key: PartKey, broker_id: int) -> PartitionDelta | None:
         """The change adding a usable `broker_id` back to partition `key`'s ISR, or
         electing it where the partition has no leader; None if nothing changes."""
         part = self._latest_partitions.get(key)
@@ -255,8 +259,8 @@ class ReplicationControlManager:
         # offline one waits for an in-sync replica (or an unclean election).
         if part.leader != NO_LEADER and broker_id not in isr:
             isr = (*isr, broker_id)
-        return self.change_record(
-            key[0], key[1], part, isr=isr,
+        return self.partition_delta(
+            key[0], part, isr=isr,
             usable=lambda b: b == broker_id or self.cluster.is_usable(b))
 
     def replica_brokers(self) -> list[int]:
@@ -266,10 +270,9 @@ class ReplicationControlManager:
     def leads_any(self, broker_id: int) -> bool:
         return broker_id in self._index.led_count
 
-    def change_record(
+    def partition_delta(
         self,
         topic_id: str,
-        partition_id: int,
         part: PartitionRegistration,
         *,
         usable: Callable[[int], bool] | None = None,
@@ -279,9 +282,10 @@ class ReplicationControlManager:
         adding: tuple[int, ...] | None = None,
         removing: tuple[int, ...] | None = None,
         election: Election = Election.KEEP,
-    ) -> MetadataRecord | None:
-        """``build_partition_change`` with this cluster's usable brokers and the
-        topic's unclean-election config (unless given)."""
+    ) -> PartitionDelta | None:
+        """``build_partition_change`` of a partition of ``topic_id`` with this
+        cluster's usable brokers and the topic's unclean-election config (unless
+        given)."""
 
         def unclean() -> bool:
             if unclean_allowed is None:
@@ -290,8 +294,6 @@ class ReplicationControlManager:
 
         return build_partition_change(
             part,
-            topic_id=topic_id,
-            partition_id=partition_id,
             is_usable=self.cluster.is_usable if usable is None else usable,
             unclean_allowed=unclean,
             isr=isr,
@@ -550,3 +552,4 @@ class ReplicationControlManager:
             records.append(make_record(TopicRecord(name=listing.name, topic_id=listing.topic_id)))
             records += partition_records(listing.topic_id, self.partitions(listing.topic_id, epoch))
         return records
+

@@ -282,7 +282,7 @@ class ControllerMachine:
                 self._append(result.records, None, EMPTY_ORIGIN, node, None, now_ms)
             moves = self._mover.step()
             if moves:
-                self._append(moves, None, EMPTY_ORIGIN, node, None, now_ms)
+                self._append_encoded(moves, None, EMPTY_ORIGIN, node, None, now_ms)
 
     def leader_changed(self, leader_id: int | None, epoch: int, now_ms: int) -> None:
         if leader_id == self.settings.node_id:
@@ -454,13 +454,18 @@ class ControllerMachine:
                 encoded: Sequence[bytes] | None = None) -> None:
         """Replay and append `records` (`encoded`: their bytes, if the manager wrote
         those already); `request_id` None: nobody waits for the answer."""
-        assert self._mode is Mode.ACTIVE
-        if not records:
-            self._answer_after_last(response, request_id)
-            return
         if encoded is None:
             encoded = [encode_record(r) for r in records]
         assert len(encoded) == len(records)
+        self._append_encoded(encoded, response, origin, node, request_id, now_ms)
+
+    def _append_encoded(self, encoded: Sequence[bytes], response: Any, origin: BatchOrigin,
+                        node: NodeAccess, request_id: int | None, now_ms: int) -> None:
+        """`_append` of records given as their bytes only."""
+        assert self._mode is Mode.ACTIVE
+        if not encoded:
+            self._answer_after_last(response, request_id)
+            return
         size = sum(len(r) for r in encoded)
         if len(encoded) > MAX_RECORDS_PER_BATCH or size > MAX_APPEND_BYTES:
             self._fail(request_id, RequestTooLargeError(

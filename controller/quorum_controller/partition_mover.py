@@ -29,7 +29,7 @@ from controller.metadata.replication import (
     PARTITION_MOVES_PER_BATCH,
     ReplicationControlManager,
 )
-from controller.records import MetadataRecord
+from controller.records.partition_wire import encode_change
 
 
 @attrs.define
@@ -78,9 +78,10 @@ class PartitionMover:
         self._replication.deferred_leaving.clear()
         self._replication.deferred_ready.clear()
 
-    def step(self) -> list[MetadataRecord]:
-        """The next batch of changes (possibly none: a step that finds nothing to
-        change writes nothing)."""
+    def step(self) -> list[bytes]:
+        """The next batch of changes, encoded (possibly none: a step that finds
+        nothing to change writes nothing). Bytes, not messages: building a message
+        per change and encoding it cost more than the election."""
         self._take_hints()
         while self._jobs:
             job = self._jobs[0]
@@ -118,12 +119,12 @@ class PartitionMover:
         assert keys is not None  # no limit asked
         return keys
 
-    def _advance(self, job: _Job) -> list[MetadataRecord]:
+    def _advance(self, job: _Job) -> list[bytes]:
         replication = self._replication
         keys = job.keys
         assert keys is not None
         leaving = frozenset({job.broker_id})
-        records: list[MetadataRecord] = []
+        records: list[bytes] = []
         end = min(len(keys), job.position + self._scan_keys)
         position = job.position
         led_by = replication.leader_of
@@ -132,9 +133,9 @@ class PartitionMover:
             position += 1
             if job.leaders_only and led_by(key) != job.broker_id:
                 continue
-            record = (replication.leaving_change(key, leaving) if job.leaving
-                      else replication.ready_change(key, job.broker_id))
-            if record is not None:
-                records.append(record)
+            delta = (replication.leaving_delta(key, leaving) if job.leaving
+                     else replication.ready_delta(key, job.broker_id))
+            if delta is not None:
+                records.append(encode_change(key[0], key[1], delta))
         job.position = position
         return records

@@ -13,6 +13,7 @@ from controller.records.domain import (
     FeatureRange,
     LeaderRecoveryState,
     Listener,
+    PartitionDelta,
     PartitionRegistration,
     Topic,
 )
@@ -140,3 +141,23 @@ def partition_to_record(
         leader_epoch=partition.leader_epoch,
         partition_epoch=partition.partition_epoch,
     )
+
+
+def change_to_record(
+    delta: PartitionDelta, *, topic_id: str, partition_id: int
+) -> pb.PartitionChangeRecord:
+    """The PartitionChangeRecord stating ``delta`` (``PartitionDelta.of`` reads it back)."""
+    change = pb.PartitionChangeRecord(partition_id=partition_id, topic_id=topic_id)
+    # SetInParent: a list set empty must be present (cleared), not absent (unchanged).
+    for name in ("isr", "replicas", "removing_replicas", "adding_replicas"):
+        ids = getattr(delta, name)
+        if ids is not None:
+            field = getattr(change, name)
+            field.SetInParent()
+            field.ids.extend(ids)
+    if delta.leader is not None:
+        change.leader = delta.leader
+    if delta.leader_recovery_state is not None:
+        change.leader_recovery_state = pb.LeaderRecoveryState.ValueType(
+            int(delta.leader_recovery_state))
+    return change

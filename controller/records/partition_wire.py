@@ -21,8 +21,8 @@ PartitionChangeRecords get the same reading: a fenced broker's partitions all ch
 (hundreds of thousands of records, replayed by every controller), yet the changes are
 few distinct values (an ISR and a leader over the brokers). `split_partition_change`
 splits an envelope the same way, and `delta_from_tail` maps fields 3..8 to a shared
-``PartitionDelta``. The controller builds these records with protobuf (deterministic
-output, so equal changes are equal bytes).
+``PartitionDelta``; `encode_change` writes one from cached parts (fields 3..8
+serialised by protobuf once per distinct delta).
 
 Caches stop growing at `_CACHE_LIMIT` entries (cleared then; a miss is the slow path).
 """
@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controller.records import metadata_pb2 as pb
-from controller.records.convert import partition_from_record
+from controller.records.convert import change_to_record, partition_from_record
 from controller.records.domain import PartitionDelta, PartitionRegistration
 from controller.records.registry import RECORD_TYPES
 
@@ -49,8 +49,11 @@ _TAILS: dict[int, tuple[PartitionRegistration, bytes]] = {}
 _NEW_TAILS: dict[tuple[tuple[int, ...], tuple[int, ...]], bytes] = {}
 # Fields 3..10 serialised -> the registration they state.
 _REGISTRATIONS: dict[bytes, PartitionRegistration] = {}
-# A PartitionChangeRecord's fields 3..8 serialised -> the delta they state.
+# A PartitionChangeRecord's fields 3..8 serialised -> the delta they state, and back.
 _DELTAS: dict[bytes, PartitionDelta] = {}
+_CHANGE_TAILS: dict[PartitionDelta, bytes] = {}
+# Topic id -> its field 2 serialised (a broker's partitions span a few thousand topics).
+_TOPIC_FIELDS: dict[str, bytes] = {}
 
 assert VERSION < 0x80 and CHANGE_VERSION < 0x80, "the envelope's version is one varint byte"
 
@@ -119,12 +122,42 @@ def encode_new_partitions(
     return _envelopes(topic_id, first_id, out)
 
 
+def encode_change(topic_id: str, partition_id: int, delta: PartitionDelta) -> bytes:
+    """``encode_record(make_record(change_to_record(delta, ...)))``: equal bytes, built
+    from cached parts (the partition mover writes one per partition of a fenced
+    broker)."""
+    assert partition_id >= 0
+    tail = _CHANGE_TAILS.get(delta)
+    if tail is None:
+        tail = change_to_record(delta, topic_id="", partition_id=0).SerializeToString(
+            deterministic=True)
+        if len(_CHANGE_TAILS) >= _CACHE_LIMIT:
+            _CHANGE_TAILS.clear()
+        _CHANGE_TAILS[delta] = tail
+    topic_field = _TOPIC_FIELDS.get(topic_id)
+    if topic_field is None:
+        topic_field = _topic_field(topic_id)
+        if len(_TOPIC_FIELDS) >= _CACHE_LIMIT:
+            _TOPIC_FIELDS.clear()
+        _TOPIC_FIELDS[topic_id] = topic_field
+    pid = _PID_FIELDS[partition_id] if partition_id < 0x80 else b"\x08" + _varint(partition_id)
+    size = len(pid) + len(topic_field) + len(tail)
+    head = (_CHANGE_HEADS[size] if size < 0x80
+            else _CHANGE_HEADS[0][:3] + _varint(size))
+    return b"".join((head, pid, topic_field, tail))
+
+
+def _topic_field(topic_id: str) -> bytes:
+    """Field 2 (topic_id) as protobuf writes it: absent when empty."""
+    tid = topic_id.encode("utf-8")
+    return b"\x12" + _varint(len(tid)) + tid if tid else b""
+
+
 def _envelopes(topic_id: str, first_id: int, tails: list[bytes]) -> list[bytes]:
     """The envelopes of PartitionRecords of ``topic_id`` numbered from ``first_id``,
     each with its registration's fields (``tails``)."""
     assert first_id >= 0
-    tid = topic_id.encode("utf-8")
-    topic_field = b"\x12" + _varint(len(tid)) + tid if tid else b""
+    topic_field = _topic_field(topic_id)
     heads, pids, join = _HEADS, _PID_FIELDS, b"".join
     out: list[bytes] = []
     append = out.append
@@ -139,6 +172,8 @@ def _envelopes(topic_id: str, first_id: int, tails: list[bytes]) -> list[bytes]:
 # The envelope up to the payload for each one-byte payload size, and the
 # partition_id field for each one-byte id (absent for 0, the proto3 default).
 _HEADS = [bytes((0x08, VERSION, _ENVELOPE_TAG, size)) for size in range(0x80)]
+_CHANGE_HEADS = [bytes((0x08, CHANGE_VERSION, _CHANGE_ENVELOPE_TAG, size))
+                 for size in range(0x80)]
 _PID_FIELDS = [b"", *(bytes((0x08, pid)) for pid in range(1, 0x80))]
 
 

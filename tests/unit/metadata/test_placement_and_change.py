@@ -7,10 +7,16 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.metadata.partition_change import Election, build_partition_change
+from controller.metadata.partition_change import Election, build_partition_change, change_record
 from controller.metadata.placement import _place_one, new_uuid, place_replicas, rack_alternated
 from controller.records.codec import decode_record, encode_record
-from controller.records.domain import NO_LEADER, LeaderRecoveryState, PartitionRegistration
+from controller.records.domain import (
+    NO_LEADER,
+    LeaderRecoveryState,
+    PartitionDelta,
+    PartitionRegistration,
+)
+from controller.records.partition_wire import encode_change
 
 RACK_MAPS = st.dictionaries(
     st.integers(0, 40), st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=12
@@ -58,45 +64,39 @@ def _part(**kw: object) -> PartitionRegistration:
     return PartitionRegistration(**defaults)  # type: ignore[arg-type]
 
 
-def _build(part: PartitionRegistration, usable: set[int], **kw: object):
+def _build(part: PartitionRegistration, usable: set[int], **kw: object) -> PartitionDelta | None:
     unclean = bool(kw.pop("unclean", False))
-    record = build_partition_change(
+    return build_partition_change(
         part,
-        topic_id="t",
-        partition_id=0,
         is_usable=usable.__contains__,
         unclean_allowed=lambda: unclean,
         **kw,  # type: ignore[arg-type]
     )
-    return None if record is None else record.partition_change
 
 
-def test_no_change_gives_no_record() -> None:
+def test_no_change_gives_no_delta() -> None:
     assert _build(_part(), {1, 2, 3}) is None
 
 
 def test_isr_shrink_of_a_follower_keeps_the_leader() -> None:
-    change = _build(_part(), {1, 3}, isr=(1, 3))
-    assert change is not None and list(change.isr.ids) == [1, 3]
-    assert not change.HasField("leader") and not change.HasField("replicas")
+    assert _build(_part(), {1, 3}, isr=(1, 3)) == PartitionDelta(isr=(1, 3))
 
 
 def test_leader_leaving_elects_first_usable_in_sync_replica() -> None:
-    change = _build(_part(), {2, 3}, isr=(2, 3))
-    assert change is not None and change.leader == 2
-    merged = _part().merge(change)
+    delta = _build(_part(), {2, 3}, isr=(2, 3))
+    assert delta == PartitionDelta(isr=(2, 3), leader=2)
+    merged = _part().apply(delta)
     assert merged.leader_epoch == 1 and merged.partition_epoch == 1
 
 
 def test_isr_never_empties_and_partition_goes_offline() -> None:
-    change = _build(_part(isr=(1,)), set(), isr=())
-    assert change is not None and change.leader == NO_LEADER and not change.HasField("isr")
+    assert _build(_part(isr=(1,)), set(), isr=()) == PartitionDelta(leader=NO_LEADER)
 
 
 def test_unclean_election_marks_recovering() -> None:
-    change = _build(_part(isr=(1,), leader=NO_LEADER), {3}, unclean=True)
-    assert change is not None and change.leader == 3 and list(change.isr.ids) == [3]
-    assert change.leader_recovery_state == int(LeaderRecoveryState.RECOVERING)
+    delta = _build(_part(isr=(1,), leader=NO_LEADER), {3}, unclean=True)
+    assert delta == PartitionDelta(isr=(3,), leader=3,
+                                   leader_recovery_state=LeaderRecoveryState.RECOVERING)
 
 
 def test_the_unclean_flag_is_asked_only_when_no_in_sync_replica_can_lead() -> None:
@@ -107,32 +107,33 @@ def test_the_unclean_flag_is_asked_only_when_no_in_sync_replica_can_lead() -> No
         return False
 
     def build(part: PartitionRegistration, usable: set[int], **kw: object) -> object:
-        return build_partition_change(part, topic_id="t", partition_id=0,
-                                      is_usable=usable.__contains__, unclean_allowed=flag,
-                                      **kw)  # type: ignore[arg-type]
+        return build_partition_change(part, is_usable=usable.__contains__,
+                                      unclean_allowed=flag, **kw)  # type: ignore[arg-type]
 
     assert build(_part(), {2, 3}, isr=(2, 3)) is not None
     assert asked == []  # replica 2 is in sync and usable: no config lookup
-    offline = build(_part(isr=(1,)), {3}, isr=())
+    assert build(_part(isr=(1,)), {3}, isr=()) == PartitionDelta(leader=NO_LEADER)
     assert asked == [True]
-    assert offline is not None and offline.partition_change.leader == NO_LEADER
 
 
-def test_the_change_comes_in_an_envelope_that_encodes_and_decodes() -> None:
-    record = build_partition_change(_part(removing_replicas=(3,)), topic_id="t",
-                                    partition_id=4, is_usable={1, 2, 3}.__contains__,
-                                    unclean_allowed=lambda: False, removing=())
-    assert record is not None
-    decoded = decode_record(encode_record(record)).partition_change
-    # A list cleared to empty is present (cleared), not absent (unchanged).
-    assert decoded.HasField("removing_replicas") and list(decoded.removing_replicas.ids) == []
-    assert (decoded.topic_id, decoded.partition_id) == ("t", 4)
-    assert not decoded.HasField("isr") and not decoded.HasField("leader")
+def test_a_change_record_states_its_delta_and_encodes_to_the_same_bytes() -> None:
+    cleared = PartitionDelta(removing_replicas=())
+    assert _build(_part(removing_replicas=(3,)), {1, 2, 3}, removing=()) == cleared
+    for delta in (cleared, PartitionDelta(isr=(2, 3), leader=2),
+                  PartitionDelta(leader=NO_LEADER, replicas=(4, 5), adding_replicas=(5,),
+                                 leader_recovery_state=LeaderRecoveryState.RECOVERING)):
+        record = change_record("t", 4, delta)
+        data = encode_record(record)
+        decoded = decode_record(data).partition_change
+        assert (decoded.topic_id, decoded.partition_id) == ("t", 4)
+        # A list set empty stays present (cleared), not absent (unchanged).
+        assert PartitionDelta.of(decoded) == delta
+        assert encode_change("t", 4, delta) == data
 
 
 def test_preferred_election() -> None:
-    change = _build(_part(leader=2), {1, 2, 3}, election=Election.PREFERRED)
-    assert change is not None and change.leader == 1
+    assert _build(_part(leader=2), {1, 2, 3}, election=Election.PREFERRED) == PartitionDelta(
+        leader=1)
 
 
 def test_reassignment_completes_when_adding_replicas_are_in_sync() -> None:
@@ -140,10 +141,10 @@ def test_reassignment_completes_when_adding_replicas_are_in_sync() -> None:
         replicas=(3, 4, 1, 2), isr=(1, 2), adding_replicas=(3, 4), removing_replicas=(1, 2)
     )
     partial = _build(moving, {1, 2, 3, 4}, isr=(1, 2, 3))
-    assert partial is not None and not partial.HasField("replicas")
+    assert partial == PartitionDelta(isr=(1, 2, 3))
     done = _build(moving, {1, 2, 3, 4}, isr=(1, 2, 3, 4))
     assert done is not None
-    after = moving.merge(done)
+    after = moving.apply(done)
     assert after.replicas == (3, 4) and after.isr == (3, 4) and after.leader == 3
     assert after.adding_replicas == () and after.removing_replicas == ()
 

@@ -15,6 +15,7 @@ from controller.metadata import (
 from controller.metadata.config_schema import ResourceType
 from controller.metadata.configs import AlterConfigOp, AlterConfigsResource, ConfigResource, OpType
 from controller.metadata.errors import ControllerResult
+from controller.metadata.partition_change import change_record
 from controller.records import make_record, record_type
 from controller.records.domain import LeaderRecoveryState
 from tests.unit.metadata.support import SESSION_MS, Harness
@@ -456,10 +457,9 @@ def test_new_partitions_share_registrations_and_changes_stay_their_own(h: Harnes
     twin = next(p for p in range(1, 12) if parts[p] is parts[0])
     tid = h.state.replication.topic_id("shared")
     assert tid is not None
-    change = h.state.replication.change_record(
-        tid, 0, parts[0], isr=parts[0].replicas[:2])
-    assert change is not None
-    h.apply(ControllerResult((change,), None))
+    delta = h.state.replication.partition_delta(tid, parts[0], isr=parts[0].replicas[:2])
+    assert delta is not None
+    h.apply(ControllerResult((change_record(tid, 0, delta),), None))
     assert h.part("shared", 0).isr == parts[0].replicas[:2]
     assert h.part("shared", twin) is parts[twin] and parts[twin].isr == parts[twin].replicas
     h.check()
@@ -509,9 +509,9 @@ def test_partitions_at_a_past_epoch_read_from_the_latest_state_only_when_unchang
     assert tid_a is not None
     part = replication.partition(tid_a, 0)
     assert part is not None
-    change = replication.change_record(tid_a, 0, part, isr=part.replicas[:1])
-    assert change is not None
-    h.apply(ControllerResult((change,), None))
+    delta = replication.partition_delta(tid_a, part, isr=part.replicas[:1])
+    assert delta is not None
+    h.apply(ControllerResult((change_record(tid_a, 0, delta),), None))
     h.apply(replication.create_partitions([CreatePartitionsTopic("b", 5)]))
     h.apply(replication.delete_topics(["c"]))
     h.create("e", partitions=2, rf=2)

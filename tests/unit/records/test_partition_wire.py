@@ -9,12 +9,17 @@ from hypothesis import strategies as st
 
 from controller.records import decode_record, encode_record, make_record
 from controller.records import metadata_pb2 as pb
-from controller.records.convert import partition_from_record, partition_to_record
+from controller.records.convert import (
+    change_to_record,
+    partition_from_record,
+    partition_to_record,
+)
 from controller.records.domain import LeaderRecoveryState, PartitionDelta, PartitionRegistration
 from controller.records.partition_wire import (
     CHANGE_VERSION,
     VERSION,
     delta_from_tail,
+    encode_change,
     encode_new_partitions,
     encode_partitions,
     registration_from_tail,
@@ -185,3 +190,31 @@ def test_the_change_split_refuses_what_it_does_not_take() -> None:
     unknown_state = pb.PartitionChangeRecord(leader=1)
     unknown_state.leader_recovery_state = 7  # type: ignore[assignment]
     assert delta_from_tail(unknown_state.SerializeToString()) is None
+
+
+_id_tuples = st.lists(st.integers(0, 2**31 - 1), max_size=5).map(tuple)
+deltas = st.builds(
+    PartitionDelta,
+    isr=st.none() | _id_tuples,
+    leader=st.none() | st.integers(-1, 2**31 - 1),
+    replicas=st.none() | _id_tuples,
+    removing_replicas=st.none() | _id_tuples,
+    adding_replicas=st.none() | _id_tuples,
+    leader_recovery_state=st.none() | st.sampled_from(LeaderRecoveryState),
+)
+
+
+@given(delta=deltas,
+       partition_id=st.sampled_from([0, 1, 127, 128, 16_384, 2**31 - 1]),
+       topic_id=st.sampled_from([TID, "t", "x" * 200, "é-topic"]))
+def test_encode_change_equals_protobuf_and_reads_back(
+    delta: PartitionDelta, partition_id: int, topic_id: str
+) -> None:
+    data = encode_change(topic_id, partition_id, delta)
+    assert data == encode_record(make_record(
+        change_to_record(delta, topic_id=topic_id, partition_id=partition_id)))
+    assert PartitionDelta.of(decode_record(data).partition_change) == delta
+    split = split_partition_change(data)
+    if split is not None:  # a topic id or record past one-byte lengths takes protobuf
+        assert split[:2] == (partition_id, topic_id.encode())
+        assert delta_from_tail(split[2]) == delta
