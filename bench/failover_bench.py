@@ -210,16 +210,26 @@ def analyse(cluster: ControllerCluster, node_id: int) -> dict[str, dict[str, flo
                         else None)
                 if name is not None and name not in phases:
                     current = phases[name] = {"start_ms": batch.append_time_ms, "leaders": 0,
-                                              "changes": 0, "leaders_s": 0.0, "changes_s": 0.0}
+                                              "changes": 0, "leaders_s": 0.0, "changes_s": 0.0,
+                                              "first_s": 0.0, "leaders_100k_s": -1.0}
             elif which == "partition_change" and current is not None:
                 since_s = (batch.append_time_ms - current["start_ms"]) / 1e3
+                if not current["changes"]:
+                    current["first_s"] = since_s
                 current["changes"] += 1
                 current["changes_s"] = since_s
                 if record.partition_change.HasField("leader"):
                     current["leaders"] += 1
                     current["leaders_s"] = since_s
+                    if current["leaders"] == 100_000:  # the target's count
+                        current["leaders_100k_s"] = since_s
     assert set(phases) == {"fence", "shutdown"}, sorted(phases)
     return phases
+
+
+def _hundred_thousandth(phase: dict[str, float]) -> str:
+    at_s = phase["leaders_100k_s"]
+    return "" if at_s < 0 else f"; the 100,000th leadership moved {at_s:.2f}s after the record"
 
 
 def main() -> None:
@@ -280,15 +290,18 @@ def main() -> None:
         fence = phases["fence"]
         print(f"kill -9: fenced {fence['start_ms'] / 1e3 - last_beat_s:.2f}s after its last "
               f"heartbeat; {fence['leaders']:.0f} leaderships moved in {fence['leaders_s']:.2f}s "
-              f"after the fence record, all {fence['changes']:.0f} partition changes in "
-              f"{fence['changes_s']:.2f}s")
+              f"after the fence record (the first {fence['first_s']:.2f}s after it), all "
+              f"{fence['changes']:.0f} partition changes in {fence['changes_s']:.2f}s"
+              f"{_hundred_thousandth(fence)}")
         activations = sum(f.read_text().count("controller_active") for f in root.glob("c*.log"))
         print(f"controller activations in the whole run: {activations} (1: no failover)")
         shut = phases["shutdown"]
         print(f"controlled shutdown: {shut['leaders']:.0f} leaderships moved in "
-              f"{shut['leaders_s']:.2f}s after the shutdown record, all "
+              f"{shut['leaders_s']:.2f}s after the shutdown record (the first "
+              f"{shut['first_s']:.2f}s after it), all "
               f"{shut['changes']:.0f} changes in {shut['changes_s']:.2f}s; the broker was "
-              f"told it may stop {allowed_s - asked_s:.2f}s after it asked")
+              f"told it may stop {allowed_s - asked_s:.2f}s after it asked"
+              f"{_hundred_thousandth(shut)}")
     finally:
         if load is not None:
             load.close()
