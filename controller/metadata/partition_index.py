@@ -36,6 +36,7 @@ class PartitionIndex:
         self.not_preferred: TimelineHashSet[PartKey] = TimelineHashSet(registry)
         # Broker id -> partitions it leads (> 0; a broker leading none is absent).
         self.led_count: TimelineHashMap[int, int] = TimelineHashMap(registry)
+        self._led_latest = self.led_count.latest()  # read at C speed on every leader move
 
     def reindex(
         self, key: PartKey, old: PartitionRegistration | None, new: PartitionRegistration | None
@@ -51,39 +52,50 @@ class PartitionIndex:
         if new is None:
             self._drop(key, old)
             return
-        if old.leader != new.leader:
+        leader_changed = old.leader != new.leader
+        if leader_changed:
             self._count_led(old.leader, -1)
             self._count_led(new.leader, 1)
             if new.leader == NO_LEADER:
                 self.leaderless.add(key)
             elif old.leader == NO_LEADER:
                 self.leaderless.discard(key)
-        replicas_changed = old.replicas != new.replicas
+        replicas = new.replicas
+        replicas_changed = old.replicas != replicas
         if replicas_changed:
-            old_replicas, new_replicas = set(old.replicas), set(new.replicas)
+            old_replicas, new_replicas = set(old.replicas), set(replicas)
             for broker_id in old_replicas - new_replicas:
                 self.replica_of[broker_id].discard(key)
             for broker_id in new_replicas - old_replicas:
                 self._index_set(self.replica_of, broker_id).add(key)
-        if replicas_changed or old.isr != new.isr:
-            old_out = set(old.replicas).difference(old.isr)
-            new_out = set(new.replicas).difference(new.isr)
+            old_out = old_replicas.difference(old.isr)
+            new_out = new_replicas.difference(new.isr)
             for broker_id in old_out - new_out:
                 self.out_of_isr[broker_id].discard(key)
             for broker_id in new_out - old_out:
                 self._index_set(self.out_of_isr, broker_id).add(key)
-        moving = bool(new.adding_replicas or new.removing_replicas)
-        if moving != bool(old.adding_replicas or old.removing_replicas):
-            if moving:
+        elif old.isr != new.isr:
+            # Same replicas: a replica that left the ISR is now out of it, one that
+            # joined is back (out of ISR = replicas minus ISR).
+            for broker_id in old.isr:
+                if broker_id not in new.isr and broker_id in replicas:
+                    self._index_set(self.out_of_isr, broker_id).add(key)
+            for broker_id in new.isr:
+                if broker_id not in old.isr and broker_id in replicas:
+                    self.out_of_isr[broker_id].discard(key)
+        if new.adding_replicas != old.adding_replicas \
+                or new.removing_replicas != old.removing_replicas:
+            if new.adding_replicas or new.removing_replicas:
                 self.reassigning.add(key)
             else:
                 self.reassigning.discard(key)
-        preferred_off = _not_preferred(new)
-        if preferred_off != _not_preferred(old):
-            if preferred_off:
-                self.not_preferred.add(key)
-            else:
-                self.not_preferred.discard(key)
+        if leader_changed or replicas_changed:
+            preferred_off = _not_preferred(new)
+            if preferred_off != _not_preferred(old):
+                if preferred_off:
+                    self.not_preferred.add(key)
+                else:
+                    self.not_preferred.discard(key)
 
     def _drop(self, key: PartKey, old: PartitionRegistration) -> None:
         """Partition ``key`` (``old``) is gone."""
@@ -130,7 +142,7 @@ class PartitionIndex:
     def _count_led(self, broker_id: int, delta: int) -> None:
         if broker_id == NO_LEADER:
             return
-        count = self.led_count.get(broker_id, 0) + delta
+        count = self._led_latest.get(broker_id, 0) + delta
         assert count >= 0, (broker_id, count)
         if count:
             self.led_count[broker_id] = count
