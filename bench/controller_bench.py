@@ -1,8 +1,10 @@
-"""Controller benchmark: CreateTopics throughput on a real quorum, and the cost of a
-1M-partition controller snapshot (load time, RSS, bytes per partition).
+"""Controller benchmark: CreateTopics throughput on a real quorum, the cost of a
+1M-partition controller snapshot (load time, RSS, bytes per partition), and the CPU
+cost of one partition change when a large broker is fenced.
 
     .venv/bin/python bench/controller_bench.py create [--seconds 10] [--procs 4]
     .venv/bin/python bench/controller_bench.py snapshot [--topics 10000] [--partitions 100]
+    .venv/bin/python bench/controller_bench.py fence [--topics 3000] [--partitions 100]
 
 `create`: three `metakraft controller --config FILE` processes on loopback
 (tests/support/controller_processes.py; the log fsyncs every flush, there is no
@@ -25,11 +27,20 @@ daemon does). A fresh process then loads it the way a restarting controller does
 (`QuorumController.load_latest_snapshot`), and reports the wall time and its
 peak RSS (VmHWM from /proc/self/status, which includes the interpreter and imports;
 the baseline after imports is printed too).
+
+`fence`: in one process, two images built as for `snapshot` (an "active" and a
+"standby"); broker 1 stops heartbeating and is fenced; then the active
+controller's `PartitionMover` runs to the end, each step's batch replayed from its
+bytes by both images as the controllers do (the active one after a registry
+snapshot, as it appends). Per change: microseconds to generate (the election and
+the record's bytes), to replay on the active, to replay on the standby. No Raft, no
+I/O: the CPU a broker failure costs the controllers, per partition it held.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing as mp
 import os
 import platform
@@ -56,6 +67,7 @@ from controller.metadata import (
     CreatableTopic,
     MetadataState,
 )
+from controller.records.codec import encode_record
 from controller.records.domain import Listener
 from controller.security.tls import TlsCredentials
 from controller.storage import snapshot_file as sf
@@ -71,6 +83,8 @@ BROKERS = 12
 RACKS = 3
 CLIENTS = (1, 32)
 PARTITIONS = (1, 100)
+# The images built in this process: no broker times out while they are built.
+SESSION_MS = 600_000
 
 
 def machine() -> str:
@@ -261,7 +275,7 @@ def build_state(topics: int, partitions: int, rf: int) -> tuple[MetadataState, i
     """A MetadataState holding `topics` x `partitions` over 12 brokers, built by the
     managers' generate + replay; returns it and the last offset used."""
     state = MetadataState(cluster_id="bench-cluster", rng=random.Random(7),
-                          session_timeout_ms=600_000)
+                          session_timeout_ms=SESSION_MS)
     offset = 0
 
     def apply(records: list[object]) -> None:
@@ -345,6 +359,52 @@ def run_load(args: argparse.Namespace) -> None:
           f"(after imports {base / 1024:.0f} MiB)")
 
 
+def run_fence(args: argparse.Namespace) -> None:
+    from controller.quorum_controller.partition_mover import PartitionMover
+
+    print(f"# {machine()}")
+    active, last_offset = build_state(args.topics, args.partitions, args.rf)
+    standby, _ = build_state(args.topics, args.partitions, args.rf)
+    offset = last_offset + 1
+    # Every broker but 1 heartbeats past broker 1's session; the tick fences broker 1.
+    now_ms = 10 * SESSION_MS
+    for state in (active, standby):
+        for b in range(2, BROKERS + 1):
+            broker = state.cluster.broker(b)
+            assert broker is not None
+            state.cluster.process_heartbeat(
+                BrokerHeartbeatRequest(b, broker.broker_epoch, offset), now_ms=now_ms)
+    fenced = active.cluster.fence_stale_brokers(now_ms + 1)
+    assert fenced.response == (1,), fenced.response
+    fence_bytes = [encode_record(r) for r in fenced.records]
+    for state in (active, standby):
+        state.replay_encoded(fence_bytes, offset)
+    offset += len(fence_bytes)
+    mover = PartitionMover(active.replication)
+    gc.freeze()  # the images are long-lived, as in the daemon (its GC policy)
+    generate_s = active_s = standby_s = 0.0
+    changes = 0
+    while mover.busy:
+        t0 = time.perf_counter()
+        batch = mover.step()
+        t1 = time.perf_counter()
+        active.registry.create_snapshot(offset - 1)
+        active.replay_encoded(batch, offset)
+        t2 = time.perf_counter()
+        standby.replay_encoded(batch, offset)
+        t3 = time.perf_counter()
+        active.registry.delete_snapshots_up_to(offset - 1)
+        offset += len(batch)
+        changes += len(batch)
+        generate_s, active_s, standby_s = (
+            generate_s + t1 - t0, active_s + t2 - t1, standby_s + t3 - t2)
+    assert not active.cluster.is_usable(1) and not active.replication.leads_any(1)
+    total = active.replication.total_partition_count()
+    print(f"broker 1 of {BROKERS} fenced, {total} partitions (RF {args.rf}): {changes} changes; "
+          f"per change: generate {generate_s / changes * 1e6:.1f} us, replay on the active "
+          f"{active_s / changes * 1e6:.1f} us, on a standby {standby_s / changes * 1e6:.1f} us")
+
+
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(","))
 
@@ -376,8 +436,13 @@ def main() -> None:
     snap.add_argument("--keep", action="store_true")
     load = sub.add_parser("load", help="(internal) load a snapshot dir in this process")
     load.add_argument("dir_to_load")
+    fence = sub.add_parser("fence", help="CPU per partition change when a broker is fenced")
+    fence.add_argument("--topics", type=int, default=3_000)
+    fence.add_argument("--partitions", type=int, default=100)
+    fence.add_argument("--rf", type=int, default=3)
     args = parser.parse_args()
-    {"create": run_create, "snapshot": run_snapshot, "load": run_load}[args.cmd](args)
+    {"create": run_create, "snapshot": run_snapshot, "load": run_load,
+     "fence": run_fence}[args.cmd](args)
 
 
 if __name__ == "__main__":
