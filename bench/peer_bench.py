@@ -20,7 +20,8 @@ async calls are awaited by the same loop. Clients talk to the leader. Each
 system is driven the way its own client sends: etcd's clients make one unary call
 per write, metakraft's Python client (`AdminClient`) one message on its multiplexed
 `Admin/Stream` (one request in flight); `--systems metakraft-unary` measures
-metakraft with a unary call per write instead.
+metakraft with a unary call per write instead, and `metakraft-no-snapshots`
+metakraft whose controllers never write a snapshot (what snapshots cost the writes).
 
 The writes:
   small  etcd: one Put of a 100-byte value under a new key; ZooKeeper: one create
@@ -67,8 +68,9 @@ from tests.support.polling import wait_until
 from tests.support.raft_node_process import free_ports
 
 SYSTEMS = ("etcd", "zookeeper", "metakraft")
-# Also known to --systems: metakraft's writes as unary calls, not over Admin/Stream.
-OPTIONAL_SYSTEMS = ("metakraft-unary",)
+# Also known to --systems: metakraft's writes as unary calls, not over Admin/Stream;
+# metakraft without snapshots.
+OPTIONAL_SYSTEMS = ("metakraft-unary", "metakraft-no-snapshots")
 VALUE = b"v" * 100
 # The rows of one round: (kind, clients).
 ROWS = (("small", 1), ("small", 16), ("small", 64), ("101", 16))
@@ -219,10 +221,12 @@ class MetakraftCluster:
     """Three `metakraft controller` processes (the tests' launcher) and 12 registered,
     unfenced brokers, so CreateTopics can place replicas."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, snapshots: bool = True) -> None:
         from tests.support.controller_processes import ControllerCluster
 
-        self.cluster = ControllerCluster(root, 3)
+        # No snapshots: an interval no bench run reaches.
+        self.cluster = (ControllerCluster(root, 3) if snapshots
+                        else ControllerCluster(root, 3, snapshot_interval_bytes=1 << 50))
 
     def start(self) -> None:
         self.cluster.start()
@@ -241,6 +245,8 @@ class MetakraftCluster:
 
 
 def make_cluster(system: str, root: Path) -> Cluster:
+    if system == "metakraft-no-snapshots":
+        return MetakraftCluster(root, snapshots=False)
     return {"etcd": EtcdCluster, "zookeeper": ZooKeeperCluster,
             "metakraft": MetakraftCluster, "metakraft-unary": MetakraftCluster}[system](root)
 
@@ -397,7 +403,8 @@ async def _zookeeper_writer(leader: str, kind: str, tag: str) -> tuple[Writer, C
 
 
 WRITERS = {"etcd": _etcd_writer, "zookeeper": _zookeeper_writer, "metakraft": _metakraft_writer,
-           "metakraft-unary": _metakraft_unary_writer}
+           "metakraft-unary": _metakraft_unary_writer,
+           "metakraft-no-snapshots": _metakraft_writer}
 
 # What a client process reports: writes in the window, their latencies (s), the
 # first errors, its CPU seconds.

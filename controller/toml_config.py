@@ -21,12 +21,15 @@ def _ascii_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def require_int(table: Mapping[str, Any], key: str, where: str, *, minimum: int = 1) -> int:
+def require_int(table: Mapping[str, Any], key: str, where: str, *, minimum: int = 1,
+                maximum: int | None = None) -> int:
     value = table[key]
     if not isinstance(value, int) or isinstance(value, bool):
         raise ConfigError(f"{where}{key}: expected an integer, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{where}{key}: must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{where}{key}: must be <= {maximum}, got {value}")
     return value
 
 

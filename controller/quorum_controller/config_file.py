@@ -71,6 +71,7 @@ request_timeout_ms = 30000      # the longest a request waits for its answer
 orphan_timeout_ms = 5000        # after losing leadership, wait this for a write's fate
 snapshot_interval_bytes = 16777216  # snapshot after this many bytes of new committed log
 snapshot_interval_image_multiple = 2  # ... and at least this many times the last snapshot's size (0: off)
+snapshot_busy_percent = 25      # share of the controller's time a snapshot being written may take
 
 [log]
 segment_bytes = 67108864        # a log segment is closed past this size ...
@@ -121,9 +122,11 @@ _RAFT_KEYS = ("election_timeout_ms", "fetch_max_wait_ms", "request_timeout_ms",
               "check_quorum_timeout_ms")
 _CONTROLLER_KEYS = ("session_timeout_ms", "max_queued_events", "max_items_per_request",
                     "request_timeout_ms", "orphan_timeout_ms", "snapshot_interval_bytes",
-                    "snapshot_interval_image_multiple")
-# Keys that may be 0 (everything else in [controller] is at least 1).
+                    "snapshot_interval_image_multiple", "snapshot_busy_percent")
+# Keys that may be 0 (everything else in [controller] is at least 1), and the upper
+# bounds of those that have one.
 _CONTROLLER_ZERO_OK = ("snapshot_interval_image_multiple",)
+_CONTROLLER_MAXIMUM = {"snapshot_busy_percent": 100}
 _LOG_KEYS = ("segment_bytes", "segment_ms")
 _TIER_INT_KEYS = ("copy_interval_ms", "copy_timeout_ms", "max_backoff_ms", "local_retention_ms",
                   "local_retention_bytes", "retention_ms", "retention_bytes")
@@ -194,7 +197,8 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
     ctl = sub_table(doc, "controller")
     reject_unknown(ctl, _CONTROLLER_KEYS, "controller.")
     ctl_values: dict[str, Any] = {
-        k: require_int(ctl, k, "controller.", minimum=0 if k in _CONTROLLER_ZERO_OK else 1)
+        k: require_int(ctl, k, "controller.", minimum=0 if k in _CONTROLLER_ZERO_OK else 1,
+                       maximum=_CONTROLLER_MAXIMUM.get(k))
         for k in _CONTROLLER_KEYS if k in ctl}
     level, log_format = logging_table(doc)
     metrics_address, metrics_port = metrics_table(doc)

@@ -101,7 +101,8 @@ class QuorumController(CommitListener):
             run_on_node_task=quorum.run_on_node_task, compact=quorum.compact,
             release_history=self.machine.release_history,
             phase_bytes=self.snapshot_phase_bytes(),
-            image_multiple=self.settings.snapshot_interval_image_multiple)
+            image_multiple=self.settings.snapshot_interval_image_multiple,
+            busy_percent=self.settings.snapshot_busy_percent)
         latest = sf.latest_snapshot(directory)
         if latest is not None:
             self.snapshots.note_image_bytes((directory / latest.file_name).stat().st_size)

@@ -12,6 +12,7 @@ configs, ACLs), so a snapshot replays into an equal image.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -109,20 +110,28 @@ class SnapshotJob:
 Compact = Callable[[SnapshotId], Awaitable[None]]
 # Queues work on the Raft node task (QuorumPort.run_on_node_task).
 RunOnNodeTask = Callable[[Callable[[Any], None]], None]
+# Calls a function after a delay in seconds (the event loop's call_later); returns a
+# handle whose cancel() drops the call.
+CallLater = Callable[[float, Callable[[], None]], Any]
 
 
 class SnapshotScheduler:
     """Decides when to snapshot (every `interval_bytes` of committed records, and at
     least `image_multiple` times the newest snapshot's size) and drives a
     `SnapshotJob` one step per node-task event, then finishes it off the loop,
-    compacts the log below it and prunes old snapshot files."""
+    compacts the log below it and prunes old snapshot files. Steps take at most
+    `busy_percent` of the time while a job runs: after a step of d seconds the next
+    is queued d * (100 / busy_percent - 1) seconds later (at 100, at once)."""
 
     def __init__(self, state: MetadataState, directory: Path, *, interval_bytes: int,
                  chunk_records: int, run_on_node_task: RunOnNodeTask, compact: Compact,
                  release_history: Callable[[], None], keep: int = 2,
-                 phase_bytes: int = 0, image_multiple: int = 0) -> None:
+                 phase_bytes: int = 0, image_multiple: int = 0, busy_percent: int = 100,
+                 call_later: CallLater | None = None,
+                 clock_s: Callable[[], float] = time.perf_counter) -> None:
         assert interval_bytes > 0 and chunk_records > 0 and keep >= 1
         assert 0 <= phase_bytes < interval_bytes and image_multiple >= 0
+        assert 1 <= busy_percent <= 100
         self._state = state
         self.directory = directory
         self._interval_bytes = interval_bytes
@@ -139,6 +148,11 @@ class SnapshotScheduler:
         # The first snapshot comes `phase_bytes` later than the interval says; later
         # ones every interval after it (see `QuorumController.enable_snapshots`).
         self._bytes_since = -phase_bytes
+        self._busy_percent = busy_percent
+        self._call_later = call_later
+        self._clock_s = clock_s
+        # The next step's delayed queueing (busy_percent < 100), until it fires.
+        self._next_step: Any = None
         self._job: SnapshotJob | None = None
         self._finishing: asyncio.Task[None] | None = None
         self.snapshots_written = 0
@@ -172,18 +186,36 @@ class SnapshotScheduler:
         if self._job is not None:
             self._job.abort()
             self._job = None
+        if self._next_step is not None:
+            self._next_step.cancel()
+            self._next_step = None
         self._bytes_since = 0
 
     def _step(self, _access: Any) -> None:
         job = self._job
         if job is None:
             return  # aborted
+        began_s = self._clock_s()
         if not job.step():
-            self._run(self._step)
+            if self._busy_percent >= 100:
+                self._run(self._step)
+                return
+            # Leave the node task to everything else for a while: the job's CPU is the
+            # same, spread thinner, so concurrent requests (here and on the voters
+            # this one's fetches serve) wait behind fewer steps.
+            rest_s = (self._clock_s() - began_s) * (100 / self._busy_percent - 1)
+            call_later = self._call_later or asyncio.get_running_loop().call_later
+            self._next_step = call_later(rest_s, self._queue_step)
             return
         self._job = None
         self._release_history()
         self._finishing = asyncio.ensure_future(self._finish(job))
+
+    def _queue_step(self) -> None:
+        self._next_step = None
+        # The controller may be stopping meanwhile: then the job goes with it.
+        with contextlib.suppress(DriverStoppedError):
+            self._run(self._step)
 
     async def _finish(self, job: SnapshotJob) -> None:
         try:

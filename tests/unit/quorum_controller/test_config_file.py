@@ -41,6 +41,10 @@ def test_good_config_parses_with_defaults_and_relative_data_dir(tmp_path: Path) 
     assert config.controller.session_timeout_ms == 4000
     assert config.controller.voter_addresses[3] == "127.0.0.1:9003"
     assert config.log_format == "json" and config.log_level == "INFO"
+    assert config.controller.snapshot_busy_percent == 25
+    busy = parse_config(GOOD.replace("session_timeout_ms = 4000", "snapshot_busy_percent = 100"),
+                        tmp_path / "c.toml")
+    assert busy.controller.snapshot_busy_percent == 100
 
 
 def test_example_config_is_valid(tmp_path: Path) -> None:
@@ -57,6 +61,10 @@ def test_example_config_is_valid(tmp_path: Path) -> None:
     (lambda t: t.replace("election_timeout_ms = 500", "election_timeout_ms = 100"),
      "election_timeout_ms must exceed fetch_max_wait_ms"),
     (lambda t: t.replace("session_timeout_ms = 4000", "session_timeout_ms = 0"), "must be >= 1"),
+    (lambda t: t.replace("session_timeout_ms = 4000", "snapshot_busy_percent = 101"),
+     "controller.snapshot_busy_percent: must be <= 100, got 101"),
+    (lambda t: t.replace("session_timeout_ms = 4000", "snapshot_busy_percent = 0"),
+     "controller.snapshot_busy_percent: must be >= 1"),
     (lambda t: t.replace('format = "json"', 'format = "xml"'), "logging.format"),
     (lambda t: t + "\n[[oops", "not valid TOML"),
     (lambda t: t.replace("[tls]\nenabled = false\n", ""), "missing [tls]"),

@@ -524,6 +524,75 @@ def test_the_snapshot_interval_grows_with_the_image(tmp_path: Path) -> None:
     assert len(queued) == 2
 
 
+def test_snapshot_steps_take_at_most_their_busy_share(tmp_path: Path) -> None:
+    """With `busy_percent` 25, a step of d seconds is followed by 3d seconds for the
+    rest of the node task's work; the job still writes the whole image; a reset drops
+    the step waiting its turn."""
+    from tests.unit.metadata.support import Harness
+
+    h = Harness()
+    h.add_brokers([1, 2, 3])
+    for i in range(4):
+        h.create(f"t{i}", partitions=10, rf=3)
+    h.state.registry.create_snapshot(h.committed)
+    queued: list[Callable[[object], None]] = []
+    delays: list[float] = []
+    later: list[Callable[[], None]] = []
+    cancelled: list[bool] = []
+
+    class Handle:
+        def cancel(self) -> None:
+            cancelled.append(True)
+
+    def call_later(delay_s: float, fn: Callable[[], None]) -> Handle:
+        delays.append(delay_s)
+        later.append(fn)
+        return Handle()
+
+    now = [0.0]
+
+    def clock_s() -> float:  # each reading 1 ms after the last: a step takes 1 ms
+        now[0] += 0.001
+        return now[0]
+
+    async def compact(_sid: object) -> None:
+        return None
+
+    def scheduler(directory: Path) -> SnapshotScheduler:
+        return SnapshotScheduler(h.state, directory, interval_bytes=1, chunk_records=10,
+                                 run_on_node_task=queued.append, compact=compact,
+                                 release_history=lambda: None, busy_percent=25,
+                                 call_later=call_later, clock_s=clock_s)
+
+    async def main() -> None:
+        snapshots = scheduler(tmp_path / "a")
+        assert snapshots.committed(1, h.committed + 1, 1)
+        steps = 0
+        while snapshots.pinned_offset is not None:
+            assert len(queued) == 1 and not later  # one step at a time, never both
+            queued.pop()(None)
+            steps += 1
+            if later:
+                later.pop()()  # the delay has passed: the next step is queued
+        assert steps > 3 and len(delays) == steps - 1
+        assert all(abs(d - 0.003) < 1e-9 for d in delays), delays
+        await asyncio.sleep(0)
+        while snapshots.snapshots_written == 0:
+            await asyncio.sleep(0.01)
+        written = snapshots.last_snapshot
+        assert written is not None and written.end_offset == h.committed + 1
+
+        second = scheduler(tmp_path / "b")
+        assert second.committed(1, h.committed + 1, 1)
+        queued.pop()(None)
+        assert len(later) == 1 and not cancelled
+        second.reset()
+        assert cancelled == [True]
+        await second.close()
+
+    asyncio.run(main())
+
+
 def test_image_chunks_concatenate_to_snapshot_records() -> None:
     async def main() -> None:
         env = Env()
