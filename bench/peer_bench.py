@@ -325,8 +325,13 @@ async def _metakraft_writer(leader: str, kind: str, tag: str, *, unary: bool = F
         await stream.write(pb.StreamRequest(id=next_id, method=method,
                                             payload=request.SerializeToString()))
         answer = await stream.read()
-        if answer is grpc.aio.EOF or answer.id != next_id or answer.status_code:
-            raise RuntimeError(f"{method} on the stream: {answer}")
+        if answer is grpc.aio.EOF:
+            raise RuntimeError(f"{method} on the stream: the stream ended")
+        if answer.id != next_id or answer.status_code:
+            # One line: the row's error column shows the first error's first line.
+            raise RuntimeError(f"{method} on the stream: answer {answer.id} to request "
+                               f"{next_id}: code {answer.status_code}: "
+                               f"{answer.status_details} {dict(answer.trailing)}")
         return response_type.FromString(answer.payload)
 
     def check(code: str, what: str) -> None:
