@@ -29,7 +29,8 @@ Caches stop growing at `_CACHE_LIMIT` entries (cleared then; a miss is the slow 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 from controller.records import metadata_pb2 as pb
 from controller.records.convert import change_to_record, partition_from_record
@@ -41,6 +42,8 @@ CHANGE_VERSION = RECORD_TYPES["partition_change"].version
 _ENVELOPE_TAG = 0x72  # MetadataRecord field 14 (partition), wire type 2
 _CHANGE_ENVELOPE_TAG = 0x7A  # MetadataRecord field 15 (partition_change), wire type 2
 _CACHE_LIMIT = 50_000
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
 # id(registration) -> (registration, its fields 3..10 serialised). Keyed by id, not
 # by value: hashing a registration hashes all its fields; the entry keeps the object
 # alive, so its id cannot be reused while cached.
@@ -84,9 +87,7 @@ def registration_tail(part: PartitionRegistration) -> bytes:
         leader_epoch=part.leader_epoch,
         partition_epoch=part.partition_epoch,
     ).SerializeToString(deterministic=True)
-    if len(_TAILS) >= _CACHE_LIMIT:
-        _TAILS.clear()
-    _TAILS[id(part)] = (part, tail)
+    _remember(_TAILS, id(part), (part, tail))
     return tail
 
 
@@ -115,9 +116,7 @@ def encode_new_partitions(
         if tail is None:
             replicas, isr = placement
             tail = registration_tail(PartitionRegistration(replicas, isr, leader=isr[0]))
-            if len(tails) >= _CACHE_LIMIT:
-                tails.clear()
-            tails[placement] = tail
+            _remember(tails, placement, tail)
         out.append(tail)
     return _envelopes(topic_id, first_id, out)
 
@@ -131,15 +130,11 @@ def encode_change(topic_id: str, partition_id: int, delta: PartitionDelta) -> by
     if tail is None:
         tail = change_to_record(delta, topic_id="", partition_id=0).SerializeToString(
             deterministic=True)
-        if len(_CHANGE_TAILS) >= _CACHE_LIMIT:
-            _CHANGE_TAILS.clear()
-        _CHANGE_TAILS[delta] = tail
+        _remember(_CHANGE_TAILS, delta, tail)
     topic_field = _TOPIC_FIELDS.get(topic_id)
     if topic_field is None:
         topic_field = _topic_field(topic_id)
-        if len(_TOPIC_FIELDS) >= _CACHE_LIMIT:
-            _TOPIC_FIELDS.clear()
-        _TOPIC_FIELDS[topic_id] = topic_field
+        _remember(_TOPIC_FIELDS, topic_id, topic_field)
     pid = _PID_FIELDS[partition_id] if partition_id < 0x80 else b"\x08" + _varint(partition_id)
     size = len(pid) + len(topic_field) + len(tail)
     head = (_CHANGE_HEADS[size] if size < 0x80
@@ -238,20 +233,7 @@ def registration_cache() -> dict[bytes, PartitionRegistration]:
 def registration_from_tail(tail: bytes) -> PartitionRegistration | None:
     """The registration that PartitionRecord fields 3..10 (``tail``) state, or None if
     they are not only those fields or do not decode (the protobuf path decides)."""
-    found = _REGISTRATIONS.get(tail)
-    if found is not None:
-        return found
-    try:
-        msg = pb.PartitionRecord.FromString(tail)
-        if msg.partition_id != 0 or msg.topic_id:
-            return None  # a repeated field 1 or 2: protobuf's last-one-wins applies
-        found = partition_from_record(msg)
-    except Exception:  # malformed, or an unknown recovery state: the slow path says
-        return None
-    if len(_REGISTRATIONS) >= _CACHE_LIMIT:
-        _REGISTRATIONS.clear()
-    _REGISTRATIONS[tail] = found
-    return found
+    return _from_tail(tail, _REGISTRATIONS, pb.PartitionRecord, partition_from_record)
 
 
 def delta_cache() -> dict[bytes, PartitionDelta]:
@@ -263,17 +245,28 @@ def delta_cache() -> dict[bytes, PartitionDelta]:
 def delta_from_tail(tail: bytes) -> PartitionDelta | None:
     """The delta that PartitionChangeRecord fields 3..8 (``tail``) state, or None if
     they are not only those fields or do not decode (the protobuf path decides)."""
-    found = _DELTAS.get(tail)
+    return _from_tail(tail, _DELTAS, pb.PartitionChangeRecord, PartitionDelta.of)
+
+
+def _from_tail(tail: bytes, cache: dict[bytes, _V], message: Any,
+               convert: Callable[[Any], _V]) -> _V | None:
+    """``convert`` of ``tail`` parsed as ``message`` (a record whose fields 1 and 2
+    are the partition and topic ids, split off), through ``cache``."""
+    found = cache.get(tail)
     if found is not None:
         return found
     try:
-        msg = pb.PartitionChangeRecord.FromString(tail)
+        msg = message.FromString(tail)
         if msg.partition_id != 0 or msg.topic_id:
             return None  # a repeated field 1 or 2: protobuf's last-one-wins applies
-        found = PartitionDelta.of(msg)
+        found = convert(msg)
     except Exception:  # malformed, or an unknown recovery state: the slow path says
         return None
-    if len(_DELTAS) >= _CACHE_LIMIT:
-        _DELTAS.clear()
-    _DELTAS[tail] = found
+    _remember(cache, tail, found)
     return found
+
+
+def _remember(cache: dict[_K, _V], key: _K, value: _V) -> None:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
