@@ -11,6 +11,8 @@ from controller.metadata.partition_index import PartitionIndex, PartKey
 from controller.records.domain import NO_LEADER, PartitionRegistration
 from timeline import SnapshotRegistry
 
+# Few brokers and no repeats (unlike `strategies.partition_registrations`): a replica
+# listed twice is refused before replay, and few brokers make indexes overlap.
 _brokers = st.lists(st.integers(0, 5), max_size=4, unique=True).map(tuple)
 registrations = st.builds(
     PartitionRegistration,

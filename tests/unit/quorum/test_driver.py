@@ -149,14 +149,14 @@ async def _propose_via_leader(c: Cluster, records: list[bytes]) -> int:
     return await c.members[leader].driver.propose(records)
 
 
-async def _started_leader(c: Cluster) -> RaftDriver:
-    """Start every member, commit one record; the leader's driver."""
+async def _started_leader(c: Cluster, record: bytes = b"warm-up") -> int:
+    """Start every member, commit `record`; the leader's id."""
     for node_id in c.addresses:
         await c.start(node_id)
-    await _propose_via_leader(c, [b"warm-up"])
+    await _propose_via_leader(c, [record])
     leader = c.leader()
     assert leader is not None
-    return c.members[leader].driver
+    return leader
 
 
 def run(coro_fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
@@ -204,11 +204,7 @@ async def test_elect_propose_commit_everywhere(c: Cluster) -> None:
 
 @run
 async def test_followers_fetch_over_streams_that_survive_a_leader_change(c: Cluster) -> None:
-    for node_id in c.addresses:
-        await c.start(node_id)
-    await _propose_via_leader(c, [b"one"])
-    old = c.leader()
-    assert old is not None
+    old = await _started_leader(c, b"one")
     followers = [i for i in c.members if i != old]
     await wait_for(lambda: all(c.members[i].driver.fetches_streamed_to(old) for i in followers))
     # The leader goes away: its streams break (dropped fetches, nothing else), the
@@ -260,11 +256,7 @@ async def test_leader_crash_then_restart_catches_up(c: Cluster) -> None:
 
 @run
 async def test_clean_stop_hands_over_quickly(c: Cluster) -> None:
-    for node_id in c.addresses:
-        await c.start(node_id)
-    await _propose_via_leader(c, [b"x"])
-    old = c.leader()
-    assert old is not None
+    old = await _started_leader(c, b"x")
     epoch = c.members[old].driver.status().epoch
     member = c.members.pop(old)
     await member.driver.stop(resign=True)
@@ -394,7 +386,7 @@ async def test_work_that_requeues_itself_does_not_starve_the_loop(c: Cluster) ->
     threads take the GIL: the followers' log flushes run in `asyncio.to_thread`, and
     with only zero-timeout polls they were starved for seconds (no flush, no commit;
     this test failed about one run in five)."""
-    driver = await _started_leader(c)
+    driver = c.members[await _started_leader(c)].driver
     steps = [0]
     stop = [False]
 
@@ -426,7 +418,7 @@ async def test_work_whose_caller_went_away_does_not_fail_the_node(c: Cluster) ->
     the node task, without setting the cancelled future's result: that raised
     InvalidStateError and failed the whole node (seen as a controller exiting 1 on
     SIGTERM in the S3 outage test)."""
-    driver = await _started_leader(c)
+    driver = c.members[await _started_leader(c)].driver
     floor = asyncio.create_task(driver.apply_retention_floor(None))
     compact = asyncio.create_task(driver.compact(SnapshotId(1, 1)))  # no such file
     await asyncio.sleep(0)  # both are queued on the node task, waiting for it
