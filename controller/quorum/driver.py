@@ -204,6 +204,9 @@ class DriverStatus:
     records_fetched: int = 0
     flushes: int = 0
     flush_seconds: float = 0.0
+    # Set while the log is repaired after damage found on start: the offset its
+    # recovery point had reached (the node votes again once it holds that much).
+    repair_to_offset: int | None = None
 
 
 @attrs.frozen(slots=True)
@@ -314,7 +317,14 @@ class RaftDriver:
         meta = check_meta_properties(data_dir.root, cfg.cluster_id, cfg.node_id)
         self._qs_file = qs_file.QuorumStateFile(data_dir.quorum_state)
         stored = self._qs_file.read()
-        self._log = DurableRaftLog.open(data_dir, cfg.log_config)
+        self._log = DurableRaftLog.open(data_dir, cfg.log_config, cfg.on_log_damage)
+        repair = self._log.pending_repair
+        if repair is not None:
+            log.error("log_repair_pending", node=cfg.node_id,
+                      repair_to_offset=repair.repair_to_offset,
+                      log_end_offset=self._log.end_offset, damage=repair.reason,
+                      action="taking no part in elections until the lost records are "
+                      "fetched again from the leader")
         self._log.cache = self.batch_cache
         if cfg.tiered:
             # Until the tier says what it holds, no local segment may go.
@@ -323,7 +333,8 @@ class RaftDriver:
         self._node = RaftNode(cfg.raft_config(directory_id=meta.directory_id), self._log,
                               self._snapshots, self._rng, quorum_state=stored,
                               now_ms=self._clock_ms(),
-                              voters=starting_voters(meta, data_dir, self._log.snapshot_id))
+                              voters=starting_voters(meta, data_dir, self._log.snapshot_id),
+                              repair_to_offset=None if repair is None else repair.repair_to_offset)
         self._applied_offset = self._log.start_offset  # the snapshot's end
         self._running = True
         self._tasks = [asyncio.create_task(self._run(), name=f"raft-node-{cfg.node_id}"),
@@ -447,6 +458,12 @@ class RaftDriver:
         self._inbox.put_nowait(("work", work))
         return await fut
 
+    def _repaired(self, node: RaftNode) -> None:
+        assert self._log is not None
+        self._log.repair_done()
+        log.warning("log_repaired", node=self.node_id, log_end_offset=self._log.end_offset,
+                    high_watermark=node.high_watermark, action="voting again")
+
     def status(self) -> DriverStatus:
         node, log = self._node, self._log
         assert node is not None and log is not None, "driver not started"
@@ -455,7 +472,9 @@ class RaftDriver:
                             log.end_offset, node.flushed_offset, log.start_offset,
                             self._applied_offset, node.replica_progress or (),
                             node.directory_id, node.voters, self._fetches_served,
-                            self._records_fetched, self._flushes, self._flush_seconds)
+                            self._records_fetched, self._flushes, self._flush_seconds,
+                            None if log.pending_repair is None
+                            else log.pending_repair.repair_to_offset)
 
     def read_log(self, from_offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches of this node's log (committed or not) from `from_offset`."""
@@ -676,6 +695,8 @@ class RaftDriver:
             self._flush_seconds += time.perf_counter() - began_s
             assert flushed >= ready.flush_to_offset, (flushed, ready.flush_to_offset)
             node.flushed(ready.flush_to_offset, self._clock_ms())
+        if ready.repaired:
+            self._repaired(node)
         if ready.committed:
             self._commit(ready.committed)
         if ready.role is not None:

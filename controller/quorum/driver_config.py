@@ -85,6 +85,8 @@ class DriverConfig:
     # A remote tier holds the log's history: local segments below the snapshot are
     # deleted only once the tier and local retention allow (see controller/tier).
     tiered: bool = False
+    # Damage to flushed log records found on start: "repair" or "refuse" (log_adapter).
+    on_log_damage: str = "repair"
 
     def __attrs_post_init__(self) -> None:
         if not self.voter_addresses:

@@ -32,7 +32,9 @@ from controller.quorum.wire import StoredBatchCache
 from controller.storage import snapshot_file as sf
 from controller.storage.errors import LogCorruptionError, StorageError
 from controller.storage.leader_epoch import LeaderEpochCheckpoint
-from controller.storage.log import LogConfig, SegmentedLog, SegmentInfo
+from controller.storage.log import LogConfig, LogDamage, SegmentedLog, SegmentInfo
+from controller.storage.log_config import LOG_DAMAGE_POLICIES
+from controller.storage.log_repair import LogRepairMarker, PendingRepair
 from controller.storage.meta_properties import DataDir
 
 # How many appended batches `DurableRaftLog` keeps to serve reads of the tail.
@@ -66,6 +68,9 @@ class DurableRaftLog:
         self._checkpoint = checkpoint
         self._snapshot = snapshot_id
         self.cache = cache if cache is not None else StoredBatchCache()
+        # Set by `open` when the log lost flushed records and is being repaired.
+        self.pending_repair: PendingRepair | None = None
+        self._repair_marker: LogRepairMarker | None = None
         # With a remote tier, local segments below the snapshot are deleted only below
         # this offset (what the tier holds and local retention lets go); None: no tier,
         # everything below the snapshot goes.
@@ -88,17 +93,45 @@ class DurableRaftLog:
         self._sync_checkpoint()
 
     @classmethod
-    def open(cls, data_dir: DataDir, config: LogConfig | None = None) -> DurableRaftLog:
-        """Open the log, the checkpoint and the newest snapshot of a formatted data dir."""
+    def open(cls, data_dir: DataDir, config: LogConfig | None = None,
+             on_log_damage: str = "repair") -> DurableRaftLog:
+        """Open the log, the checkpoint and the newest snapshot of a formatted data dir.
+
+        Damage to flushed records (storage/log.py) is refused with
+        `LogCorruptionError` when `on_log_damage` is "refuse"; with "repair" it is
+        noted in the data dir (`LogRepairMarker`) before the log is cut, and
+        `pending_repair` tells the Raft core to fetch it again before voting.
+        """
+        if on_log_damage not in LOG_DAMAGE_POLICIES:
+            raise ValueError(f"on_log_damage must be one of {LOG_DAMAGE_POLICIES}")
         sf.remove_partial_snapshots(data_dir.snapshot_dir)
         latest = sf.latest_snapshot(data_dir.snapshot_dir)
         snapshot_id = EMPTY_SNAPSHOT if latest is None else latest
-        log = SegmentedLog.open(data_dir.log_dir, config, initial_offset=snapshot_id.end_offset)
+        marker = LogRepairMarker(data_dir.log_repair)
+        pending = marker.read()
+
+        def on_damage(damage: LogDamage) -> None:
+            if on_log_damage == "refuse":
+                raise LogCorruptionError(
+                    damage.segment, f"{damage.reason} (flushed up to offset "
+                    f"{damage.recovery_point}; on_log_damage = \"refuse\": set it to "
+                    "\"repair\" to rejoin and fetch the lost records from the leader)",
+                    damage.offset, damage.position if damage.position >= 0 else None)
+            target = max(damage.recovery_point, pending.repair_to_offset if pending else 0)
+            marker.write(PendingRepair(target, damage.describe()))
+
+        log = SegmentedLog.open(data_dir.log_dir, config, initial_offset=snapshot_id.end_offset,
+                                recovery_point_path=data_dir.recovery_point,
+                                on_damage=on_damage)
         try:
-            return cls(log, LeaderEpochCheckpoint(data_dir.leader_epoch_checkpoint), snapshot_id)
+            opened = cls(log, LeaderEpochCheckpoint(data_dir.leader_epoch_checkpoint),
+                         snapshot_id)
         except BaseException:
             log.close()
             raise
+        opened._repair_marker = marker
+        opened.pending_repair = marker.read()
+        return opened
 
     # -- RaftLog ---------------------------------------------------------------
 
@@ -264,6 +297,12 @@ class DurableRaftLog:
         if from_offset >= self.end_offset:
             return []
         return self._log.read(max(from_offset, self.start_offset), max_bytes)
+
+    def repair_done(self) -> None:
+        """The Raft core holds every record the damaged log had lost again."""
+        if self._repair_marker is not None:
+            self._repair_marker.clear()
+        self.pending_repair = None
 
     def close(self) -> None:
         self._log.close()

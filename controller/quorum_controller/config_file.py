@@ -22,7 +22,7 @@ from controller.security.acl import InvalidAclError, check_principal
 from controller.security.authorizer import AuthorizerConfig
 from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
 from controller.storage.errors import MetaPropertiesError
-from controller.storage.log_config import LogConfig
+from controller.storage.log_config import LOG_DAMAGE_POLICIES, LogConfig
 from controller.storage.meta_properties import check_meta_properties
 from controller.tier.config import TierConfig
 from controller.tier.remote import parse_tier_url
@@ -76,6 +76,11 @@ snapshot_busy_percent = 25      # share of the controller's time a snapshot bein
 [log]
 segment_bytes = 67108864        # a log segment is closed past this size ...
 segment_ms = 604800000          # ... or this age (only closed segments are tiered)
+# Records this controller had fsynced found damaged or missing on start (a flipped
+# byte, deleted segments): "repair" cuts them, takes no part in elections until it
+# fetched them again from the leader, then votes again; "refuse" exits naming the
+# file and offset. Either way, it never votes as if it still had them.
+on_log_damage = "repair"
 
 # The remote tier: closed, committed log segments and snapshots are copied there,
 # and the local log is trimmed once they are (leave out [tier] for none: then the
@@ -128,6 +133,7 @@ _CONTROLLER_KEYS = ("session_timeout_ms", "max_queued_events", "max_items_per_re
 _CONTROLLER_ZERO_OK = ("snapshot_interval_image_multiple",)
 _CONTROLLER_MAXIMUM = {"snapshot_busy_percent": 100}
 _LOG_KEYS = ("segment_bytes", "segment_ms")
+_LOG_STR_KEYS = ("on_log_damage",)
 _TIER_INT_KEYS = ("copy_interval_ms", "copy_timeout_ms", "max_backoff_ms", "local_retention_ms",
                   "local_retention_bytes", "retention_ms", "retention_bytes")
 _TIER_STR_KEYS = ("url", "access_key_id", "secret_access_key")
@@ -155,16 +161,6 @@ class DaemonConfig:
     controller_principals: frozenset[str] = frozenset()
     # None: no authorizer (every authenticated caller may do everything).
     authorizer: AuthorizerConfig | None = None
-
-
-
-
-
-
-
-
-
-
 
 
 def parse_config(text: str, path: Path) -> DaemonConfig:
@@ -203,9 +199,14 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
     level, log_format = logging_table(doc)
     metrics_address, metrics_port = metrics_table(doc)
     log_table = sub_table(doc, "log")
-    reject_unknown(log_table, _LOG_KEYS, "log.")
+    reject_unknown(log_table, _LOG_KEYS + _LOG_STR_KEYS, "log.")
     log_values: dict[str, Any] = {k: require_int(log_table, k, "log.", minimum=1)
                                   for k in _LOG_KEYS if k in log_table}
+    on_log_damage = require_str(log_table, "on_log_damage", "log.") \
+        if "on_log_damage" in log_table else "repair"
+    if on_log_damage not in LOG_DAMAGE_POLICIES:
+        raise ConfigError(f"log.on_log_damage: expected one of {list(LOG_DAMAGE_POLICIES)}, "
+                          f"got {on_log_damage!r}")
     tier = _tier_config(doc, data_dir) if "tier" in doc else None
     tls = parse_tls_table(doc, path.parent, required=True,
                           extra_keys=("controller_principals",))
@@ -216,6 +217,7 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
         driver = attrs.evolve(DriverConfig(node_id=node_id, cluster_id=cluster_id,
                                            voter_addresses=voters, data_dir=data_dir),
                               log_config=LogConfig(**log_values), tiered=tier is not None,
+                              on_log_damage=on_log_damage,
                               **raft_values)
         settings = attrs.evolve(ControllerSettings(node_id=node_id, cluster_id=cluster_id,
                                                    voter_addresses=voters,

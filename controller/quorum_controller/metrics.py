@@ -185,6 +185,10 @@ class ControllerMetrics:
                                   "End offset of what this node has fsynced.", registry=r)
         self.raft_voters = Gauge("metakraft_raft_voters", "Voters in this node's latest set.",
                                  registry=r)
+        self.raft_log_repair = Gauge(
+            "metakraft_raft_log_repair_pending",
+            "1 while this node repairs a damaged log (it neither votes nor runs until it "
+            "re-fetched the lost records), else 0.", registry=r)
         self.raft_replica_lag = Gauge(
             "metakraft_raft_replica_lag_offsets",
             "On the leader: its log end minus each replica's fetched end.", ["replica"],
@@ -229,6 +233,7 @@ class ControllerMetrics:
         self.raft_start.set(status.log_start_offset)
         self.raft_flushed.set(status.flushed_offset)
         self.raft_voters.set(len(status.voters))
+        self.raft_log_repair.set(0 if status.repair_to_offset is None else 1)
         self.fetches_served.to(status.fetches_served)
         self.records_fetched.to(status.records_fetched)
         self.flushes.to(status.flushes)

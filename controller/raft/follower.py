@@ -26,9 +26,9 @@ class FollowerMixin(NodeState):
         """Whom to fetch from: the leader; an observer that does not know it (or
         keeps failing to reach it) asks the voters in turn, whose answers name it."""
         leader = self.leader_id if self.leader_id != self.node_id else None
-        if leader is not None and (self.is_voter or self.fetch_failures == 0):
+        if leader is not None and (self.can_campaign or self.fetch_failures == 0):
             return leader
-        if self.is_voter:
+        if self.can_campaign:
             return None  # a voter without a leader waits for an election
         # The voters of our log; a replica that has none yet (just formatted for a
         # dynamic quorum) asks the ones configured.
@@ -129,6 +129,9 @@ class FollowerMixin(NodeState):
             # records after it, so our whole log is a prefix of the leader's: every
             # offset in it below the leader's high watermark is committed.
             self.set_high_watermark(min(resp.high_watermark, self.log.end_offset))
+            if self.repair is not None and self.leader_committed_in_its_epoch():
+                self.repair.note_leader_high_watermark(resp.high_watermark)
+                self.check_repaired()
         self.maybe_fetch()
 
     # --------------------------------------------------------------- snapshots

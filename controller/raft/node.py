@@ -62,11 +62,15 @@ class RaftNode(LeaderMixin, MembershipMixin, FollowerMixin):
         quorum_state: QuorumState | None = None,
         now_ms: int = 0,
         voters: VoterSet | None = None,
+        repair_to_offset: int | None = None,
     ) -> None:
         """`voters`: the voter set in force at the log's start (the one its snapshot
         carries; `EMPTY_VOTER_SET` for a fresh replica of a dynamic quorum); None for
-        a static quorum (`config.voters`)."""
-        super().__init__(config, log, snapshot_store, rng, quorum_state, now_ms, voters)
+        a static quorum (`config.voters`). `repair_to_offset`: the log lost records
+        it had flushed below this offset (disk damage found on open): the node
+        neither votes nor campaigns until it has them again (repair.py)."""
+        super().__init__(config, log, snapshot_store, rng, quorum_state, now_ms, voters,
+                         repair_to_offset)
         self.maybe_fetch()
 
     # ---------------------------------------------------------------- events
@@ -289,7 +293,9 @@ class RaftNode(LeaderMixin, MembershipMixin, FollowerMixin):
         ):
             self._reject(req, Errors.FENCED_LEADER_EPOCH)
             return
-        log_ok = log_is_up_to_date(
+        # A replica repairing a damaged log does not know what its log held, so it
+        # cannot say whether the candidate's is as up to date (repair.py).
+        log_ok = self.repair is None and log_is_up_to_date(
             req.last_epoch, req.end_offset, self.log.last_epoch, self.log.end_offset
         )
         if req.pre_vote:

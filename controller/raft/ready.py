@@ -41,6 +41,10 @@ class Ready:
     `voters` is set when the latest voter set changed (and in the first Ready): the
     driver routes calls to voters by the endpoints it names.
 
+    `repaired` is set once, when a replica that started with a damaged log
+    (`RaftNode(repair_to_offset=...)`) holds again every record it had lost: the
+    driver removes its note of the pending repair.
+
     `role` and `leader` are set when they changed (for routing clients, metrics
     and the active controller's take-over/revert); `high_watermark` when it
     advanced.
@@ -56,6 +60,7 @@ class Ready:
     snapshot_to_load: SnapshotId | None = None
     reads: tuple[ReadState, ...] = ()
     voters: VoterSet | None = None
+    repaired: bool = False
 
     @property
     def empty(self) -> bool:

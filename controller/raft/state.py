@@ -31,6 +31,7 @@ from controller.raft.messages import (
 )
 from controller.raft.reads import ReadState
 from controller.raft.ready import Ready
+from controller.raft.repair import LogRepair
 from controller.raft.replication import LeaderState, ReplicaProgress
 from controller.raft.roles import Role, check_transition
 from controller.raft.snapshot import SnapshotFetch, SnapshotStore
@@ -56,6 +57,7 @@ class NodeState:
         quorum_state: QuorumState | None,
         now_ms: int,
         voters: VoterSet | None = None,
+        repair_to_offset: int | None = None,
     ) -> None:
         self.config = config
         self.log = log
@@ -81,7 +83,11 @@ class NodeState:
         self.leader_id = qs.leader_id
         self._persisted = qs
 
-
+        # --- repair of a damaged log (repair.py) -----------------------------------
+        # Not None while the log may lack records we acknowledged: we neither vote
+        # nor campaign (can_campaign is False) until it holds them again.
+        self.repair = LogRepair(repair_to_offset) if repair_to_offset is not None else None
+        self._repaired_unreported = False
         # --- log positions ------------------------------------------------------
         # Invariant: log.start_offset <= high_watermark, and high_watermark never
         # decreases while the node lives. It is not persisted: after a restart it
@@ -164,7 +170,10 @@ class NodeState:
         the removal committed holds the longest log, so the other voters cannot win
         without it (their logs are behind), and it must not sit out: it runs, leads
         the new set without counting itself (thesis §4.2.2) until the removal
-        commits, then hands over. Once it learns the removal committed it stops."""
+        commits, then hands over. Once it learns the removal committed it stops.
+        A replica repairing a damaged log never runs (repair.py)."""
+        if self.repair is not None:
+            return False
         if self.is_voter:
             return True
         latest = self.voter_history.latest_offset
@@ -308,6 +317,22 @@ class NodeState:
         durable = min(offset, cap, self.log.end_offset)
         if durable > self.flushed_offset:
             self.flushed_offset = durable
+        self.check_repaired()
+
+    def leader_committed_in_its_epoch(self) -> bool:
+        """Does our log show that our leader committed a record of its own epoch?
+        Then its high watermark covers every record committed before (repair.py)."""
+        if self.log.last_epoch != self.epoch:
+            return False
+        before = self.log.end_offset_for_epoch(self.epoch - 1)
+        # None: even epoch - 1 is below our snapshot, which then ends in our epoch.
+        return before is None or self.high_watermark > before.end_offset
+
+    def check_repaired(self) -> None:
+        if self.repair is not None and self.repair.done(self.flushed_offset):
+            self.repair = None
+            self._repaired_unreported = True
+            self.reset_election_timer()
 
     def append_batch(
         self, records: tuple[bytes, ...], is_control: bool, origin: BatchOrigin
@@ -515,7 +540,9 @@ class NodeState:
         self._messages.clear()
         reads = tuple(self._confirmed_reads)
         self._confirmed_reads.clear()
+        repaired, self._repaired_unreported = self._repaired_unreported, False
         return Ready(
+            repaired=repaired,
             quorum_state=persist,
             flush_to_offset=flush_to,
             messages=messages,

@@ -5,6 +5,8 @@ Data directory layout (one per controller; `DataDir` in meta_properties.py)::
     DIR/meta.properties            cluster.id, node.id, version (written by `storage format`)
     DIR/quorum-state               current epoch, voted-for, leader (QuorumStateFile)
     DIR/leader-epoch-checkpoint    epoch -> start offset (LeaderEpochCheckpoint)
+    DIR/log-recovery-point         how far the log was fsynced (RecoveryPointFile)
+    DIR/log-repair-pending         only while a damaged log is being repaired (LogRepairMarker)
     DIR/metadata/                  log segments <base:020d>.log + sparse <base:020d>.index
     DIR/snapshots/                 <end_offset:020d>-<epoch:010d>.checkpoint
 

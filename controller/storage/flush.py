@@ -16,14 +16,17 @@ import os
 from pathlib import Path
 
 from controller.storage.fsutil import fdatasync, fsync_dir
+from controller.storage.recovery_point import RecoveryPointFile
 
 
 class PendingFlush:
-    def __init__(self, target_offset: int, fds: list[int], directory: Path | None):
+    def __init__(self, target_offset: int, fds: list[int], directory: Path | None,
+                 recovery_point: RecoveryPointFile | None = None):
         self.target_offset = target_offset
         # Our own duplicates: valid even if the log closes or deletes the segment meanwhile.
         self._fds = fds
         self._directory = directory
+        self._recovery_point = recovery_point
         self.done = False
 
     def run(self) -> PendingFlush:
@@ -33,6 +36,10 @@ class PendingFlush:
                 fdatasync(fd)
             if self._directory is not None:
                 fsync_dir(self._directory)
+            # Only now is everything below the target on disk: record it before
+            # anyone is told (complete_flush), so it is never below an acknowledgement.
+            if self._recovery_point is not None:
+                self._recovery_point.raise_to(self.target_offset)
         finally:
             self.close()
         self.done = True

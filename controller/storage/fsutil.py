@@ -9,9 +9,13 @@ never a mix; a left-over temp file is garbage that `remove_temp_files` deletes.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+import crc32c
 
 TEMP_SUFFIX = ".tmp"
 
@@ -109,3 +113,28 @@ def remove_temp_files(directory: str | os.PathLike[str], suffix: str = TEMP_SUFF
     if removed:
         fsync_dir(directory)
     return removed
+
+
+def _canonical_json(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def write_checked_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+    """Atomically write `{"data": data, "crc32c": CRC of data's canonical JSON}`:
+    a small state file people can read and that tells when it is damaged."""
+    outer = {"data": data, "crc32c": crc32c.crc32c(_canonical_json(data))}
+    atomic_write_bytes(path, json.dumps(outer, sort_keys=True).encode("utf-8") + b"\n")
+
+
+def read_checked_json(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The `data` of a `write_checked_json` file; None if there is no file.
+    Raises ValueError (or KeyError, TypeError) when it does not check out."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    outer = json.loads(raw)
+    data = outer["data"]
+    if not isinstance(data, dict) or crc32c.crc32c(_canonical_json(data)) != outer["crc32c"]:
+        raise ValueError("CRC-32C mismatch")
+    return data

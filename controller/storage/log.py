@@ -5,8 +5,16 @@ Invariants (checked on open, kept by every operation):
 - batches are contiguous inside a segment and epochs never go back;
 - only the last (active) segment is written; a segment is fsynced before the
   next one is created, so after a crash only the last segment can have a torn
-  tail. Recovery therefore cuts the last segment at its first bad batch and
-  treats a bad batch anywhere else as corruption (`LogCorruptionError`).
+  tail;
+- the recovery point (recovery_point.py, when the log keeps one) is never below
+  an offset that `flushed_offset` has reported.
+
+Recovery cuts a torn tail: a bad batch at the end of the last segment, at or
+beyond the recovery point, with no intact batch after it. Anything else that
+loses records (a bad batch below the recovery point or in an older segment,
+intact batches behind a bad one, missing segments) is damage to records this
+replica may have acknowledged: `LogCorruptionError`, or, with `on_damage`, a
+cut that the caller records so the replica repairs it before it votes again.
 
 Durability: `append` writes to the page cache; `flush()` fsyncs every file
 written since the last flush (group commit) and the directory if segments were
@@ -45,10 +53,18 @@ from controller.storage.errors import (
 from controller.storage.flush import PendingFlush
 from controller.storage.fsutil import fsync_dir
 from controller.storage.leader_epoch import EpochHistory
-from controller.storage.log_config import LogConfig, RecoveryReport, SegmentInfo
-from controller.storage.segment import Segment, find_valid_batch_after, parse_segment_file_name
+from controller.storage.log_config import LogConfig, LogDamage, RecoveryReport, SegmentInfo
+from controller.storage.recovery_point import RecoveryPointFile, read_recovery_point
+from controller.storage.segment import (
+    ScanResult,
+    Segment,
+    find_valid_batch_after,
+    index_file_name,
+    parse_segment_file_name,
+    segment_file_name,
+)
 
-__all__ = ["LogConfig", "RecoveryReport", "SegmentInfo", "SegmentedLog"]
+__all__ = ["LogConfig", "LogDamage", "RecoveryReport", "SegmentInfo", "SegmentedLog"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,28 +86,40 @@ class SegmentedLog:
         self._flushed_offset = 0
         self._pending_flush: PendingFlush | None = None
         self._lowest_end_during_flush = 0
+        self._recovery_point: RecoveryPointFile | None = None
         self.recovery = RecoveryReport()
 
     # ------------------------------------------------------------------ opening
 
     @classmethod
     def open(cls, directory: str | os.PathLike[str], config: LogConfig | None = None,
-             clock_ms: Callable[[], int] | None = None, initial_offset: int = 0) -> SegmentedLog:
+             clock_ms: Callable[[], int] | None = None, initial_offset: int = 0,
+             recovery_point_path: Path | None = None,
+             on_damage: Callable[[LogDamage], None] | None = None) -> SegmentedLog:
         """Open (creating if needed) the log in `directory` and recover it.
 
         `initial_offset` is the start of a brand-new log (e.g. after a snapshot).
+        `recovery_point_path` keeps how far the log was flushed (recovery_point.py);
+        without it a complete batch that fails its check at the very end of the
+        log cannot be told from a torn write and is cut. Damage to flushed records
+        raises `LogCorruptionError`, unless `on_damage` is given: it is called
+        before anything is cut (to persist that a repair is due, or to raise),
+        and the log is then cut at the damage.
         """
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         log = cls(path, config or LogConfig(), clock_ms)
         try:
-            log._recover(initial_offset)
+            log._recover(initial_offset, recovery_point_path, on_damage)
         except BaseException:
             log.close()
             raise
         return log
 
-    def _recover(self, initial_offset: int) -> None:
+    def _recover(self, initial_offset: int, recovery_point_path: Path | None,
+                 on_damage: Callable[[LogDamage], None] | None) -> None:
+        stored_point = (read_recovery_point(recovery_point_path)
+                        if recovery_point_path is not None else None)
         bases = sorted(b for b in (parse_segment_file_name(p.name) for p in
                                    self.directory.iterdir()) if b is not None)
         self._remove_orphan_indexes(set(bases))
@@ -99,56 +127,101 @@ class SegmentedLog:
             self._segments.append(self._new_segment(initial_offset))
             self._bases.append(initial_offset)
             fsync_dir(self.directory)
-            self._flushed_offset = initial_offset
-            return
         for i, base in enumerate(bases):
             segment = Segment(self.directory, base, self.config.index_interval_bytes,
                               self._now_ms(0))
+            if i > 0 and base != self._segments[i - 1].next_offset:
+                end = self._segments[i - 1].next_offset
+                segment.close()
+                self._damaged(on_damage, bases[i:], LogDamage(
+                    str(segment.path), end, -1, max(stored_point or 0, base),
+                    f"segment starts at {base} but the previous one ends at {end} "
+                    "(missing or extra data)"))
+                break
             self._segments.append(segment)
             self._bases.append(base)
-            if i > 0 and base != self._segments[i - 1].next_offset:
-                raise LogCorruptionError(
-                    str(segment.path), f"segment starts at {base} but the previous one ends "
-                    f"at {self._segments[i - 1].next_offset} (missing or extra data)", base)
             scan = segment.scan()
-            is_last = i == len(bases) - 1
+            cut_here = scan.error is not None
             if scan.error is not None:
-                if not is_last:
-                    raise LogCorruptionError(str(segment.path), scan.error.reason,
-                                             scan.error.offset, scan.error.position)
-                last_epoch = scan.epoch_starts[-1][0] if scan.epoch_starts else \
-                    self._epochs.latest_epoch
-                found = find_valid_batch_after(segment.fd, scan.valid_size_bytes,
-                                               segment.size_bytes, scan.next_offset,
-                                               max(last_epoch, 0))
-                if found is not None:
-                    # Not a torn tail: records this node stored (and may have
-                    # acknowledged) sit behind the damage. Cutting them and carrying
-                    # on would let this node vote as if it still had them.
-                    raise LogCorruptionError(
-                        str(segment.path),
-                        f"{scan.error.reason}; intact batches follow it (offset "
-                        f"{found[1].base_offset} at byte {found[0]}), so this is damage "
-                        "inside the log, not a torn write at its end",
-                        scan.error.offset, scan.error.position)
-                self.recovery = RecoveryReport(segment.size_bytes - scan.valid_size_bytes,
-                                               str(segment.path), scan.next_offset,
-                                               scan.error.reason)
-                logger.warning("log recovery: cutting %s at offset %d (byte %d): %s",
-                               segment.path, scan.next_offset, scan.valid_size_bytes,
-                               scan.error.reason)
+                damage = self._classify(segment, scan, i == len(bases) - 1, stored_point)
+                if damage is not None:
+                    self._damaged(on_damage, bases[i + 1:], damage)
+                else:
+                    self.recovery = RecoveryReport(segment.size_bytes - scan.valid_size_bytes,
+                                                   str(segment.path), scan.next_offset,
+                                                   scan.error.reason)
+                    logger.warning("log recovery: cutting %s at offset %d (byte %d): %s",
+                                   segment.path, scan.next_offset, scan.valid_size_bytes,
+                                   scan.error.reason)
             segment.install_scan(scan)
             for epoch, start in scan.epoch_starts:
                 if epoch < self._epochs.latest_epoch:
                     raise LogCorruptionError(str(segment.path), "epoch goes back across "
                                              f"segments (to {epoch})", start)
                 self._epochs.assign(epoch, start)
+            if cut_here:
+                break
+        if stored_point is not None and self.end_offset < stored_point \
+                and self.recovery.damage is None:
+            # Whole segments gone (deleted by hand, a lost directory): the files
+            # that are left check out, but they end before what was flushed.
+            self._damaged(on_damage, [], LogDamage(
+                str(self._segments[-1].path), self.end_offset, -1, stored_point,
+                "the log ends before its recovery point (segment files are missing)"))
         # What we recovered may still sit only in the page cache (the previous
         # process died, not the machine): make it durable before calling it flushed.
         # Older segments were synced when they were rolled.
         self._segments[-1].sync(force=True)
         fsync_dir(self.directory)
         self._flushed_offset = self.end_offset
+        if recovery_point_path is not None:
+            # A log without the file yet (new, or written by a version without it)
+            # starts from what it holds; after damage, from what is left.
+            self._recovery_point = RecoveryPointFile(recovery_point_path, self.end_offset)
+            self._recovery_point.reset(self.end_offset)
+
+    def _classify(self, segment: Segment, scan: ScanResult, is_last: bool,
+                  stored_point: int | None) -> LogDamage | None:
+        """A scan that stopped at a bad batch: damage to flushed records, or (None)
+        a torn write at the end of the log that is safe to cut."""
+        assert scan.error is not None
+        reason = scan.error.reason
+        point = max(stored_point or 0, scan.next_offset)
+        if not is_last:
+            # A segment is fsynced before the next one exists: only the last can tear.
+            return LogDamage(str(segment.path), scan.next_offset, scan.valid_size_bytes,
+                             max(point, segment.base_offset + 1),
+                             f"{reason} (in a closed segment)")
+        if stored_point is not None and scan.next_offset < stored_point:
+            return LogDamage(str(segment.path), scan.next_offset, scan.valid_size_bytes,
+                             stored_point, f"{reason}, below the recovery point")
+        last_epoch = scan.epoch_starts[-1][0] if scan.epoch_starts else self._epochs.latest_epoch
+        found = find_valid_batch_after(segment.fd, scan.valid_size_bytes, segment.size_bytes,
+                                       scan.next_offset, max(last_epoch, 0))
+        if found is not None:
+            # Not a torn tail: records this node stored (and may have acknowledged)
+            # sit behind the damage.
+            return LogDamage(str(segment.path), scan.next_offset, scan.valid_size_bytes,
+                             max(point, found[1].next_offset),
+                             f"{reason}; intact batches follow it (offset "
+                             f"{found[1].base_offset} at byte {found[0]}), so this is "
+                             "damage inside the log, not a torn write at its end")
+        return None
+
+    def _damaged(self, on_damage: Callable[[LogDamage], None] | None,
+                 later_bases: list[int], damage: LogDamage) -> None:
+        """Damage to flushed records: refuse (no `on_damage`), or let `on_damage`
+        record it, then drop the segments after the damaged one."""
+        if on_damage is None:
+            raise LogCorruptionError(damage.segment, damage.reason, damage.offset,
+                                     damage.position if damage.position >= 0 else None)
+        on_damage(damage)
+        logger.error("log recovery: %s; cutting the log there, this replica repairs "
+                     "it from the leader before it votes again", damage.describe())
+        for base in later_bases:
+            (self.directory / segment_file_name(base)).unlink(missing_ok=True)
+            (self.directory / index_file_name(base)).unlink(missing_ok=True)
+        self.recovery = RecoveryReport(0, damage.segment, damage.offset, damage.reason, damage)
 
     def _remove_orphan_indexes(self, bases: set[int]) -> None:
         for entry in self.directory.iterdir():
@@ -306,7 +379,10 @@ class SegmentedLog:
         fds = [fd for fd in (s.take_dirty_fd() for s in self._segments) if fd is not None]
         directory = self.directory if self._dir_dirty else None
         self._dir_dirty = False
-        self._pending_flush = PendingFlush(self.end_offset, fds, directory)
+        if self._recovery_point is not None:
+            self._recovery_point.begin_flush(self.end_offset)
+        self._pending_flush = PendingFlush(self.end_offset, fds, directory,
+                                           self._recovery_point)
         self._lowest_end_during_flush = self.end_offset
         return self._pending_flush
 
@@ -329,6 +405,9 @@ class SegmentedLog:
         i = max(bisect_right(self._bases, offset) - 1, 0)
         target = self._segments[i]
         target.position_of(offset)  # fail before deleting anything if not a boundary
+        if self._recovery_point is not None:
+            # Lowered first: a crash before the cut leaves a longer log than the point.
+            self._recovery_point.lower_to(offset)
         later = self._segments[i + 1:]
         if later:
             # Delete later segments durably before cutting the target: a crash in
@@ -376,6 +455,10 @@ class SegmentedLog:
         fsync_dir(self.directory)
         self._dir_dirty = False
         self._flushed_offset = offset
+        if self._recovery_point is not None:
+            # After the reset: a crash before it leaves a log shorter than the
+            # snapshot, which the snapshot's owner completes (log_adapter.py).
+            self._recovery_point.reset(offset)
         # A flush in progress covered records of the old log: it must not count.
         self._lowest_end_during_flush = -1
 
@@ -439,9 +522,16 @@ class SegmentedLog:
             if header.is_control:
                 yield decode_batch(buf, rel, verified=header)[0]
 
+    @property
+    def recovery_point(self) -> int | None:
+        """The persisted recovery point (None: not kept for this log)."""
+        return None if self._recovery_point is None else self._recovery_point.offset
+
     def close(self) -> None:
         for segment in self._segments:
             segment.close()
+        if self._recovery_point is not None:
+            self._recovery_point.close()
 
     def __enter__(self) -> SegmentedLog:
         return self

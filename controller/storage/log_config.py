@@ -6,6 +6,10 @@ import attrs
 
 from controller.logformat.batch import MAX_BATCH_BYTES
 
+# What a controller does on start with damage to records its log had flushed
+# (LogDamage): repair them from the leader before voting again, or refuse to start.
+LOG_DAMAGE_POLICIES = ("repair", "refuse")
+
 
 @attrs.frozen
 class LogConfig:
@@ -36,10 +40,32 @@ class SegmentInfo:
 
 
 @attrs.frozen
+class LogDamage:
+    """Records this replica had fsynced (and so may have acknowledged) that recovery
+    found damaged or missing: the log now ends at `offset`, it was flushed up to
+    `recovery_point` (>= offset). `segment` and `position` name the first damage
+    (position -1: no byte to point at, e.g. deleted segments)."""
+
+    segment: str
+    offset: int
+    position: int
+    recovery_point: int
+    reason: str
+
+    def describe(self) -> str:
+        at = f" (byte {self.position})" if self.position >= 0 else ""
+        return (f"{self.segment} at offset {self.offset}{at}: {self.reason}; the log was "
+                f"flushed up to offset {self.recovery_point}, so records this replica "
+                "stored (and may have acknowledged) are lost")
+
+
+@attrs.frozen
 class RecoveryReport:
-    """What opening the log did to repair a crash: empty `reason` means nothing."""
+    """What opening the log did to repair a crash: empty `reason` means nothing.
+    `damage` is set when it cut records that had been flushed (see LogDamage)."""
 
     truncated_bytes: int = 0
     segment: str = ""
     offset: int = -1
     reason: str = ""
+    damage: LogDamage | None = None

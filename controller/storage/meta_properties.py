@@ -74,6 +74,14 @@ class DataDir:
     def leader_epoch_checkpoint(self) -> Path:
         return self.root / "leader-epoch-checkpoint"
 
+    @property
+    def recovery_point(self) -> Path:
+        return self.root / "log-recovery-point"
+
+    @property
+    def log_repair(self) -> Path:
+        return self.root / "log-repair-pending"
+
 
 @attrs.frozen
 class MetaProperties:

@@ -12,22 +12,15 @@ Format: one JSON object, human readable, with a CRC-32C of its canonical data::
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-import crc32c
-
 from controller.logformat.values import QuorumState
 from controller.storage.errors import QuorumStateCorruptionError
-from controller.storage.fsutil import atomic_write_bytes
+from controller.storage.fsutil import read_checked_json, write_checked_json
 
 QUORUM_STATE_VERSION = 1
-
-
-def _canonical(data: dict[str, Any]) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def _optional_int(data: dict[str, Any], key: str) -> int | None:
@@ -49,15 +42,9 @@ class QuorumStateFile:
         Raises `QuorumStateCorruptionError` if the file is damaged.
         """
         try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return None
-        try:
-            outer = json.loads(raw)
-            data = outer["data"]
-            stored_crc = outer["crc32c"]
-            if crc32c.crc32c(_canonical(data)) != stored_crc:
-                raise ValueError("CRC-32C mismatch")
+            data = read_checked_json(self.path)
+            if data is None:
+                return None
             if data["version"] != QUORUM_STATE_VERSION:
                 raise ValueError(f"unknown version {data['version']!r}")
             epoch = data["epoch"]
@@ -79,5 +66,4 @@ class QuorumStateFile:
         """Persist `state` durably; when this returns, it survives a crash."""
         data = {"version": QUORUM_STATE_VERSION, "epoch": state.epoch,
                 "voted_for": state.voted_for, "leader_id": state.leader_id}
-        outer = {"data": data, "crc32c": crc32c.crc32c(_canonical(data))}
-        atomic_write_bytes(self.path, json.dumps(outer, sort_keys=True).encode("utf-8") + b"\n")
+        write_checked_json(self.path, data)

@@ -115,6 +115,8 @@ class Node:
         self.snapshots_loaded = 0
         self.dynamic = False
         self.incarnation = 1
+        # Set by `damage`: what the driver passes after storage found the log damaged.
+        self.repair_to_offset: int | None = None
 
     @property
     def voter(self) -> Voter:
@@ -151,6 +153,7 @@ class Script:
             quorum_state=node.qs,
             now_ms=self.now_ms,
             voters=node.base_voters(),
+            repair_to_offset=node.repair_to_offset,
         )
         node.applied = []
         self._drain(node)
@@ -166,6 +169,8 @@ class Script:
                 self.queue.append(message)
                 self.sent.append(message)
             node.applied.extend(ready.committed)
+            if ready.repaired:
+                node.repair_to_offset = None
             node.reads.extend(f"{r.read_id}@{r.index}" for r in ready.reads)
             if ready.flush_to_offset is not None:
                 node.pending_flushes.append(ready.flush_to_offset)
@@ -324,6 +329,17 @@ class Script:
         node.log.crash(0)
         node.store.crash()
 
+    def cmd_damage(self, node_id: str, offset: str) -> None:
+        """A crashed node's disk loses flushed records from `offset` (a batch
+        boundary) on; it restarts knowing it (storage's recovery point)."""
+        node = self.nodes[int(node_id)]
+        if node.raft is not None:
+            raise ScriptError(f"crash node {node_id} before damaging its disk")
+        flushed_end = node.log.end_offset
+        node.log.truncate_to(int(offset))
+        node.log.sync()
+        node.repair_to_offset = flushed_end
+
     def cmd_restart(self, node_id: str) -> None:
         self._start(self.nodes[int(node_id)])
 
@@ -453,6 +469,11 @@ class Script:
         actual = self.raft(int(node_id)).log.retained_start_offset
         if actual != int(offset):
             raise ScriptError(f"node {node_id} retains its log from {actual}, expected {offset}")
+
+    def expect_repairing(self, node_id: str, answer: str) -> None:
+        actual = self.raft(int(node_id)).repair is not None
+        if actual != (answer == "yes"):
+            raise ScriptError(f"node {node_id} repairing: {actual}, expected {answer}")
 
     def expect_voted(self, node_id: str, candidate: str) -> None:
         actual = self.raft(int(node_id)).voted_for

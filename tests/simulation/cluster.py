@@ -7,7 +7,10 @@ partitions (full, partial, one-way), drops, duplicates, reordering and delays,
 crashes that lose unsynced writes and unsynced quorum state (and may keep a torn
 prefix of unsynced writes), restarts, a paused leader that resumes as a zombie,
 graceful resignation, log compaction behind snapshots, and an observer that joins
-late and has to load a snapshot. Most seeds run a dynamic quorum (voters.py) and
+late and has to load a snapshot, and disk damage: a crashed node whose log lost
+records it had flushed (below its recovery point) restarts repairing (the Raft
+core's repair.py) and counts neither as a voter nor as a holder until repaired;
+what was committed must never change. Most seeds run a dynamic quorum (voters.py) and
 change it under all of that: add an observer as a voter, remove a voter (the leader
 too), and replace a voter whose disk is wiped (remove the old directory id, add the
 new one). `invariants.History` checks safety after every step.
@@ -24,6 +27,7 @@ import attrs
 from controller.logformat import EMPTY_ORIGIN
 from controller.raft import MemorySnapshotStore, RaftNode, RecordBatch, Role, SnapshotId
 from controller.raft.control import encode_voters
+from controller.raft.log import MemoryRaftLog
 from controller.raft.messages import Message, VoteRequest, VoteResponse
 from controller.raft.reads import ReadState
 from controller.raft.voters import EMPTY_VOTER_SET, Voter, VoterSet
@@ -48,6 +52,10 @@ class Cluster:
         # fetches from them). Drawn apart from `rng`, so that each seed's faults stay
         # what they were before retention was modelled.
         self.retain_batches = random.Random(seed * 7919 + 1).choice((0, 0, 2, 16))
+        # Disk damage draws from its own generator too, for the same reason.
+        self.damage_rng = random.Random(seed * 104_729 + 3)
+        self.damages = 0
+        self.repairs = 0
         n_voters = self.rng.choice((3, 3, 5))
         n_observers = self.rng.choice((1, 2))
         voters = frozenset(range(1, n_voters + 1))
@@ -125,6 +133,8 @@ class Cluster:
             if self.dynamic:
                 kinds += ["add", "add", "remove", "replace"]
             self._at(t, "fault", self.rng.choice(kinds))
+        for _ in range(self.damage_rng.choice((0, 1, 1, 2))):
+            self._at(self.damage_rng.randint(200, max(201, end_faults - 100)), "damage")
         # Compactions before the late observer shows up make it take the snapshot path.
         for _ in range(2):
             self._at(self.rng.randint(300, self.duration_ms // 3), "fault", "compact")
@@ -163,6 +173,7 @@ class Cluster:
             quorum_state=node.durable_qs,
             now_ms=self.now_ms,
             voters=self._base_voters(node),
+            repair_to_offset=node.repair_to_offset,
         )
         if node.raft.epoch < node.max_epoch_sent:
             raise InvariantViolation(
@@ -305,6 +316,34 @@ class Cluster:
                 node.raft.propose(args[0], self.now_ms)
             self._after_event(node)
 
+    def _ev_damage(self) -> None:
+        """Crash a node and damage its disk: its log loses flushed records from a
+        random batch on. One damaged node at a time, and none while a voter's disk
+        is being replaced: the simulation does not stack faults past f."""
+        rng = self.damage_rng
+        up = [n for n in self.nodes.values() if n.raft is not None and not n.paused]
+        if not up or self.replacing is not None or any(
+                n.repair_to_offset is not None for n in self.nodes.values()):
+            return
+        sets = [self.history.committed_voters] + [n.raft.voters for n in up if n.raft]
+        up = [n for n in up if all(self._live_identities(vs) - vs.is_voter(n.id, n.config.directory_id)
+                                   >= vs.majority for vs in sets)]
+        if not up:
+            return
+        victim = rng.choice(up)
+        self._crash(victim)
+        log = victim.log
+        cuts = [b.base_offset for b in log.batches if b.base_offset >= log.start_offset]
+        if cuts:
+            flushed_end = log.end_offset
+            cut = rng.choice(cuts)
+            MemoryRaftLog.truncate_to(log, cut)  # the disk, not the core, loses them
+            log.sync()
+            victim.repair_to_offset = flushed_end
+            self.damages += 1
+            self.check_durable_majority()
+        self._at(self.now_ms + rng.randint(20, 500), "restart", victim.id)
+
     def _ev_restart(self, node_id: int) -> None:
         node = self.nodes[node_id]
         if node.raft is None:
@@ -440,8 +479,11 @@ class Cluster:
         self._at(self.now_ms + self.rng.randint(30, 120), "replace_step")
 
     def _is_live_identity(self, voter: Voter) -> bool:
-        """The voter's disk still exists (it was not wiped since it became a voter)."""
+        """The voter's disk still exists (it was not wiped since it became a voter)
+        and holds what it acknowledged (it is not repairing damage)."""
         node = self.nodes[voter.node_id]
+        if node.repair_to_offset is not None:
+            return False
         return not voter.directory_id or node.config.directory_id == voter.directory_id
 
     def _live_identities(self, voters: VoterSet) -> int:
@@ -543,6 +585,10 @@ class Cluster:
                 self._check_read(node, read)
             if ready.role is Role.LEADER:
                 self.history.note_leader(node.id, raft.epoch)
+            if ready.repaired:
+                node.repair_to_offset = None
+                self.repairs += 1
+                self.check_durable_majority()
             self._on_ready(node, ready)
             # 5. Snapshot to load.
             if ready.snapshot_to_load is None:

@@ -130,6 +130,8 @@ class SimNode:
         self.epoch_seen = 0
         self.hw_seen = 0
         self.snapshots_loaded = 0
+        # Set while its log repairs disk damage (what the driver passes the core).
+        self.repair_to_offset: int | None = None
 
     @property
     def voter(self) -> Voter:

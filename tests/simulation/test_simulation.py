@@ -56,6 +56,8 @@ def test_seeds(seeds: range) -> None:
         _coverage["voter_changes"] += cluster.voter_changes
         _coverage["wiped_disks"] += cluster.wipes
         _coverage["leader_self_removals"] += cluster.leader_self_removals
+        _coverage["damaged_disks"] += cluster.damages
+        _coverage["repairs"] += cluster.repairs
 
 
 def test_the_faults_were_exercised() -> None:
@@ -70,6 +72,8 @@ def test_the_faults_were_exercised() -> None:
     assert _coverage["committed_offsets"] > 50 * seeds, _coverage
     assert _coverage["zombie_resumes"] > seeds // 20, _coverage  # paused leaders came back
     assert _coverage["reads_confirmed"] > 20 * seeds, _coverage  # ReadIndex answered
+    assert _coverage["damaged_disks"] > seeds // 2, _coverage  # disks lost flushed records
+    assert _coverage["repairs"] > _coverage["damaged_disks"] // 2, _coverage  # ... and healed
     # Membership: most seeds run a dynamic quorum and change it.
     assert _coverage["dynamic_seeds"] > seeds // 2, _coverage
     assert _coverage["voter_changes"] > seeds // 2, _coverage

@@ -77,6 +77,8 @@ def test_seeds(seeds: range) -> None:
             cluster.outcomes["retries_answered_from_table"]
         _coverage["voter_changes"] += cluster.voter_changes
         _coverage["wiped_controllers"] += cluster.wipes
+        _coverage["damaged_disks"] += cluster.damages
+        _coverage["repaired_logs"] += cluster.repairs
 
 
 def test_the_paths_were_exercised() -> None:
@@ -103,6 +105,9 @@ def test_the_paths_were_exercised() -> None:
     # Membership through the active controller: removals, re-adds, wiped disks replaced.
     assert _coverage["voter_changes"] > seeds // 2, _coverage
     assert _coverage["wiped_controllers"] > seeds // 10, _coverage
+    # Disks that lost flushed records, and replicas that repaired them from a leader.
+    assert _coverage["damaged_disks"] > seeds // 2, _coverage
+    assert _coverage["repaired_logs"] > seeds // 4, _coverage
 
 
 def _first_failure(seeds: range) -> str | None:

@@ -25,6 +25,7 @@ from controller.logformat import (
 from controller.quorum.log_adapter import DurableRaftLog, FileSnapshotStore
 from controller.raft.log import MemoryRaftLog, RaftLog
 from controller.storage import snapshot_file as sf
+from controller.storage.errors import LogCorruptionError
 from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
 
 
@@ -342,3 +343,41 @@ def test_durable_log_matches_the_memory_log(script: list[tuple[str, int, int]]) 
             assert _observe(durable) == before
         finally:
             durable.close()
+
+
+def _damaged_data_dir(tmp_path: Path) -> DataDir:
+    """A data dir whose log had been flushed to offset 6 and lost its segments."""
+    data_dir = _data_dir(tmp_path)
+    log = DurableRaftLog.open(data_dir)
+    for base in range(0, 6, 2):
+        log.append(batch(base, 1, 2))
+    log.flush()
+    log.close()
+    for path in data_dir.log_dir.glob("*.log"):
+        path.unlink()
+    return data_dir
+
+
+def test_damage_is_refused_with_one_line_or_noted_until_repaired(tmp_path: Path) -> None:
+    data_dir = _damaged_data_dir(tmp_path)
+    with pytest.raises(LogCorruptionError) as refused:
+        DurableRaftLog.open(data_dir, on_log_damage="refuse")
+    message = str(refused.value)
+    assert "\n" not in message and "offset 0" in message and 'set it to "repair"' in message
+    assert not data_dir.log_repair.exists()
+    with pytest.raises(ValueError, match="on_log_damage"):
+        DurableRaftLog.open(data_dir, on_log_damage="ignore")
+
+    log = DurableRaftLog.open(data_dir)
+    assert log.pending_repair is not None and log.pending_repair.repair_to_offset == 6
+    assert log.end_offset == 0
+    log.close()
+    # A restart before the repair is done still knows it (the cut log checks out now).
+    log = DurableRaftLog.open(data_dir)
+    assert log.pending_repair is not None and log.pending_repair.repair_to_offset == 6
+    log.repair_done()
+    log.close()
+    assert not data_dir.log_repair.exists()
+    log = DurableRaftLog.open(data_dir)
+    assert log.pending_repair is None
+    log.close()
