@@ -16,6 +16,7 @@ import attrs
 
 from controller.security.acl import CLUSTER_RESOURCE_NAME, Operation, ResourceType
 from controller.security.authorizer import Action, StandardAuthorizer
+from controller.security.identity import UNBOUND, NodeIdentities
 from controller.security.principal import (
     PrincipalMapper,
     PrincipalMappingError,
@@ -34,8 +35,8 @@ class UnauthenticatedError(Exception):
 
 
 class PermissionDeniedError(Exception):
-    def __init__(self, principal: str, action: Action) -> None:
-        super().__init__(f"{principal} is not allowed {action.describe()}")
+    def __init__(self, principal: str, action: Action, reason: str = "") -> None:
+        super().__init__(reason or f"{principal} is not allowed {action.describe()}")
         self.principal = principal
         self.action = action
 
@@ -61,6 +62,8 @@ class Access:
     mapper: PrincipalMapper = attrs.field(factory=PrincipalMapper.parse)
     # None: authorization is off, every authenticated caller may do everything.
     authorizer: StandardAuthorizer | None = None
+    # Which node id a principal may speak for (security/identity.py).
+    identities: NodeIdentities = UNBOUND
 
     def caller(self, context: AuthContext) -> Caller:
         address = context.peer() or ""
@@ -77,6 +80,19 @@ class Access:
     def require(self, caller: Caller, action: Action) -> None:
         if not self.allowed(caller, action):
             raise PermissionDeniedError(caller.principal, action)
+
+    def require_broker(self, caller: Caller, broker_id: int) -> None:
+        """May `caller` act as broker `broker_id`: CLUSTER_ACTION, and its principal
+        names that broker (or no broker, for a super user's tools)?"""
+        action = cluster_action(Operation.CLUSTER_ACTION)
+        self.require(caller, action)
+        super_user = self.authorizer is None or \
+            caller.principal in self.authorizer.config.super_users
+        refusal = self.identities.broker_refusal(caller.principal, broker_id,
+                                                 is_super_user=super_user)
+        if refusal is not None:
+            raise PermissionDeniedError(caller.principal, action,
+                                        f"{refusal}: a broker speaks only for itself")
 
 
 # Everyone may do everything: plaintext, no authorizer (tests and explicit setups).

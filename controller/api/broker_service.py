@@ -5,7 +5,9 @@ formatted for another cluster gets INCONSISTENT_CLUSTER_ID in the response (it i
 the broker's configuration that is wrong, not the transport), and nothing is
 queued. Everything else (stale epochs, duplicate live incarnations) is the cluster
 manager's answer. Both calls need CLUSTER_ACTION on the cluster (brokers' certificates
-get it by an ACL or as super users); the batch origin is the broker's principal.
+get it by an ACL or as super users), and a principal that names a broker may call
+only for that broker (`Access.require_broker`); the batch origin is the broker's
+principal.
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from controller.api import broker_convert as bcv
 from controller.api import broker_pb2 as bpb
-from controller.api.access import Access, cluster_action
+from controller.api.access import Access
 from controller.api.handlers import guarded
 from controller.api.seam import ControllerFacade, Origin
 from controller.api.stream import Context
 from controller.metadata import ApiError, ErrorCode
-from controller.security.acl import Operation
 
 
 def _wrong_cluster(facade: ControllerFacade, broker_id: int, cluster_id: str) -> ApiError | None:
@@ -40,17 +41,18 @@ class BrokerLifecycleService:
         self._facade = facade
         self._access = access
 
-    def _origin(self, context: Context) -> Origin:
-        """The authorized caller as the batch origin (CLUSTER_ACTION checked here)."""
+    def _origin(self, context: Context, broker_id: int) -> Origin:
+        """The authorized caller as the batch origin (CLUSTER_ACTION, and that its
+        principal may act as `broker_id`, checked here)."""
         caller = self._access.caller(context)
-        self._access.require(caller, cluster_action(Operation.CLUSTER_ACTION))
+        self._access.require_broker(caller, broker_id)
         return Origin(principal=caller.principal, client_address=caller.address)
 
     async def RegisterBroker(
         self, request: bpb.RegisterBrokerRequest, context: Context
     ) -> bpb.RegisterBrokerResponse:
         async def body() -> bpb.RegisterBrokerResponse:
-            origin = self._origin(context)
+            origin = self._origin(context, request.broker_id)
             wrong = _wrong_cluster(self._facade, request.broker_id, request.cluster_id)
             if wrong is not None:
                 return bpb.RegisterBrokerResponse(
@@ -68,7 +70,7 @@ class BrokerLifecycleService:
         self, request: bpb.BrokerHeartbeatRequest, context: Context
     ) -> bpb.BrokerHeartbeatResponse:
         async def body() -> bpb.BrokerHeartbeatResponse:
-            origin = self._origin(context)
+            origin = self._origin(context, request.broker_id)
             wrong = _wrong_cluster(self._facade, request.broker_id, request.cluster_id)
             if wrong is not None:
                 return bpb.BrokerHeartbeatResponse(

@@ -182,7 +182,10 @@ class RaftGate:
     Fetch / FetchSnapshot as an observer (a node id that is not a voter), and only if
     `access` allows it CLUSTER_ACTION on the cluster. So a broker certificate can
     follow the log but never vote, and nobody without a controller certificate can
-    fetch as a voter and be counted toward the high watermark."""
+    fetch as a voter and be counted toward the high watermark. Every sender speaks
+    only as the node its principal names (`access.identities`, security/identity.py): a
+    controller's certificate cannot claim another voter's id, a broker's cannot
+    follow the log as another broker."""
 
     access: Access
     controller_principals: frozenset[str]
@@ -194,9 +197,13 @@ class RaftGate:
         except UnauthenticatedError as exc:
             raise RefusedError(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
         principal = caller.principal
-        if principal in self.controller_principals:
-            return
         kind = type(message).__name__.removesuffix("Request")
+        if principal in self.controller_principals:
+            refusal = self.access.identities.controller_refusal(principal, message.src)
+            if refusal is not None:
+                raise RefusedError(grpc.StatusCode.PERMISSION_DENIED,
+                                   f"Raft {kind} claiming node {message.src}: {refusal}")
+            return
         if not isinstance(message, (FetchRequest, FetchSnapshotRequest)):
             raise RefusedError(grpc.StatusCode.PERMISSION_DENIED,
                                f"{principal} may not send Raft {kind}: only the controllers "
@@ -205,10 +212,23 @@ class RaftGate:
             raise RefusedError(grpc.StatusCode.PERMISSION_DENIED,
                                f"{principal} may not fetch as voter {message.src}: only the "
                                "controllers may; observers fetch under their own node id")
+        broker_id = self.access.identities.names_broker(principal)
+        if broker_id is not None and broker_id != message.src:
+            raise RefusedError(grpc.StatusCode.PERMISSION_DENIED,
+                               f"{principal} is broker {broker_id}: it follows the log as "
+                               f"node {broker_id}, not {message.src}")
         if not self.access.allowed(caller, cluster_action(Operation.CLUSTER_ACTION)):
             raise RefusedError(grpc.StatusCode.PERMISSION_DENIED,
                                f"{principal} may not follow the metadata log (needs "
                                "CLUSTER_ACTION on the cluster)")
+
+
+def log_refusal(context: Any, exc: RefusedError, method: str) -> None:
+    """One `access_denied` line for a sender the gate refused (bad input is the
+    caller's own business: its status says what was wrong)."""
+    if exc.code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+        log.warning("access_denied", method=f"Raft/{method}", peer=context.peer(),
+                    reason=exc.details)
 
 
 def admit(request: PbMessage, sink: RequestSink, gate: RaftGate | None = None,
@@ -305,8 +325,7 @@ class RaftService(pb_grpc.RaftServicer):
         try:
             message = admit(request, sink, self._gate, context)
         except RefusedError as exc:
-            if exc.code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
-                log.warning("raft_access_denied", peer=context.peer(), reason=exc.details)
+            log_refusal(context, exc, type(request).__name__.removesuffix("Request"))
             await context.abort(exc.code, exc.details)
         try:
             reply = await sink.submit_request(message, sink.reply_timeout_s(message))
@@ -337,6 +356,7 @@ class RaftService(pb_grpc.RaftServicer):
         try:
             while (answer := await answers.get()) is not None:
                 if isinstance(answer, RefusedError):
+                    log_refusal(context, answer, "FetchStream")
                     await context.abort(answer.code, answer.details)
                 out = to_pb(answer, sink.batch_cache)
                 assert isinstance(out, pb.FetchResponse)

@@ -20,6 +20,7 @@ from controller.quorum.driver_config import DriverConfig
 from controller.quorum_controller.ports import ControllerSettings
 from controller.security.acl import InvalidAclError, check_principal
 from controller.security.authorizer import AuthorizerConfig
+from controller.security.identity import IDENTITY_KEYS, UNBOUND, NodeIdentities
 from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
 from controller.storage.errors import MetaPropertiesError
 from controller.storage.log_config import LOG_DAMAGE_POLICIES, LogConfig
@@ -105,6 +106,11 @@ key_file = "/etc/metakraft/tls/controller-1.key"
 principal_mapping_rules = ["DEFAULT"]       # DEFAULT: User:<subject CN>; or RULE:regex/replacement/[LU]
 # Only these may send Raft messages (votes, voter fetches); others may only observe.
 controller_principals = ["User:controller-1", "User:controller-2", "User:controller-3"]
+# Each principal speaks only for the node id it names (group 1 of the pattern): a
+# controller certificate cannot claim another voter, a broker's another broker.
+# "" turns a binding off (any allowed principal may then speak for any id).
+controller_id_pattern = 'User:controller-(\\d+)'
+broker_id_pattern = 'User:broker-(\\d+)'
 
 # ACLs (metakraft acls ...). On by default when TLS is on.
 [authorizer]
@@ -161,6 +167,8 @@ class DaemonConfig:
     controller_principals: frozenset[str] = frozenset()
     # None: no authorizer (every authenticated caller may do everything).
     authorizer: AuthorizerConfig | None = None
+    # Which node id each principal may speak for (with TLS; security/identity.py).
+    identities: NodeIdentities = UNBOUND
 
 
 def parse_config(text: str, path: Path) -> DaemonConfig:
@@ -209,8 +217,9 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
                           f"got {on_log_damage!r}")
     tier = _tier_config(doc, data_dir) if "tier" in doc else None
     tls = parse_tls_table(doc, path.parent, required=True,
-                          extra_keys=("controller_principals",))
+                          extra_keys=("controller_principals", *IDENTITY_KEYS))
     controller_principals = _controller_principals(doc, tls)
+    identities = _identities(doc, tls, controller_principals)
     authorizer = _authorizer_config(doc, tls)
     try:
         # evolve() re-runs the validators with the configured values.
@@ -227,7 +236,8 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
     return DaemonConfig(path=path, driver=driver, controller=settings, listen=listen,
                         log_level=level, log_format=log_format, metrics_address=metrics_address,
                         metrics_port=metrics_port, tier=tier, tls=tls,
-                        controller_principals=controller_principals, authorizer=authorizer)
+                        controller_principals=controller_principals, authorizer=authorizer,
+                        identities=identities)
 
 
 def _principal_list(table: Mapping[str, Any], key: str, where: str) -> frozenset[str]:
@@ -253,6 +263,27 @@ def _controller_principals(doc: Mapping[str, Any], tls: TlsConfig) -> frozenset[
         raise ConfigError("tls.controller_principals needs TLS (a plaintext peer has no "
                           "identity to check)")
     return principals
+
+
+def _identities(doc: Mapping[str, Any], tls: TlsConfig,
+                controller_principals: frozenset[str]) -> NodeIdentities:
+    table = sub_table(doc, "tls")
+    if not tls.enabled:
+        given = sorted(set(table) & set(IDENTITY_KEYS))
+        if given:
+            raise ConfigError(f"tls.{given[0]} needs TLS (a plaintext peer has no identity)")
+        return UNBOUND
+    identities = NodeIdentities.from_table(table)
+    pattern = identities.controller_pattern
+    unbound = sorted(p for p in controller_principals
+                     if pattern is not None and not pattern.fullmatch(p))
+    if unbound:
+        raise ConfigError(
+            f"tls.controller_principals: {', '.join(unbound)} names no node id under "
+            f"tls.controller_id_pattern {pattern.pattern if pattern else ''!r}: name the "
+            "certificates controller-<id>, or set the pattern to match them (\"\" lets any "
+            "controller certificate speak for any voter)")
+    return identities
 
 
 def _authorizer_config(doc: Mapping[str, Any], tls: TlsConfig) -> AuthorizerConfig | None:

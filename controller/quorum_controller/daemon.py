@@ -60,7 +60,8 @@ async def run_controller(config: DaemonConfig) -> int:
     server = create_server(cfg.rpc_limits)
     bound = bind(server, config.listen, config.tls.credentials)
     access = Access(config.tls.mapper, None if config.authorizer is None else
-                    StandardAuthorizer(config.authorizer, CommittedAcls(controller)))
+                    StandardAuthorizer(config.authorizer, CommittedAcls(controller)),
+                    config.identities)
     raft_name = add_raft_service(server, driver, raft_gate(config, access))
     api_metrics = None if controller.metrics is None else ApiMetrics(controller.metrics.registry)
     closing = asyncio.Event()

@@ -16,6 +16,8 @@ import pytest
 
 from controller.api import admin_pb2 as apb
 from controller.api import admin_pb2_grpc as apb_grpc
+from controller.api import broker_pb2_grpc as bpb_grpc
+from controller.api.broker_convert import heartbeat_request_to_pb
 from controller.api.client import (
     AdminClient,
     ControllerUnreachableError,
@@ -23,7 +25,7 @@ from controller.api.client import (
     RequestFailedError,
 )
 from controller.devcluster.probe import serving
-from controller.metadata import CreatableTopic
+from controller.metadata import BrokerHeartbeatRequest, CreatableTopic
 from controller.quorum import raft_service_pb2 as pb
 from controller.quorum import raft_service_pb2_grpc as pb_grpc
 from controller.rpc import create_sync_channel
@@ -305,7 +307,8 @@ def test_only_controllers_speak_raft_and_only_as_themselves(
                               PatternType.LITERAL, "User:broker-1", "*",
                               Operation.CLUSTER_ACTION, Permission.ALLOW))
     active = wait_until(cluster.active_node, 20.0, "an active controller")
-    voter = next(i for i in cluster.nodes if i != active.node_id)
+    voter, third = (i for i in cluster.nodes if i != active.node_id)
+    other = f"controller-{third}"
     broker = cluster.credentials("broker-1")
 
     def fetch(src: int) -> pb.FetchRequest:
@@ -325,11 +328,20 @@ def test_only_controllers_speak_raft_and_only_as_themselves(
             ("broker", broker, "Fetch", fetch(voter)),
             # and neither may the admin, a super user of the Admin API only;
             ("admin", cluster.credentials("admin"), "Fetch", fetch(voter)),
+            # another controller's certificate may not claim to be this voter,
+            (other, cluster.credentials(other), "Fetch", fetch(voter)),
+            (other, cluster.credentials(other), "Vote", pb.VoteRequest(header=pb.Header(
+                cluster_id=cluster.cluster_id, src=voter, dst=active.node_id, epoch=1000),
+                last_epoch=1000, end_offset=10**6)),
+            # a broker's may not follow the log as another broker;
+            ("broker", broker, "Fetch", fetch(2)),
             # alice has no CLUSTER_ACTION: not even an observer.
             ("alice", cluster.credentials("alice"), "Fetch", fetch(77))):
         with pytest.raises(grpc.RpcError) as info:
             raft(active.address, tls, method, request)
         assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED, (who, method)  # type: ignore
+    assert f"User:{other} is controller {third}, not node {voter}" in active.log_text()
+    assert "event=access_denied" in active.log_text()
     # A broker certificate on the Admin API: no rights there.
     with client(cluster, "broker-1") as as_broker, pytest.raises(RequestFailedError) as info2:
         as_broker.create_topics([CreatableTopic("by-broker", 1, 3)])
@@ -346,15 +358,17 @@ def test_an_impostor_follower_cannot_complete_a_majority(cluster: ControllerClus
             assert node.proc is not None
             node.proc.send_signal(signal.SIGSTOP)
             paused.append(node)
-        # Claim to be a paused voter: refused, so it can never count toward the HW.
+        # Claim to be a paused voter: refused, so it can never count toward the HW;
+        # with no controller certificate, or with another controller's.
         request = pb.FetchRequest(header=pb.Header(cluster_id=cluster.cluster_id,
                                                    src=followers[0].node_id,
                                                    dst=active.node_id, epoch=0),
                                   seq=1, fetch_offset=10**6, last_fetched_epoch=1000,
                                   high_watermark=0, max_wait_ms=0)
-        with pytest.raises(grpc.RpcError) as info:
-            raft(active.address, cluster.credentials("alice"), "Fetch", request)
-        assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED  # type: ignore
+        for name in ("alice", f"controller-{followers[1].node_id}"):
+            with pytest.raises(grpc.RpcError) as info:
+                raft(active.address, cluster.credentials(name), "Fetch", request)
+            assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED, name  # type: ignore
         # With only the leader's disk, a write is never acknowledged.
         with AdminClient([active.address], tls=cluster.credentials("admin"),
                          timeout_ms=2_000) as admin, pytest.raises(
@@ -365,3 +379,31 @@ def test_an_impostor_follower_cannot_complete_a_majority(cluster: ControllerClus
             assert node.proc is not None
             node.proc.send_signal(signal.SIGCONT)
     wait_until(cluster.active_node, 30.0, "an active controller after the pause")
+
+
+def heartbeat(c: ControllerCluster, address: str, name: str, broker_id: int) -> object:
+    request = heartbeat_request_to_pb(BrokerHeartbeatRequest(broker_id, 1, 0), c.cluster_id)
+    channel = create_sync_channel(address, tls=c.credentials(name))
+    try:
+        return bpb_grpc.BrokerLifecycleStub(channel).BrokerHeartbeat(request, timeout=5)
+    finally:
+        channel.close()
+
+
+def test_a_broker_certificate_speaks_only_for_its_own_broker(
+        cluster: ControllerCluster) -> None:
+    grant(cluster, AclBinding(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME,
+                              PatternType.LITERAL, "User:broker-1", "*",
+                              Operation.CLUSTER_ACTION, Permission.ALLOW))
+    active = wait_until(cluster.active_node, 20.0, "an active controller")
+    # Its own heartbeat is served (answered with the broker's state, here a stale epoch).
+    heartbeat(cluster, active.address, "broker-1", 1)
+    # Keeping broker 3 alive with broker 1's certificate is refused, and logged.
+    with pytest.raises(grpc.RpcError) as info:
+        heartbeat(cluster, active.address, "broker-1", 3)
+    assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED  # type: ignore
+    assert "User:broker-1 is broker 1, not broker 3" in info.value.details()  # type: ignore
+    assert wait_until(lambda: "method=BrokerHeartbeat principal=User:broker-1" in
+                      active.log_text(), 5.0, "the access_denied line")
+    # A super user's tools may act for any broker (how the tests register them).
+    heartbeat(cluster, active.address, "admin", 3)

@@ -81,6 +81,9 @@ def test_example_config_is_valid(tmp_path: Path) -> None:
     (lambda t: t + "[authorizer]\nenabled = 1\n", "authorizer.enabled: expected true"),
     (lambda t: t + "[authorizer]\nsuperusers = []\n", "unknown key(s) superusers"),
     (lambda t: t.split("[voters]")[0], "missing [voters]"),
+    (lambda t: t.replace("enabled = false", "enabled = false\ncontroller_id_pattern = ''"),
+     "controller_id_pattern needs TLS"),
+    (lambda t: t + '[log]\non_log_damage = "ignore"\n', "log.on_log_damage: expected one of"),
 ])
 def test_bad_configs_say_what_is_wrong(tmp_path: Path, edit: object, message: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -156,3 +159,34 @@ def test_bad_tier_configs_say_what_is_wrong(tmp_path: Path, edit: object, messag
     with pytest.raises(ConfigError) as info:
         parse_config(text, tmp_path / "c.toml")
     assert message in str(info.value)
+
+
+def test_identity_patterns_bind_each_principal_to_one_node(tmp_path: Path) -> None:
+    example = parse_config(EXAMPLE_CONFIG, tmp_path / "example.toml")
+    identities = example.identities
+    assert identities.controller_refusal("User:controller-2", 2) is None
+    assert identities.controller_refusal("User:controller-2", 1) == (
+        "User:controller-2 is controller 2, not node 1")
+    assert identities.broker_refusal("User:broker-7", 7, is_super_user=False) is None
+    assert "is broker 7, not broker 3" in str(
+        identities.broker_refusal("User:broker-7", 3, is_super_user=True))
+    assert identities.broker_refusal("User:admin", 3, is_super_user=True) is None
+    assert "names no broker" in str(
+        identities.broker_refusal("User:tool", 3, is_super_user=False))
+    # A listed controller principal the pattern cannot bind is a config error ...
+    renamed = EXAMPLE_CONFIG.replace('"User:controller-3"]', '"User:cc3"]')
+    with pytest.raises(ConfigError, match="User:cc3 names no node id"):
+        parse_config(renamed, tmp_path / "c.toml")
+    # ... unless the pattern says how it does, or the binding is turned off.
+    custom = renamed.replace("controller_id_pattern = 'User:controller-(\\d+)'",
+                             "controller_id_pattern = 'User:c(?:ontroller-|c)(\\d+)'")
+    assert parse_config(custom, tmp_path / "c.toml").identities.controller_refusal(
+        "User:cc3", 3) is None
+    off = renamed.replace("controller_id_pattern = 'User:controller-(\\d+)'",
+                          "controller_id_pattern = ''")
+    assert parse_config(off, tmp_path / "c.toml").identities.controller_refusal(
+        "User:cc3", 1) is None
+    with pytest.raises(ConfigError, match="exactly one group"):
+        parse_config(EXAMPLE_CONFIG.replace("broker_id_pattern = 'User:broker-(\\d+)'",
+                                            "broker_id_pattern = 'User:broker-'"),
+                     tmp_path / "c.toml")
