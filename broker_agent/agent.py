@@ -74,6 +74,17 @@ class BrokerAgent:
                 wanted.append(want)
         self.store.prewrite(wanted)
 
+    def history_replaced(self) -> None:
+        """The metadata was reloaded from the leader after its history was cut: the
+        next image may be older than the last one reconciled. In publication order
+        (after the plans already queued), forget that offset; the next plan is a full
+        one against the disk."""
+        if self.failure is None:
+            self._last = self._worker.submit(self._forget_reconciled_offset)
+
+    def _forget_reconciled_offset(self) -> None:
+        self.reconciled_offset = -1
+
     def _submit(self, image: MetadataImage, previous: MetadataImage | None,
                 changes: ImageChanges | None) -> None:
         if self.failure is None:

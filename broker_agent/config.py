@@ -106,16 +106,6 @@ class BrokerConfig:
         return config
 
 
-
-
-
-
-
-
-
-
-
-
 def parse_config(text: str, path: Path) -> BrokerConfig:
     """Validate a config document (no file system checks)."""
     try:

@@ -7,6 +7,13 @@ gRPC server (BrokerStatus, grpc.health.v1, reflection). Once the server is bound
 logs `event=listening address=HOST:PORT` to stderr (a supervisor learns a port-0
 address from it). SIGTERM / SIGINT start a controlled shutdown; exit status 0 after
 it (or its bounded wait), 1 if the Raft observer failed.
+
+If the controllers' committed history turns out cut below what the broker had
+applied (committed records lost upstream: `CommittedHistoryCutError`), the broker
+does not exit: it logs it, drops its copy of the metadata log, and starts a new
+observer and loader, which fetch the leader's snapshot; the agent's full reconcile
+then brings the local partitions in line with it (`metakraft_broker_metadata_reloads`
+counts these).
 """
 
 from __future__ import annotations
@@ -25,10 +32,28 @@ from broker_agent.snapshot_load import LoaderListener, monotonic_ms
 from broker_agent.status import BrokerStatusView, add_status_service
 from controller.log import get_logger
 from controller.quorum.driver import RaftDriver
+from controller.quorum.log_adapter import discard_replica_log
 from controller.quorum_controller.metrics import serve_metrics
+from controller.raft import CommittedHistoryCutError
 from controller.rpc import add_health_and_reflection, bind, create_server
+from controller.storage.meta_properties import DataDir
 
 log = get_logger("metakraft.broker")
+
+
+class _Metadata:
+    """The metadata pipeline: a Raft observer feeding a loader feeding the agent.
+    Replaced whole (`reload`) when the history it applied was cut upstream."""
+
+    def __init__(self, config: BrokerConfig, agent: BrokerAgent, min_start_offset: int) -> None:
+        self.loader = MetadataLoader(agent, clock_ms=monotonic_ms)
+        listener = LoaderListener(self.loader, prewriter=agent)
+        self.driver = RaftDriver(config.driver_config(), listener)
+        driver = self.driver
+        self.loader.bind(lambda: driver.fetched_high_watermark)
+        self.loader.min_start_offset = min_start_offset
+        # The log will start at the newest snapshot file; the image must start there too.
+        listener.load_latest_snapshot(self.driver.snapshot_dir)
 
 
 class _Progress:
@@ -36,17 +61,17 @@ class _Progress:
     first full reconcile is on disk (a broker must not lead partitions whose local
     state it has not written yet)."""
 
-    def __init__(self, loader: MetadataLoader, agent: BrokerAgent) -> None:
-        self._loader = loader
+    def __init__(self, metadata: _Metadata, agent: BrokerAgent) -> None:
+        self.metadata = metadata
         self._agent = agent
 
     @property
     def caught_up(self) -> bool:
-        return self._loader.caught_up and self._agent.reconciled_offset >= 0
+        return self.metadata.loader.caught_up and self._agent.reconciled_offset >= 0
 
     @property
     def applied_offset(self) -> int:
-        return self._loader.applied_offset
+        return self.metadata.loader.applied_offset
 
 
 async def _watch_catch_up(loader: MetadataLoader) -> None:
@@ -75,17 +100,29 @@ async def _failed(driver: RaftDriver, agent: BrokerAgent) -> None:
         stopped.cancel()
 
 
+async def _reload(config: BrokerConfig, progress: _Progress, agent: BrokerAgent,
+                  metrics: BrokerMetrics | None, cut: CommittedHistoryCutError) -> None:
+    """The history this broker applied was cut upstream: start over from the leader."""
+    log.error("metadata_reload", broker=config.broker_id, applied_end_offset=cut.high_watermark,
+              cut_to=cut.truncate_to, leader=cut.leader_id,
+              action="dropping the local metadata log and reloading the leader's snapshot; "
+              "the local partitions are reconciled to it")
+    if metrics is not None:
+        metrics.metadata_reloads.inc()
+    await progress.metadata.driver.stop(resign=False)
+    discard_replica_log(DataDir(config.data_dir))
+    agent.history_replaced()
+    # The partitions' state reflects the lost history: the new image, whatever its
+    # offset, is published and reconciled against the disk.
+    progress.metadata = _Metadata(config, agent, min_start_offset=-1)
+    await progress.metadata.driver.start()
+
+
 async def run_broker(config: BrokerConfig) -> int:
     store = LocalPartitionStore(config.data_dir)
     metrics = None if config.metrics_port is None else BrokerMetrics(config.broker_id)
     agent = BrokerAgent(config.broker_id, store, metrics)
-    loader = MetadataLoader(agent, clock_ms=monotonic_ms)
-    listener = LoaderListener(loader, prewriter=agent)
-    driver = RaftDriver(config.driver_config(), listener)
-    loader.bind(lambda: driver.fetched_high_watermark)
-    loader.min_start_offset = store.read_offset()
-    # The log will start at the newest snapshot file; the image must start there too.
-    listener.load_latest_snapshot(driver.snapshot_dir)
+    progress = _Progress(_Metadata(config, agent, store.read_offset()), agent)
 
     server = create_server(config.driver_config().rpc_limits)
     port = bind(server, config.listen, config.tls.credentials)
@@ -96,11 +133,11 @@ async def run_broker(config: BrokerConfig) -> int:
         rack=config.rack, controllers=config.controllers,
         heartbeat_interval_ms=config.heartbeat_interval_ms,
         controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
-        metadata=_Progress(loader, agent), tls=config.tls.credentials)
+        metadata=progress, tls=config.tls.credentials)
 
     def view() -> BrokerStatusView:
         return BrokerStatusView(config.broker_id, lifecycle.state, lifecycle.broker_epoch,
-                                loader.applied_offset, tuple(store.replicas.values()),
+                                progress.applied_offset, tuple(store.replicas.values()),
                                 lifecycle.channel.current_id, lifecycle.incarnation_id)
 
     health = add_health_and_reflection(server, [add_status_service(server, view)])
@@ -109,7 +146,7 @@ async def run_broker(config: BrokerConfig) -> int:
         metrics_port = serve_metrics(metrics.registry, config.metrics_address,
                                      config.metrics_port)
         log.info("metrics_serving", address=f"{config.metrics_address}:{metrics_port}")
-    await driver.start()
+    await progress.metadata.driver.start()
     await server.start()
     log.info("listening", address=address, broker=config.broker_id,
              incarnation=lifecycle.incarnation_id, data_dir=config.data_dir)
@@ -118,14 +155,23 @@ async def run_broker(config: BrokerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lifecycle.request_shutdown)
     life = asyncio.create_task(lifecycle.run(), name="broker-lifecycle")
-    catch_up = asyncio.create_task(_watch_catch_up(loader), name="broker-catch-up")
     refresh = None if metrics is None else asyncio.create_task(
-        _refresh_metrics(metrics, view, lambda: driver.fetched_high_watermark, agent),
+        _refresh_metrics(metrics, view,
+                         lambda: progress.metadata.driver.fetched_high_watermark, agent),
         name="broker-metrics")
-    failed = asyncio.create_task(_failed(driver, agent))
-    await asyncio.wait([life, failed], return_when=asyncio.FIRST_COMPLETED)
-    failed.cancel()
-    catch_up.cancel()
+    while True:
+        metadata = progress.metadata
+        catch_up = asyncio.create_task(_watch_catch_up(metadata.loader), name="broker-catch-up")
+        failed = asyncio.create_task(_failed(metadata.driver, agent))
+        await asyncio.wait([life, failed], return_when=asyncio.FIRST_COMPLETED)
+        failed.cancel()
+        catch_up.cancel()
+        cut = metadata.driver.failure
+        if life.done() or not isinstance(cut, CommittedHistoryCutError) \
+                or agent.failure is not None:
+            break
+        await _reload(config, progress, agent, metrics, cut)
+    driver = progress.metadata.driver
     if refresh is not None:
         refresh.cancel()
     if not life.done():

@@ -48,6 +48,11 @@ class BrokerMetrics:
             "metakraft_broker_reconcile_actions",
             "Local replica changes applied, by action (leader, follower, delete).",
             ["action"], registry=r)
+        self.metadata_reloads = Counter(
+            "metakraft_broker_metadata_reloads",
+            "Times the controllers' committed history turned out cut below what this broker "
+            "had applied, so it dropped its metadata log and reloaded the leader's snapshot.",
+            registry=r)
         self.reconcile_time = Histogram(
             "metakraft_broker_reconcile_duration_seconds",
             "Time to apply one reconcile plan to the local state, by kind (full, delta).",

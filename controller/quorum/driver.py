@@ -49,6 +49,7 @@ from controller.quorum.service import (
     request_key,
 )
 from controller.quorum.wire import StoredBatchCache
+from controller.raft.errors import CommittedHistoryCutError
 from controller.raft.messages import (
     REQUEST_TYPES,
     EndQuorumEpochRequest,
@@ -566,13 +567,22 @@ class RaftDriver:
                     await self._let_others_run()
         except asyncio.CancelledError:
             raise
+        except CommittedHistoryCutError as exc:
+            # An observer's committed history was rewritten upstream: whoever runs it
+            # decides (a broker reloads the leader's snapshot).
+            log.error("metadata_history_cut", node=self.node_id, leader=exc.leader_id,
+                      applied_end_offset=exc.high_watermark, cut_to=exc.truncate_to)
+            self._fail(exc)
         except BaseException as exc:
             # A broken invariant or a storage failure: stop rather than risk the log.
             log.critical("raft_failed", node=self.node_id, error=repr(exc), exc_info=True)
-            self._failure = exc
-            self._running = False
-            asyncio.get_running_loop().call_soon(
-                lambda: asyncio.ensure_future(self._shutdown_tasks()))
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failure = exc
+        self._running = False
+        asyncio.get_running_loop().call_soon(
+            lambda: asyncio.ensure_future(self._shutdown_tasks()))
 
     async def _let_others_run(self) -> None:
         """Yield to the event loop; at least every `max_events_time_ms` of busy time,

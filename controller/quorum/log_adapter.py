@@ -22,6 +22,7 @@ Differences bridged here:
 from __future__ import annotations
 
 import os
+import shutil
 from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from controller.logformat.batch import decode_batch
 from controller.quorum.wire import StoredBatchCache
 from controller.storage import snapshot_file as sf
 from controller.storage.errors import LogCorruptionError, StorageError
+from controller.storage.fsutil import fsync_dir
 from controller.storage.leader_epoch import LeaderEpochCheckpoint
 from controller.storage.log import LogConfig, LogDamage, SegmentedLog, SegmentInfo
 from controller.storage.log_config import LOG_DAMAGE_POLICIES
@@ -56,6 +58,18 @@ def _log_ends_snapshot(log: SegmentedLog, snapshot_id: SnapshotId) -> bool:
         return True
     data = log.read(offset, 1)
     return bool(data) and decode_batch(data[0])[0].base_offset == offset
+
+
+def discard_replica_log(data_dir: DataDir) -> None:
+    """Delete a replica's copy of the metadata log: segments, snapshots and their
+    bookkeeping (meta.properties and the quorum state stay). For an observer whose
+    committed history was rewritten upstream: it then fetches everything again."""
+    for directory in (data_dir.log_dir, data_dir.snapshot_dir):
+        if directory.exists():
+            shutil.rmtree(directory)
+    for path in (data_dir.recovery_point, data_dir.log_repair, data_dir.leader_epoch_checkpoint):
+        path.unlink(missing_ok=True)
+    fsync_dir(data_dir.root)
 
 
 class DurableRaftLog:

@@ -12,6 +12,7 @@ from controller.logformat import (
     SnapshotId,
 )
 from controller.raft.config import RaftConfig
+from controller.raft.errors import CommittedHistoryCutError
 from controller.raft.log import MemoryRaftLog, RaftLog
 from controller.raft.node import RaftNode
 from controller.raft.ready import ProposeError, ProposeResult, Ready
@@ -20,6 +21,7 @@ from controller.raft.snapshot import MemorySnapshotStore, SnapshotStore
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
+    "CommittedHistoryCutError",
     "EpochEndOffset",
     "LeaderAndEpoch",
     "MemoryRaftLog",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import attrs
 
 from controller.logformat import SnapshotId
+from controller.raft.errors import CommittedHistoryCutError
 from controller.raft.messages import (
     Errors,
     FetchRequest,
@@ -119,7 +120,12 @@ class FollowerMixin(NodeState):
         if resp.snapshot_id is not None:
             self._start_snapshot_fetch(resp.snapshot_id)
         elif resp.diverging is not None:
-            self.truncate_log(follower_truncation_offset(self.log, resp.diverging))
+            offset = follower_truncation_offset(self.log, resp.diverging)
+            if offset < self.high_watermark and not self.is_voter:
+                # Committed history we applied is gone upstream (errors.py). A voter
+                # never gets here: truncate_log asserts it.
+                raise CommittedHistoryCutError(offset, self.high_watermark, self.leader_id)
+            self.truncate_log(offset)
         else:
             for batch in resp.batches:
                 assert batch.epoch <= self.epoch, (batch.epoch, self.epoch)

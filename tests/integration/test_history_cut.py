@@ -1,0 +1,114 @@
+"""A broker survives committed history lost upstream: real controllers and a broker.
+
+Every controller's data dir is copied (a backup), the cluster goes on (topics are
+created and the broker applies them), then every
+controller is restored from the copy: their committed history now ends before what
+the broker applied, and its leader tells the broker to cut its log below that. The
+broker must not exit (it used to die on an assertion and stay down until a person
+restarted it): it logs the cut, drops its metadata log, reloads the leader's, and
+reconciles its partitions to it; a metric counts the reload.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from controller.metadata import CreatableTopic
+from tests.support.broker_processes import BrokerCluster
+from tests.support.polling import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+START_S = 30.0
+
+
+def stop_controllers(cluster: BrokerCluster) -> None:
+    for node in cluster.controllers.values():
+        assert node.terminate() == 0, node.log_text()[-2000:]
+
+
+def restart_controllers(cluster: BrokerCluster) -> None:
+    """Start every controller; wait until all serve and one of them is active (in the
+    lines this start logged: the log files keep earlier runs' lines)."""
+    nodes = list(cluster.controllers.values())
+    seen = {n.node_id: len(n.log_text()) for n in nodes}
+    for node in nodes:
+        node.start()
+
+    def new_lines(node_id: int) -> str:
+        return cluster.controllers[node_id].log_text()[seen[node_id]:]
+
+    wait_until(lambda: all("event=serving" in new_lines(n.node_id) for n in nodes), START_S,
+               "every controller serving")
+    wait_until(lambda: any("event=controller_active" in new_lines(n.node_id) for n in nodes),
+               START_S, "an active controller")
+
+
+def last_epoch(text: str, event: str) -> int:
+    return int(re.findall(rf"event={event} .*?epoch=(\d+)", text)[-1])
+
+
+def reloads_metric(text: str) -> float:
+    address = re.findall(r"event=metrics_serving address=([\d.]+:\d+)", text)[-1]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as answer:
+        body = answer.read().decode()
+    found = re.search(r"^metakraft_broker_metadata_reloads_total ([\d.]+)$", body, re.M)
+    assert found is not None, body[-2000:]
+    return float(found.group(1))
+
+
+def test_a_broker_reloads_when_committed_history_is_cut_upstream(tmp_path: Path) -> None:
+    cluster = BrokerCluster(tmp_path, brokers=(1,), metrics=True)
+    broker = cluster.brokers[1]
+    try:
+        cluster.start()
+        cluster.wait_running(timeout_s=START_S)
+        with cluster.admin() as admin:
+            assert admin.create_topics([CreatableTopic("before", 1, 1)])[0].error.ok
+        wait_until(lambda: "before-0" in broker.local_state(), START_S, "before-0 on disk")
+
+        stop_controllers(cluster)
+        backup = tmp_path / "backup"
+        for node in cluster.controllers.values():
+            shutil.copytree(node.data_dir, backup / node.data_dir.name)
+        restart_controllers(cluster)
+        with cluster.admin() as admin:
+            for name in ("after", "after-2", "after-3"):
+                assert admin.create_topics([CreatableTopic(name, 1, 1)])[0].error.ok
+        wait_until(lambda: "after-0" in broker.local_state(), START_S, "after-0 on disk")
+
+        stop_controllers(cluster)
+        for node in cluster.controllers.values():
+            shutil.rmtree(node.data_dir)
+            shutil.copytree(backup / node.data_dir.name, node.data_dir)
+        restart_controllers(cluster)
+        # The broker ignores leaders of epochs older than the last it saw; the
+        # restored quorum's elections pass it in a few restarts.
+        broker_epoch = last_epoch(broker.log_text(), "metadata_leader")
+        for _ in range(broker_epoch + 2):
+            active = cluster.active_controller()
+            assert active is not None
+            if last_epoch(active.log_text(), "controller_active") > broker_epoch:
+                break
+            stop_controllers(cluster)
+            restart_controllers(cluster)
+
+        wait_until(lambda: "event=metadata_reload" in broker.log_text(), START_S,
+                   "the broker to reload the metadata")
+        # It reconciled to the restored history: "after" is gone, "before" stays.
+        wait_until(lambda: sorted(broker.local_state()) == ["before-0"], START_S,
+                   "the local partitions to match the restored history")
+        cluster.wait_running(timeout_s=START_S)
+        assert broker.running and reloads_metric(broker.log_text()) == 1.0
+        assert "event=raft_failed" not in broker.log_text()
+        with cluster.admin() as admin:
+            assert admin.create_topics([CreatableTopic("later", 1, 1)])[0].error.ok
+        wait_until(lambda: "later-0" in broker.local_state(), START_S, "later-0 on disk")
+        assert broker.terminate() == 0, broker.log_text()[-3000:]
+    finally:
+        cluster.close()
