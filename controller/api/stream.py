@@ -24,6 +24,7 @@ import grpc
 from google.protobuf import message as pb_message
 
 from controller.api import admin_pb2 as apb
+from controller.log import get_logger
 
 # Items of one stream handled at once; more wait unread in the stream.
 MAX_IN_FLIGHT = 128
@@ -60,6 +61,8 @@ class ItemAborted(Exception):
         self.code = code
         self.details = details
         self.trailing = trailing
+
+log = get_logger(__name__)
 
 
 class ItemContext:
@@ -148,7 +151,14 @@ class StreamMultiplexer:
             try:
                 response = await self.answer(item, ItemContext(peer, auth))
                 async with write_lock:
-                    await context.write(response)
+                    try:
+                        await context.write(response)
+                    except Exception as exc:
+                        # The caller went away (its call ended): nobody to answer, and
+                        # nobody awaits this task to hear of it. A write may still
+                        # be applied, as when a unary call is cancelled.
+                        log.info("stream_answer_dropped", peer=peer, method=item.method,
+                                 id=item.id, error=type(exc).__name__)
             finally:
                 del in_flight[item.id]
                 slots.release()

@@ -80,7 +80,12 @@ class ConfigKey:
             # ASCII digits only: `int` also takes "1_000" and other scripts' digits.
             if not _INTEGER.fullmatch(text):
                 return None
-            number = int(text, 10)
+            # Out of range past 19 significant digits; and CPython's int() refuses
+            # strings of more than 4,300 digits with a ValueError of its own.
+            digits = text.lstrip("+-").lstrip("0") or "0"
+            if len(digits) > len(str(LONG_MAX)):
+                return None
+            number = int(("-" if text.startswith("-") else "") + digits, 10)
             high = INT_MAX if self.type is ConfigType.INT else LONG_MAX
             if self.maximum is not None:
                 high = min(high, self.maximum)

@@ -256,13 +256,18 @@ def admit(request: PbMessage, sink: RequestSink, gate: RaftGate | None = None,
     return message
 
 
+# What FetchStream's reader hands its writer: a response; a refusal to end the call
+# with; the abort the request decoder already made (it logged the bad input; a
+# second abort is a gRPC usage error); None when the caller half-closed.
+_Answer = Response | RefusedError | aio.AbortError | None
+
 # Fetches of one stream handed to the core at once; more wait unread in the stream
 # (HTTP/2 flow control pushes back). A follower has one fetch outstanding.
 MAX_STREAMED_FETCHES = 32
 
 
 async def _read_fetches(requests: AsyncIterator[pb.FetchRequest], sink: RequestSink,
-                        answers: asyncio.Queue[Response | RefusedError | None],
+                        answers: asyncio.Queue[_Answer],
                         gate: RaftGate | None, context: Any) -> None:
     """FetchStream's reading side: admits each request, answers it through
     `answers` (None: the caller half-closed and every answer is out)."""
@@ -295,6 +300,8 @@ async def _read_fetches(requests: AsyncIterator[pb.FetchRequest], sink: RequestS
         if in_flight:
             await asyncio.gather(*in_flight, return_exceptions=True)
         answers.put_nowait(None)
+    except aio.AbortError as exc:
+        answers.put_nowait(exc)
     except Exception as exc:
         # gRPC could not read the next message (it does not decode as a FetchRequest).
         answers.put_nowait(RefusedError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -312,7 +319,7 @@ class RaftService(pb_grpc.RaftServicer):
         # The answer queues of the open FetchStreams: ended (None) when the driver
         # stops, so none is still open when the server stops (gRPC would cancel it
         # and log the CancelledError as an ERROR with a traceback).
-        self._streams: set[asyncio.Queue[Response | RefusedError | None]] = set()
+        self._streams: set[asyncio.Queue[_Answer]] = set()
         self._watcher: asyncio.Task[None] | None = None
 
     async def _end_streams_when_stopped(self) -> None:
@@ -349,12 +356,14 @@ class RaftService(pb_grpc.RaftServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "raft node is not running")
         if self._watcher is None:
             self._watcher = asyncio.create_task(self._end_streams_when_stopped())
-        answers: asyncio.Queue[Response | RefusedError | None] = asyncio.Queue()
+        answers: asyncio.Queue[_Answer] = asyncio.Queue()
         self._streams.add(answers)
         reader = asyncio.create_task(_read_fetches(request_iterator, sink, answers,
                                                    self._gate, context))
         try:
             while (answer := await answers.get()) is not None:
+                if isinstance(answer, aio.AbortError):
+                    raise answer  # gRPC ends the call with the status already set
                 if isinstance(answer, RefusedError):
                     log_refusal(context, answer, "FetchStream")
                     await context.abort(answer.code, answer.details)

@@ -116,3 +116,30 @@ def test_a_broker_cannot_register_with_a_controllers_id(cluster: ControllerClust
         channel.close()
     assert reply.error.code == "INVALID_REQUEST", reply
     assert "controller's node id" in reply.error.message
+
+
+def test_random_bytes_on_fetch_stream_get_one_warning_and_no_error(
+        cluster: ControllerCluster) -> None:
+    active = wait_until(cluster.active_node, 20.0, "an active controller")
+    before = len(active.log_text())
+    channel = grpc.insecure_channel(active.address)
+    try:
+        stream = channel.stream_stream(f"/{pb.DESCRIPTOR.package}.Raft/FetchStream",
+                                       request_serializer=lambda b: b,
+                                       response_deserializer=lambda b: b)
+        # Twice: once the second call's line is there, the first call's handler has
+        # logged all it ever will (one event loop serves both, in order).
+        for _ in range(2):
+            with pytest.raises(grpc.RpcError) as info:
+                list(stream(iter([bytes(range(7, 71))]), timeout=5))
+            assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore
+    finally:
+        channel.close()
+
+    def warnings() -> list[str]:
+        return [line for line in active.log_text()[before:].splitlines()
+                if "event=undecodable_request" in line]
+
+    wait_until(lambda: len(warnings()) == 2, 5.0, "a warning per bad stream")
+    assert all("level=warning" in line for line in warnings())
+    assert "level=error" not in active.log_text()[before:]

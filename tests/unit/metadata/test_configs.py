@@ -98,6 +98,11 @@ def test_append_and_subtract_on_lists(h: Harness) -> None:
          ErrorCode.INVALID_CONFIG, "retention.ms"),
         (TOPIC, AlterConfigOp("retention.ms", OpType.SET, "+5"), ErrorCode.INVALID_CONFIG,
          "'+5'"),
+        # More digits than CPython's int() takes (4,300): INVALID_CONFIG, not INTERNAL.
+        (TOPIC, AlterConfigOp("retention.ms", OpType.SET, "9" * 5000), ErrorCode.INVALID_CONFIG,
+         "retention.ms"),
+        (TOPIC, AlterConfigOp("retention.ms", OpType.SET, "-" + "9" * 20),
+         ErrorCode.INVALID_CONFIG, "retention.ms"),
         (TOPIC, AlterConfigOp("segment.bytes", OpType.SET, "13"), ErrorCode.INVALID_CONFIG, "[14,"),
         (
             TOPIC,
@@ -197,6 +202,14 @@ def test_a_resource_applies_all_or_nothing_and_others_proceed(h: Harness) -> Non
     assert len(result.records) == 1
     h.apply(result)
     assert h.state.configs.get(TOPIC, "retention.ms") is None
+
+
+def test_an_integer_padded_with_zeros_is_its_value(h: Harness) -> None:
+    result = alter(h, TOPIC, AlterConfigOp("retention.ms", OpType.SET, "0" * 5000 + "42"))
+    assert result.response[0].error.ok, result.response
+    h.apply(result)
+    assert h.state.configs.get(TOPIC, "retention.ms") == "42"
+    h.check()
 
 
 def test_duplicates(h: Harness) -> None:
