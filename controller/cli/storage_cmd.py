@@ -12,6 +12,7 @@ import click
 from controller.quorum.bootstrap import format_controller, parse_initial_controllers
 from controller.storage.errors import StorageError
 from controller.storage.leader_epoch import LeaderEpochCheckpoint
+from controller.storage.log_repair import LogRepairMarker
 from controller.storage.meta_properties import (
     DataDir,
     format_data_dir,
@@ -19,6 +20,7 @@ from controller.storage.meta_properties import (
     read_meta_properties,
 )
 from controller.storage.quorum_state import QuorumStateFile
+from controller.storage.recovery_point import read_recovery_point
 from controller.storage.segment import parse_segment_file_name
 from controller.storage.snapshot_file import list_snapshots
 
@@ -126,6 +128,8 @@ def info(data_dir: str) -> None:
         meta = read_meta_properties(layout.root)
         state = QuorumStateFile(layout.quorum_state).read()
         epochs = LeaderEpochCheckpoint(layout.leader_epoch_checkpoint).entries()
+        recovery_point = read_recovery_point(layout.recovery_point)
+        repair = LogRepairMarker(layout.log_repair).read()
     except StorageError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
@@ -139,6 +143,10 @@ def info(data_dir: str) -> None:
         "quorum_state": None if state is None else {
             "epoch": state.epoch, "voted_for": state.voted_for, "leader_id": state.leader_id},
         "leader_epochs": epochs,
+        # How far the log was fsynced; a repair pending after damage to flushed records.
+        "recovery_point": recovery_point,
+        "pending_repair": None if repair is None else {
+            "repair_to_offset": repair.repair_to_offset, "reason": repair.reason},
         "segments": segments,
         "snapshots": [s.file_name for s in list_snapshots(layout.snapshot_dir)],
     }, indent=2))

@@ -10,13 +10,19 @@ from click.testing import CliRunner
 
 from controller.cli.log_cmd import log as log_group
 from controller.cli.storage_cmd import storage as storage_group
-from controller.logformat import SnapshotId
+from controller.logformat import RecordBatch, SnapshotId
 from controller.logformat.batch import BatchOrigin
 from controller.quorum.bootstrap import parse_initial_controllers
+from controller.quorum.log_adapter import DurableRaftLog
 from controller.raft.control import voters_in
 from controller.records import PartitionRecord, TopicRecord, encode_record, make_record
 from controller.storage.log import LogConfig, SegmentedLog
-from controller.storage.meta_properties import DataDir, read_meta_properties
+from controller.storage.meta_properties import (
+    DataDir,
+    format_data_dir,
+    random_cluster_id,
+    read_meta_properties,
+)
 from controller.storage.snapshot_file import SnapshotWriter
 
 CONFIG = LogConfig(index_interval_bytes=128)
@@ -210,3 +216,22 @@ def test_format_a_dynamic_quorum_and_reformat_a_replica(tmp_path: Path) -> None:
     assert not list(DataDir(first).log_dir.glob("*.log"))
     (aside,) = tmp_path.glob("c1.replaced-*")
     assert read_meta_properties(aside).directory_id == d1
+
+
+def test_info_shows_the_recovery_point_and_a_pending_repair(tmp_path: Path) -> None:
+    data_dir = DataDir(tmp_path / "c1")
+    format_data_dir(data_dir.root, random_cluster_id(), 1)
+    log = DurableRaftLog.open(data_dir)
+    log.append(RecordBatch(0, 1, 0, False, BatchOrigin(), (b"a", b"b")))
+    log.flush()
+    log.close()
+    code, out, _ = run("storage", "info", "--data-dir", str(data_dir.root))
+    assert code == 0 and json.loads(out)["recovery_point"] == 2
+    assert json.loads(out)["pending_repair"] is None
+    for segment in data_dir.log_dir.glob("*.log"):
+        segment.unlink()
+    DurableRaftLog.open(data_dir).close()  # finds the loss, notes the repair
+    code, out, _ = run("storage", "info", "--data-dir", str(data_dir.root))
+    shown = json.loads(out)
+    assert shown["recovery_point"] == 0 and shown["pending_repair"]["repair_to_offset"] == 2
+    assert "segment files are missing" in shown["pending_repair"]["reason"]
