@@ -55,13 +55,16 @@ def fdatasync_rate(directory: Path, seconds: float) -> float:
 
 
 def append_flush(directory: Path, records_per_batch: int, seconds: float,
-                 records: list[bytes]) -> tuple[float, float, float]:
-    """(records/s, MB/s, flushes/s) appending one batch and flushing it, repeatedly."""
+                 records: list[bytes], recovery_point: bool = True
+                 ) -> tuple[float, float, float]:
+    """(records/s, MB/s, flushes/s) appending one batch and flushing it, repeatedly;
+    with the log's recovery point (as the controllers keep it) or without."""
     chunk = records[:records_per_batch]
     origin = BatchOrigin("User:bench", "127.0.0.1:1", "req")
     log_dir = directory / f"append-{records_per_batch}"
+    point = directory / "recovery-point" if recovery_point else None
     total_records = total_bytes = flushes = 0
-    with SegmentedLog.open(log_dir) as log:
+    with SegmentedLog.open(log_dir, recovery_point_path=point) as log:
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
             before = log.size_bytes
@@ -72,6 +75,8 @@ def append_flush(directory: Path, records_per_batch: int, seconds: float,
             flushes += 1
         elapsed = time.perf_counter() - start
     shutil.rmtree(log_dir)
+    if point is not None:
+        point.unlink()
     return total_records / elapsed, total_bytes / elapsed / 1e6, flushes / elapsed
 
 
@@ -123,11 +128,18 @@ def main() -> None:
         print(f"temp dir: {work} (device {os.stat(work).st_dev:#x})")
         print(f"record: encoded PartitionRecord (3 replicas), {avg_record:.0f} bytes on average")
         print(f"fdatasync (4 KiB append + fdatasync): {fdatasync_rate(work, args.seconds):,.0f}/s")
-        print("append + flush (one flush per batch):")
+        print("append + flush (one flush per batch, recovery point kept as the controllers do):")
         for per_batch in (1, 10, 100, 1000):
             rate, mb_s, flushes = append_flush(work, per_batch, args.seconds, records)
             print(f"  {per_batch:>5} records/batch: {rate:>12,.0f} records/s  {mb_s:8.1f} MB/s"
                   f"  {flushes:8,.0f} flushes/s")
+        # What the recovery point costs a flush (one more fdatasync, of a 64-byte
+        # file): with and without, interleaved, 1-record batches.
+        pairs = [(append_flush(work, 1, args.seconds / 2, records, True)[2],
+                  append_flush(work, 1, args.seconds / 2, records, False)[2])
+                 for _ in range(3)]
+        print("recovery point cost, 1-record flushes/s with / without (3 interleaved pairs): "
+              + ", ".join(f"{a:,.0f} / {b:,.0f} ({a / b:.2f}x)" for a, b in pairs))
         log_dir = work / "big"
         total = int(args.recovery_gib * 1024 * MIB)
         count, seconds = write_log(log_dir, total, records)
