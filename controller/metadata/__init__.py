@@ -43,7 +43,6 @@ from controller.metadata.errors import (
     MetadataReplayError,
 )
 from controller.metadata.features import (
-    LATEST_METADATA_VERSION,
     METADATA_VERSION,
     FeatureControlManager,
     FeatureDescription,
@@ -51,6 +50,7 @@ from controller.metadata.features import (
     FeatureUpdateResult,
     UpgradeType,
 )
+from controller.metadata.levels import LATEST_METADATA_VERSION
 from controller.metadata.placement import RandomSource, place_replicas
 from controller.metadata.replication import ReplicationControlManager
 from controller.metadata.state import MetadataImage, MetadataState, TopicImage

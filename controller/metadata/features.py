@@ -15,15 +15,15 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 
 from controller.metadata.errors import OK, ApiError, ControllerResult, ErrorCode
+from controller.metadata.levels import LATEST_METADATA_VERSION, MINIMUM_METADATA_VERSION
 from controller.records import FeatureLevelRecord, MetadataRecord, make_record
 from controller.records.domain import BrokerRegistration
 from timeline import SnapshotRegistry, TimelineHashMap
 
 METADATA_VERSION = "metadata.version"
-# The metadata.version levels this software can read and write, inclusive. Level 1 is
-# the first record schema; bump LATEST when a record's meaning changes.
-MINIMUM_METADATA_VERSION = 1
-LATEST_METADATA_VERSION = 3
+# The metadata.version levels this software can read and write, inclusive: what
+# each allows is the table in levels.py (add a level there for a new record type or
+# behaviour).
 
 # Feature name -> (min, max) supported level, inclusive.
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {

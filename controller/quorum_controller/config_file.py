@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from controller.metadata.levels import LATEST_METADATA_VERSION
 from controller.quorum.driver_config import DriverConfig
 from controller.quorum_controller.ports import ControllerSettings
 from controller.security.acl import InvalidAclError, check_principal
@@ -73,6 +74,8 @@ orphan_timeout_ms = 5000        # after losing leadership, wait this for a write
 snapshot_interval_bytes = 16777216  # snapshot after this many bytes of new committed log
 snapshot_interval_image_multiple = 2  # ... and at least this many times the last snapshot's size (0: off)
 snapshot_busy_percent = 25      # share of the controller's time a snapshot being written may take
+# bootstrap_metadata_version = 6  # the level a new cluster starts at (default: the latest)
+metadata_max_idle_interval_ms = 500  # an idle log gets a no-op record this often (0: never)
 
 [log]
 segment_bytes = 67108864        # a log segment is closed past this size ...
@@ -133,11 +136,13 @@ _RAFT_KEYS = ("election_timeout_ms", "fetch_max_wait_ms", "request_timeout_ms",
               "check_quorum_timeout_ms")
 _CONTROLLER_KEYS = ("session_timeout_ms", "max_queued_events", "max_items_per_request",
                     "request_timeout_ms", "orphan_timeout_ms", "snapshot_interval_bytes",
-                    "snapshot_interval_image_multiple", "snapshot_busy_percent")
+                    "snapshot_interval_image_multiple", "snapshot_busy_percent",
+                    "bootstrap_metadata_version", "metadata_max_idle_interval_ms")
 # Keys that may be 0 (everything else in [controller] is at least 1), and the upper
 # bounds of those that have one.
-_CONTROLLER_ZERO_OK = ("snapshot_interval_image_multiple",)
-_CONTROLLER_MAXIMUM = {"snapshot_busy_percent": 100}
+_CONTROLLER_ZERO_OK = ("snapshot_interval_image_multiple", "metadata_max_idle_interval_ms")
+_CONTROLLER_MAXIMUM = {"snapshot_busy_percent": 100,
+                       "bootstrap_metadata_version": LATEST_METADATA_VERSION}
 _LOG_KEYS = ("segment_bytes", "segment_ms")
 _LOG_STR_KEYS = ("on_log_damage",)
 _TIER_INT_KEYS = ("copy_interval_ms", "copy_timeout_ms", "max_backoff_ms", "local_retention_ms",

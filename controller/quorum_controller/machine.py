@@ -61,6 +61,7 @@ from controller.logformat.batch import (
 )
 from controller.metadata import METADATA_VERSION, MetadataState
 from controller.metadata.errors import MetadataReplayError
+from controller.metadata.levels import Feature, enabled
 from controller.metadata.placement import RandomSource
 from controller.quorum.errors import NotLeaderError, ProposalRejectedError
 from controller.quorum_controller.events import (
@@ -78,7 +79,7 @@ from controller.quorum_controller.ports import ControllerSettings, NodeAccess
 from controller.quorum_controller.purgatory import BatchKey, Purgatory, Waiter
 from controller.raft.control import encode_voters
 from controller.raft.voters import Voter, VoterChangeError, VoterChangeResult
-from controller.records import MetadataRecord, encode_record
+from controller.records import MetadataRecord, NoOpRecord, encode_record, make_record
 
 if TYPE_CHECKING:
     import asyncio
@@ -139,6 +140,11 @@ class ControllerMachine:
         self._out: list[Instruction] = []
         self.snapshots: SnapshotPolicy | None = None
         self.activations = 0  # times this node became the active controller
+        # When we last appended (active only): an idle log gets a NoOpRecord after
+        # `metadata_max_idle_interval_ms` (metadata.version 6), so followers and
+        # brokers see it move and their lag means what it says.
+        self._last_append_ms = 0
+        self.no_ops_written = 0
         # Partition changes owed to broker events, written a batch per turn (active only).
         self._mover = PartitionMover(self.state.replication)
 
@@ -283,6 +289,17 @@ class ControllerMachine:
             moves = self._mover.step()
             if moves:
                 self._append_encoded(moves, None, EMPTY_ORIGIN, node, None, now_ms)
+            self._maybe_no_op(node, now_ms)
+
+    def _maybe_no_op(self, node: NodeAccess, now_ms: int) -> None:
+        idle_ms = self.settings.metadata_max_idle_interval_ms
+        if idle_ms == 0 or now_ms - self._last_append_ms < idle_ms:
+            return
+        if not enabled(Feature.IDLE_NO_OPS,
+                       self.state.features.finalized_level(METADATA_VERSION)):
+            return
+        self.no_ops_written += 1
+        self._append((make_record(NoOpRecord()),), None, EMPTY_ORIGIN, node, None, now_ms)
 
     def leader_changed(self, leader_id: int | None, epoch: int, now_ms: int) -> None:
         if leader_id == self.settings.node_id:
@@ -399,7 +416,10 @@ class ControllerMachine:
             self._start_read(req, node, now_ms)
             return
         assert req.generate is not None
-        remember = req.codec is not None and bool(req.origin.request_id)
+        # The request-result table is a metadata.version 4 feature (levels.py): below
+        # it, a retried write is not recognised (at-least-once, as before 0.3.0).
+        remember = req.codec is not None and bool(req.origin.request_id) and enabled(
+            Feature.REQUEST_RESULTS, self.state.features.finalized_level(METADATA_VERSION))
         if remember and self._answer_retry(req):
             return
         try:
@@ -477,6 +497,7 @@ class ControllerMachine:
         # Only our own appends go to the log while we are active.
         assert base == self._replayed_next, (base, self._replayed_next)
         last = base + len(encoded) - 1
+        self._last_append_ms = now_ms
         try:
             # From the bytes, as the followers replay them (the same fast path).
             self.state.replay_encoded(encoded, base)
@@ -620,7 +641,8 @@ class ControllerMachine:
                  offset=self._committed_next)
         if self.state.features.finalized_level(METADATA_VERSION) == 0:
             # A fresh cluster: the first active controller writes the feature levels.
-            records = self.state.features.bootstrap_records()
+            records = self.state.features.bootstrap_records(
+                self.settings.bootstrap_metadata_version)
             self._append(records, None, EMPTY_ORIGIN, node, None, now_ms)
             log.info("bootstrap_features", records=len(records))
         parked, self._parked = self._parked, deque()

@@ -11,6 +11,7 @@ import attrs
 
 from controller.logformat import SnapshotId
 from controller.logformat.batch import BatchOrigin
+from controller.metadata.levels import LATEST_METADATA_VERSION, MINIMUM_METADATA_VERSION
 
 if TYPE_CHECKING:
     import asyncio
@@ -122,6 +123,16 @@ class ControllerSettings:
     # is that of no snapshots, and a snapshot takes ~4x as long to write.
     snapshot_busy_percent: int = attrs.field(
         default=25, validator=[attrs.validators.ge(1), attrs.validators.le(100)])
+    # Without other writes for this long the active controller appends a NoOpRecord
+    # (metadata.version 6; Kafka's metadata.max.idle.interval.ms); 0: never.
+    metadata_max_idle_interval_ms: int = attrs.field(default=500,
+                                                     validator=attrs.validators.ge(0))
+    # The metadata.version a new cluster starts at (its first active controller
+    # writes it): the latest by default; lower to run beside older software.
+    bootstrap_metadata_version: int = attrs.field(
+        default=LATEST_METADATA_VERSION,
+        validator=[attrs.validators.ge(MINIMUM_METADATA_VERSION),
+                   attrs.validators.le(LATEST_METADATA_VERSION)])
 
     def leader_address(self, leader_id: int | None) -> str | None:
         return None if leader_id is None else self.voter_addresses.get(leader_id)

@@ -36,6 +36,8 @@ from controller.api.seam import ControllerBusyError, ControllerTimeoutError, Not
 from controller.log import get_logger
 from controller.logformat.batch import EMPTY_ORIGIN, decode_batch, peek_batch_header
 from controller.metadata.errors import ControllerResult
+from controller.metadata.features import METADATA_VERSION
+from controller.metadata.levels import Feature, enabled, needs_level
 from controller.metadata.tier import ObjectKind, RemoteObject, SegmentState, TierStateError
 from controller.quorum.driver import LocalLogView, RaftDriver
 from controller.quorum.service import DriverStoppedError
@@ -162,7 +164,14 @@ class TierCopier:
 
     async def _write(self, name: str,
                      generate: Callable[[], list[MetadataRecord]]) -> None:
+        state = self._controller.state
+
         def run(_next_offset: int, _now_ms: int) -> ControllerResult[Any]:
+            # Asked where the records are generated: the level cannot move in between.
+            level = state.features.finalized_level(METADATA_VERSION)
+            if not enabled(Feature.REMOTE_TIER, level):
+                return ControllerResult((), TierStateError(needs_level(Feature.REMOTE_TIER,
+                                                                       level)))
             try:
                 return ControllerResult(tuple(generate()), None)
             except TierStateError as exc:

@@ -16,6 +16,7 @@ from controller.api import broker_pb2 as bpb
 from controller.api import broker_pb2_grpc as bpb_grpc
 from controller.api.seam import ControllerTimeoutError
 from controller.cli.main import cli
+from controller.metadata.levels import LATEST_METADATA_VERSION
 from tests.support.api_server import ApiServer, dead_address, register_brokers, serving
 from tests.support.local_controller import LocalController
 
@@ -169,7 +170,8 @@ def test_cluster_quorum_features_brokers(server: ApiServer) -> None:
     assert replication.exit_code == 0 and "leader" in replication.stdout
     assert "high watermark" in run(server, "quorum", "describe").stdout
     assert "metadata.version" in run(server, "features", "describe").stdout
-    upgrade = run(server, "features", "upgrade", "--metadata-version", "3")
+    upgrade = run(server, "features", "upgrade", "--metadata-version",
+                  str(LATEST_METADATA_VERSION))
     assert upgrade.exit_code == 0, upgrade.output
     downgrade = run(server, "features", "upgrade", "--feature", "metadata.version=1")
     assert downgrade.exit_code == 1 and "INVALID_UPDATE_VERSION" in downgrade.stderr
@@ -272,7 +274,7 @@ def test_filters_verify_and_kafka_aliases(server: ApiServer) -> None:
     code, missing = run_json(server, "elect-leaders", "--topic", "nope")
     assert code == 1 and missing[0]["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
     # A downgrade names the command that does it; without --unsafe it is refused.
-    up = run(server, "features", "upgrade", "--metadata-version", "3")
+    up = run(server, "features", "upgrade", "--metadata-version", str(LATEST_METADATA_VERSION))
     assert up.exit_code == 0, up.output
     refused = run(server, "features", "upgrade", "--metadata-version", "2")
     assert refused.exit_code == 1 and "features downgrade --unsafe" in refused.stderr

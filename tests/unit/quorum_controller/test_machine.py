@@ -12,7 +12,13 @@ import pytest
 from controller.api.results import codec_for
 from controller.api.seam import ControllerTimeoutError, NotControllerError, RequestIdReusedError
 from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
-from controller.metadata import CreatableTopic, MetadataState
+from controller.metadata import (
+    LATEST_METADATA_VERSION,
+    METADATA_VERSION,
+    CreatableTopic,
+    FeatureUpdate,
+    MetadataState,
+)
 from controller.quorum.errors import NotLeaderError
 from controller.quorum_controller.events import (
     MODE_TRANSITIONS,
@@ -26,6 +32,7 @@ from controller.quorum_controller.events import (
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.ports import ControllerSettings
 from controller.raft.control import encode_leader_change
+from controller.records import decode_record
 
 ME, OTHER = 1, 2
 ORIGIN = BatchOrigin("User:test", "test", "req")
@@ -96,12 +103,13 @@ class Node:
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, bootstrap_metadata_version: int = LATEST_METADATA_VERSION) -> None:
         self.log = Log()
         self.node = Node(self.log, ME)
         self.machine = ControllerMachine(
             ControllerSettings(node_id=ME, cluster_id="c", voter_addresses={
-                ME: "h:1", OTHER: "h:2"}), rng=random.Random(0))
+                ME: "h:1", OTHER: "h:2"},
+                bootstrap_metadata_version=bootstrap_metadata_version), rng=random.Random(0))
         self.now = 1_000
         self.ids = 0
         self.modes: list[Mode] = [self.machine.mode]
@@ -400,6 +408,60 @@ def test_the_next_leader_answers_a_retry_from_the_replicated_table() -> None:
     assert other.machine.mode is Mode.ACTIVE
     [again] = other.send(remembered_create(other, "a", "req-a"))
     assert isinstance(again, Answer) and again.value == first.value
+
+
+def test_below_metadata_version_4_no_request_result_is_written() -> None:
+    h = Harness(bootstrap_metadata_version=3)
+    h.elect_me()
+    h.register_broker()
+    h.send(remembered_create(h, "a", "req-a"))
+    [first] = h.commit()
+    assert isinstance(first, Answer) and first.value[0].error.ok
+    written = {decode_record(r).WhichOneof("record") for b in h.log.batches for r in b.records
+               if not b.is_control}
+    assert "request_result" not in written
+    # A retry is not recognised at this level: it runs again (at-least-once).
+    [again] = h.send(remembered_create(h, "a", "req-a"))
+    assert isinstance(again, Answer) and again.value[0].error.code.value == \
+        "TOPIC_ALREADY_EXISTS"
+    # Raised to 4, the table is on.
+    state = h.machine.state
+    h.ids += 1
+    h.send(Request(h.ids, "update_features", h.now, generate=lambda _o, _n: (
+        state.features.update_features([FeatureUpdate(METADATA_VERSION, 4)]))))
+    h.commit()
+    h.send(remembered_create(h, "b", "req-b"))
+    h.commit()
+    [retried] = h.send(remembered_create(h, "b", "req-b"))
+    assert isinstance(retried, Answer) and retried.value[0].error.ok
+
+
+def record_types(h: Harness) -> list[str | None]:
+    return [decode_record(r).WhichOneof("record") for b in h.log.batches if not b.is_control
+            for r in b.records]
+
+
+@pytest.mark.parametrize(("level", "expect_no_ops"), [(6, True), (5, False)])
+def test_an_idle_active_controller_appends_no_ops_from_level_6(level: int,
+                                                                expect_no_ops: bool) -> None:
+    h = Harness(bootstrap_metadata_version=level)
+    h.elect_me()
+    h.commit()
+    before = record_types(h)
+    h.now += 400
+    h.machine.tick(h.node, h.now)  # not idle long enough
+    assert record_types(h) == before
+    h.now += 200
+    h.machine.tick(h.node, h.now)
+    h.commit()
+    added = record_types(h)[len(before):]
+    assert added == (["no_op"] if expect_no_ops else [])
+    # Other writes keep the log moving: no no-op right after one.
+    h.send(h.create("t"))
+    h.commit()
+    h.now += 100
+    h.machine.tick(h.node, h.now)
+    assert "no_op" not in record_types(h)[len(before) + len(added):]
 
 
 def test_a_request_id_reused_by_another_method_is_refused() -> None:
