@@ -14,6 +14,7 @@ from pathlib import Path
 
 import attrs
 
+from controller.metadata.features import METADATA_VERSION, SUPPORTED_FEATURES
 from controller.quorum.driver_config import DriverConfig
 from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
 from controller.storage.errors import MetaPropertiesError
@@ -101,7 +102,8 @@ class BrokerConfig:
         """The Raft observer: node id = broker id, not among the voters."""
         config = DriverConfig(node_id=self.broker_id, cluster_id=self.cluster_id,
                               voter_addresses=self.controllers, data_dir=self.data_dir,
-                              tls=self.tls.credentials)
+                              tls=self.tls.credentials,
+                              supported_versions=SUPPORTED_FEATURES[METADATA_VERSION])
         assert not config.is_voter
         return config
 

@@ -10,11 +10,17 @@ higher level may be misread after it). Nothing is ever downgraded silently.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from controller.metadata.errors import OK, ApiError, ControllerResult, ErrorCode
+from controller.metadata.errors import (
+    OK,
+    ApiError,
+    ControllerResult,
+    ErrorCode,
+    MetadataReplayError,
+)
 from controller.metadata.levels import LATEST_METADATA_VERSION, MINIMUM_METADATA_VERSION
 from controller.records import FeatureLevelRecord, MetadataRecord, make_record
 from controller.records.domain import BrokerRegistration
@@ -62,6 +68,26 @@ class FeatureDescription:
     max_supported: int
 
 
+class UnsupportedFeatureLevelError(MetadataReplayError):
+    """The log finalizes a level this software does not support."""
+
+
+def _check_controllers(level: int, controllers: Mapping[int, tuple[int, int]]) -> ApiError:
+    for node_id, (low, high) in sorted(controllers.items()):
+        if (low, high) == (0, 0):
+            return ApiError(
+                ErrorCode.INVALID_UPDATE_VERSION,
+                f"controller {node_id} has not said which metadata.version levels it "
+                "supports (a release before 0.3.0, which supports at most 3, or it has not "
+                "fetched from this leader yet); upgrade it, or retry in a moment")
+        if not low <= level <= high:
+            return ApiError(
+                ErrorCode.INVALID_UPDATE_VERSION,
+                f"controller {node_id} supports metadata.version only in [{low}, {high}], "
+                f"not {level}; upgrade that controller first")
+    return OK
+
+
 class FeatureControlManager:
     """Owns the finalized feature levels (a timeline map name -> level)."""
 
@@ -96,9 +122,13 @@ class FeatureControlManager:
         )
 
     def update_features(
-        self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False
+        self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False,
+        controllers: Mapping[int, tuple[int, int]] | None = None,
     ) -> ControllerResult[tuple[FeatureUpdateResult, ...]]:
-        """Per-feature results; records only for valid updates that change a level."""
+        """Per-feature results; records only for valid updates that change a level.
+
+        `controllers`: each voter's supported metadata.version range as it reported
+        it ((0, 0): not reported); a level outside any voter's range is refused."""
         records: list[MetadataRecord] = []
         results: list[FeatureUpdateResult] = []
         counts: dict[str, int] = {}
@@ -113,6 +143,8 @@ class FeatureControlManager:
                 )
             else:
                 error = self._check_update(update)
+                if error.ok and update.name == METADATA_VERSION and controllers is not None:
+                    error = _check_controllers(update.level, controllers)
             results.append(FeatureUpdateResult(update.name, error))
             if error.ok and update.level != self.finalized_level(update.name):
                 records.append(
@@ -167,6 +199,14 @@ class FeatureControlManager:
     # -- replay ------------------------------------------------------------------------
 
     def replay(self, record: FeatureLevelRecord) -> None:
+        supported = SUPPORTED_FEATURES.get(record.name)
+        if supported is not None and record.feature_level and not (
+                supported[0] <= record.feature_level <= supported[1]):
+            # A node older than the cluster's level: it may not read what follows.
+            raise UnsupportedFeatureLevelError(
+                f"the cluster's {record.name} is {record.feature_level} but this software "
+                f"supports [{supported[0]}, {supported[1]}]: run a release that supports "
+                f"{record.feature_level} (docs/operations.md, Upgrading)")
         # Level 0 removes the feature (metadata.proto).
         if record.feature_level == 0:
             self._levels.pop(record.name, None)

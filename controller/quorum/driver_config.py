@@ -87,6 +87,8 @@ class DriverConfig:
     tiered: bool = False
     # Damage to flushed log records found on start: "repair" or "refuse" (log_adapter).
     on_log_damage: str = "repair"
+    # The metadata.version range this software supports, sent with every fetch.
+    supported_versions: tuple[int, int] = (0, 0)
 
     def __attrs_post_init__(self) -> None:
         if not self.voter_addresses:
@@ -113,4 +115,5 @@ class DriverConfig:
             fetch_max_wait_ms=self.fetch_max_wait_ms,
             request_timeout_ms=self.request_timeout_ms,
             check_quorum_timeout_ms=self.check_quorum_timeout_ms,
+            supported_versions=self.supported_versions,
         )

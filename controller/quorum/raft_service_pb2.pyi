@@ -329,6 +329,8 @@ class FetchRequest(_message.Message):
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
     READ_BARRIER_FIELD_NUMBER: _builtins.int
+    MIN_SUPPORTED_VERSION_FIELD_NUMBER: _builtins.int
+    MAX_SUPPORTED_VERSION_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     fetch_offset: _builtins.int
     last_fetched_epoch: _builtins.int
@@ -336,6 +338,11 @@ class FetchRequest(_message.Message):
     max_wait_ms: _builtins.int
     read_barrier: _builtins.int
     """The highest ReadIndex barrier this leader sent us in this epoch (controller/raft/reads.py)."""
+    min_supported_version: _builtins.int
+    """The metadata.version levels the fetcher's software supports, inclusive (0, 0: not
+    said; releases before 0.3.0): how the active controller learns each replica's range.
+    """
+    max_supported_version: _builtins.int
     @_builtins.property
     def header(self) -> Global___Header: ...
     def __init__(
@@ -348,10 +355,12 @@ class FetchRequest(_message.Message):
         high_watermark: _builtins.int = ...,
         max_wait_ms: _builtins.int = ...,
         read_barrier: _builtins.int = ...,
+        min_supported_version: _builtins.int = ...,
+        max_supported_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "header", b"header", "high_watermark", b"high_watermark", "last_fetched_epoch", b"last_fetched_epoch", "max_wait_ms", b"max_wait_ms", "read_barrier", b"read_barrier", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "header", b"header", "high_watermark", b"high_watermark", "last_fetched_epoch", b"last_fetched_epoch", "max_supported_version", b"max_supported_version", "max_wait_ms", b"max_wait_ms", "min_supported_version", b"min_supported_version", "read_barrier", b"read_barrier", "seq", b"seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

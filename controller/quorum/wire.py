@@ -153,7 +153,9 @@ def to_pb(m: Message, cache: StoredBatchCache | None = None) -> PbMessage:
             return pb.FetchRequest(header=h, seq=m.seq, fetch_offset=m.fetch_offset,
                                    last_fetched_epoch=m.last_fetched_epoch,
                                    high_watermark=m.high_watermark, max_wait_ms=m.max_wait_ms,
-                                   read_barrier=m.read_barrier)
+                                   read_barrier=m.read_barrier,
+                                   min_supported_version=m.supported_versions[0],
+                                   max_supported_version=m.supported_versions[1])
         case FetchResponse():
             enc = cache.encode if cache is not None else encode_batch
             out = pb.FetchResponse(
@@ -273,7 +275,10 @@ def from_pb(p: PbMessage, cache: StoredBatchCache | None = None) -> Message:
                                            _INT32_MAX),
                 high_watermark=_nonneg("high_watermark", p.high_watermark),
                 max_wait_ms=_nonneg("max_wait_ms", p.max_wait_ms, _INT32_MAX),
-                read_barrier=_nonneg("read_barrier", p.read_barrier))
+                read_barrier=_nonneg("read_barrier", p.read_barrier),
+                supported_versions=(
+                    _nonneg("min_supported_version", p.min_supported_version, _INT32_MAX),
+                    _nonneg("max_supported_version", p.max_supported_version, _INT32_MAX)))
         case pb.FetchResponse():
             outcomes = (p.error != pb.ERROR_NONE, p.HasField("diverging"),
                         p.HasField("snapshot_id"))

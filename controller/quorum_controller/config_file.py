@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from controller.metadata.features import METADATA_VERSION, SUPPORTED_FEATURES
 from controller.metadata.levels import LATEST_METADATA_VERSION
 from controller.quorum.driver_config import DriverConfig
 from controller.quorum_controller.ports import ControllerSettings
@@ -232,6 +233,7 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
                                            voter_addresses=voters, data_dir=data_dir),
                               log_config=LogConfig(**log_values), tiered=tier is not None,
                               on_log_damage=on_log_damage,
+                              supported_versions=SUPPORTED_FEATURES[METADATA_VERSION],
                               **raft_values)
         settings = attrs.evolve(ControllerSettings(node_id=node_id, cluster_id=cluster_id,
                                                    voter_addresses=voters,

@@ -353,10 +353,15 @@ class ControllerApi:
                 "--initial-controllers (a dynamic quorum), else 0; a static quorum cannot "
                 "be upgraded online"))
             return tuple(FeatureUpdateResult(u.name, error) for u in items)
+        # Each voter's supported range, as its fetches told this leader (none when not
+        # leading: the write is refused as NOT_CONTROLLER anyway).
+        replicas = self._quorum.status().replicas
+        controllers = {r.replica_id: r.supported_versions for r in replicas
+                       if r.is_voter} or None
         return await self._write(
             "update_features", len(items),
             lambda _next, _now: self._state.features.update_features(
-                items, validate_only=validate_only),
+                items, validate_only=validate_only, controllers=controllers),
             origin, lambda err: tuple(FeatureUpdateResult(u.name, err) for u in items))
 
     # ---------------------------------------------------------------- ACLs

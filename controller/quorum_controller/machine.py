@@ -61,6 +61,7 @@ from controller.logformat.batch import (
 )
 from controller.metadata import METADATA_VERSION, MetadataState
 from controller.metadata.errors import MetadataReplayError
+from controller.metadata.features import UnsupportedFeatureLevelError
 from controller.metadata.levels import Feature, enabled
 from controller.metadata.placement import RandomSource
 from controller.quorum.errors import NotLeaderError, ProposalRejectedError
@@ -596,6 +597,11 @@ class ControllerMachine:
             f"committed batch at {batch.base_offset} but the state is at {self._replayed_next}")
         try:
             self.state.replay_encoded(batch.records, batch.base_offset)
+        except UnsupportedFeatureLevelError as exc:
+            # Not a bug: software too old for the cluster. One clear line, then stop.
+            log.critical("unsupported_metadata_version", offset=batch.base_offset,
+                         error=str(exc))
+            raise
         except Exception:
             # The committed log does not fit our state: stop rather than diverge.
             log.critical("replay_failed", offset=batch.base_offset, epoch=batch.epoch,

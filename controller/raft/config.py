@@ -53,6 +53,9 @@ class RaftConfig:
     fetch_max_batches: int = attrs.field(default=256, validator=_positive)
     fetch_max_bytes: int = attrs.field(default=1024 * 1024, validator=_positive)
     snapshot_chunk_bytes: int = attrs.field(default=64 * 1024, validator=_positive)
+    # The state machine's supported versions (metadata.version's range), sent with
+    # every fetch so the leader knows each replica's; (0, 0): not said.
+    supported_versions: tuple[int, int] = (0, 0)
 
     def __attrs_post_init__(self) -> None:
         if not self.voters:

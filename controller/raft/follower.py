@@ -70,6 +70,7 @@ class FollowerMixin(NodeState):
                 high_watermark=self.high_watermark,
                 max_wait_ms=self.config.fetch_max_wait_ms,
                 read_barrier=self.read_barrier_seen,
+                supported_versions=self.config.supported_versions,
             )
         )
 

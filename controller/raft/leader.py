@@ -110,6 +110,7 @@ class LeaderMixin(NodeState):
                 is_voter=is_voter,
                 directory_id=req.src_directory_id,
                 caught_up=req.fetch_offset >= self.log.end_offset,
+                supported_versions=req.supported_versions,
             )
             self.update_high_watermark()
             if self._has_news(req, not state.reads.current_sent) or req.max_wait_ms <= 0:
@@ -119,7 +120,8 @@ class LeaderMixin(NodeState):
                 state.parked[req.src] = ParkedFetch(req, self._hurried(req, deadline))
             return
         state.record_fetch(
-            req.src, None, self.now_ms, is_voter=is_voter, directory_id=req.src_directory_id
+            req.src, None, self.now_ms, is_voter=is_voter, directory_id=req.src_directory_id,
+            supported_versions=req.supported_versions,
         )
         state.parked.pop(req.src, None)
         if check is FetchCheck.DIVERGING:

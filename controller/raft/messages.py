@@ -115,6 +115,9 @@ class FetchRequest(_Envelope):
     max_wait_ms: int
     # The highest ReadIndex barrier received from this leader in this epoch (reads.py).
     read_barrier: int = 0
+    # What the fetcher's software supports (RaftConfig.supported_versions), opaque to
+    # Raft: recorded per replica for the state machine; (0, 0): not said.
+    supported_versions: tuple[int, int] = (0, 0)
 
 
 @attrs.frozen(slots=True, kw_only=True)

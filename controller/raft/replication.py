@@ -92,6 +92,8 @@ class ReplicaProgress:
     directory_id: str = ""
     # The node clock when its fetch last reached our log end (-1: not in this epoch).
     last_caught_up_ms: int = -1
+    # What its software supports, as its last fetch said ((0, 0): not said).
+    supported_versions: tuple[int, int] = (0, 0)
 
 
 @attrs.define(slots=True)
@@ -120,6 +122,8 @@ class LeaderState:
     # Observer id -> (last valid fetch offset or -1, last fetch ms, directory id).
     # Reported (replica_progress), and read when a voter is added (caught up?).
     observer_fetches: dict[int, tuple[int, int, str]] = attrs.field(factory=dict)
+    # Each replica's supported versions, from its last fetch (FetchRequest).
+    supported_versions: dict[int, tuple[int, int]] = attrs.field(factory=dict)
     # Linearizable reads waiting for a majority to confirm our leadership.
     reads: ReadBarriers = attrs.field(init=False)
 
@@ -135,9 +139,11 @@ class LeaderState:
         is_voter: bool = True,
         directory_id: str = "",
         caught_up: bool = False,
+        supported_versions: tuple[int, int] = (0, 0),
     ) -> None:
         """`is_voter`: the fetch came from the voter of this id (its directory id
         matches); a replica of a voter's id with another directory is an observer."""
+        self.supported_versions[replica_id] = supported_versions
         if caught_up:
             self.caught_up_ms[replica_id] = now_ms
         if replica_id not in self.voters or not is_voter:
@@ -215,11 +221,12 @@ class LeaderState:
         return now_ms - times[len(self.voters) // 2] <= timeout_ms
 
     def replica_progress(
-        self, own_end_offset: int, now_ms: int
+        self, own_end_offset: int, now_ms: int, own_versions: tuple[int, int] = (0, 0)
     ) -> tuple[ReplicaProgress, ...]:
         """Voters (by id, us with our own log end) then observers (by id)."""
+        versions = self.supported_versions
         voters = tuple(
-            ReplicaProgress(v, True, own_end_offset, now_ms, "", now_ms)
+            ReplicaProgress(v, True, own_end_offset, now_ms, "", now_ms, own_versions)
             if v == self.node_id
             else ReplicaProgress(
                 v,
@@ -228,11 +235,13 @@ class LeaderState:
                 self.last_contact_ms.get(v, -1),
                 "",
                 self.caught_up_ms.get(v, -1),
+                versions.get(v, (0, 0)),
             )
             for v in sorted(self.voters)
         )
         observers = tuple(
-            ReplicaProgress(o, False, offset, at, directory_id, self.caught_up_ms.get(o, -1))
+            ReplicaProgress(o, False, offset, at, directory_id, self.caught_up_ms.get(o, -1),
+                            versions.get(o, (0, 0)))
             for o, (offset, at, directory_id) in sorted(self.observer_fetches.items())
         )
         return voters + observers

@@ -236,7 +236,8 @@ class NodeState:
         state = self.leader_state
         if self.role is not Role.LEADER or state is None:
             return None
-        return state.replica_progress(self.log.end_offset, self.now_ms)
+        return state.replica_progress(self.log.end_offset, self.now_ms,
+                                      self.config.supported_versions)
 
     @property
     def quorum_state(self) -> QuorumState:

@@ -97,3 +97,31 @@ def test_upgrade_refused_when_a_broker_does_not_support_it() -> None:
     assert ok.response[0].error.ok
     refused = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 3)])
     assert refused.records == () and "broker 1" in refused.response[0].error.message
+
+
+def test_an_upgrade_waits_for_every_controller_to_support_the_level() -> None:
+    h = Harness(bootstrap=False)
+    h.apply(h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 3)]))
+    target = [FeatureUpdate(METADATA_VERSION, LATEST_METADATA_VERSION)]
+    full = (1, LATEST_METADATA_VERSION)
+    # A controller of an older release says nothing: refused, naming it.
+    unknown = h.state.features.update_features(target, controllers={1: full, 2: (0, 0)})
+    assert unknown.records == () and "controller 2 has not said" in unknown.response[0].error.message
+    old = h.state.features.update_features(target, controllers={1: full, 2: (1, 3)})
+    assert old.records == () and "controller 2 supports metadata.version only in [1, 3]" in \
+        old.response[0].error.message
+    h.apply(h.state.features.update_features(target, controllers={1: full, 2: full}))
+    assert h.state.features.finalized_level(METADATA_VERSION) == LATEST_METADATA_VERSION
+
+
+def test_a_level_this_software_does_not_support_stops_replay_with_a_clear_message() -> None:
+    import pytest
+
+    from controller.metadata.features import UnsupportedFeatureLevelError
+    from controller.records import FeatureLevelRecord
+
+    h = Harness()
+    record = FeatureLevelRecord(name=METADATA_VERSION, feature_level=LATEST_METADATA_VERSION + 1)
+    with pytest.raises(UnsupportedFeatureLevelError, match="run a release that supports"):
+        h.state.features.replay(record)
+    assert h.state.features.finalized_level(METADATA_VERSION) == LATEST_METADATA_VERSION

@@ -245,3 +245,15 @@ def test_a_pre_vote_granted_by_a_voter_in_an_older_epoch_counts() -> None:
     node.receive(VoteResponse(cluster_id="c", src=3, dst=2, epoch=1, error=Errors.NONE,
                               pre_vote=True, vote_epoch=3, granted=True, leader_id=None), 10_001)
     assert node.role is Role.CANDIDATE and node.epoch == 3
+
+
+def test_the_leader_reports_what_each_replica_said_it_supports() -> None:
+    state = LeaderState(
+        node_id=1, epoch=3, voters=frozenset({1, 2, 3}), epoch_start_offset=10, started_ms=0
+    )
+    state.record_fetch(2, 10, now_ms=1, supported_versions=(1, 6))
+    state.record_fetch(7, None, now_ms=1, is_voter=False, supported_versions=(1, 5))
+    progress = {p.replica_id: p.supported_versions
+                for p in state.replica_progress(11, now_ms=2, own_versions=(1, 6))}
+    # Node 3 never fetched: not said. An observer (a broker) is reported too.
+    assert progress == {1: (1, 6), 2: (1, 6), 3: (0, 0), 7: (1, 5)}
