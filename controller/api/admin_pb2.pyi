@@ -1666,6 +1666,8 @@ class ReplicaState(_message.Message):
     LAST_CAUGHT_UP_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     DIRECTORY_ID_FIELD_NUMBER: _builtins.int
     ENDPOINT_FIELD_NUMBER: _builtins.int
+    MIN_SUPPORTED_VERSION_FIELD_NUMBER: _builtins.int
+    MAX_SUPPORTED_VERSION_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     log_end_offset: _builtins.int
     """The replica's log end offset as last reported to the leader, -1 if unknown."""
@@ -1679,6 +1681,11 @@ class ReplicaState(_message.Message):
     """
     endpoint: _builtins.str
     """host:port it serves on (voters of a dynamic quorum; "" if unknown)."""
+    min_supported_version: _builtins.int
+    """The metadata.version levels its software supports, as its fetches say (0, 0:
+    not said: a release before 0.3.0, or it has not fetched from this leader).
+    """
+    max_supported_version: _builtins.int
     def __init__(
         self,
         *,
@@ -1688,10 +1695,12 @@ class ReplicaState(_message.Message):
         last_caught_up_timestamp_ms: _builtins.int = ...,
         directory_id: _builtins.str = ...,
         endpoint: _builtins.str = ...,
+        min_supported_version: _builtins.int = ...,
+        max_supported_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory_id", b"directory_id", "endpoint", b"endpoint", "last_caught_up_timestamp_ms", b"last_caught_up_timestamp_ms", "last_fetch_timestamp_ms", b"last_fetch_timestamp_ms", "log_end_offset", b"log_end_offset", "replica_id", b"replica_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory_id", b"directory_id", "endpoint", b"endpoint", "last_caught_up_timestamp_ms", b"last_caught_up_timestamp_ms", "last_fetch_timestamp_ms", b"last_fetch_timestamp_ms", "log_end_offset", b"log_end_offset", "max_supported_version", b"max_supported_version", "min_supported_version", b"min_supported_version", "replica_id", b"replica_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

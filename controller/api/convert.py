@@ -471,6 +471,8 @@ def _replica_to_pb(state: ReplicaState) -> apb.ReplicaState:
         last_caught_up_timestamp_ms=state.last_caught_up_timestamp_ms,
         directory_id=state.directory_id,
         endpoint=state.endpoint,
+        min_supported_version=state.supported_versions[0],
+        max_supported_version=state.supported_versions[1],
     )
 
 
@@ -482,6 +484,7 @@ def _replica_from_pb(msg: apb.ReplicaState) -> ReplicaState:
         msg.last_caught_up_timestamp_ms,
         msg.directory_id,
         msg.endpoint,
+        (msg.min_supported_version, msg.max_supported_version),
     )
 
 

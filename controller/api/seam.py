@@ -117,6 +117,8 @@ class ReplicaState:
     last_caught_up_timestamp_ms: int = -1
     directory_id: str = ""
     endpoint: str = ""
+    # metadata.version levels its software supports ((0, 0): not said).
+    supported_versions: tuple[int, int] = (0, 0)
 
 
 @attrs.frozen

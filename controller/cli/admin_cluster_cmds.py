@@ -7,6 +7,7 @@ import time
 
 import click
 
+from controller import __version__
 from controller.api.client import AdminClient
 from controller.api.seam import (
     QuorumDescription,
@@ -237,17 +238,32 @@ def features() -> None:
 @features.command("describe")
 @admin_options
 def features_describe(opts: AdminOptions) -> None:
-    """Each feature's finalized level and the range this controller supports."""
+    """Each feature's finalized level, the range this controller supports, and the
+    metadata.version range of every quorum member (controllers and brokers) as the
+    active controller last heard it, with this release's version."""
 
     def action(client: AdminClient) -> int:
         found = client.describe_features()
+        quorum = client.describe_quorum()
+        members = [(role, s.replica_id, s.supported_versions)
+                   for role, states in (("controller", quorum.voters),
+                                        ("broker or observer", quorum.observers))
+                   for s in states]
         if opts.json:
-            emit_json(list(found))
+            emit_json({"release": __version__, "features": list(found),
+                       "nodes": [{"node_id": i, "role": role,
+                                  "metadata_version": None if v == (0, 0) else list(v)}
+                                 for role, i, v in members]})
         else:
             rows = [
                 (f.name, f.finalized_level, f"{f.min_supported}..{f.max_supported}") for f in found
             ]
-            console().print(table("Features", ("feature", "finalized level", "supported"), rows))
+            console().print(table(f"Features (this CLI: metakraft {__version__})",
+                                  ("feature", "finalized level", "supported"), rows))
+            console().print(table("metadata.version each node supports", ("node", "role",
+                                                                           "supported"),
+                                  [(i, role, "not said" if v == (0, 0) else f"{v[0]}..{v[1]}")
+                                   for role, i, v in members]))
         return EXIT_OK
 
     run_admin(opts, action)

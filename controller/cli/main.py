@@ -6,11 +6,9 @@ stays a table of contents.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
-
 import click
 
+from controller import __version__
 from controller.cli.acls_cmd import acls
 from controller.cli.admin_cmds import ADMIN_COMMANDS
 from controller.cli.audit_cmd import audit
@@ -24,15 +22,13 @@ from controller.cli.tier_cmd import tier
 
 
 def metakraft_version() -> str:
-    try:
-        return package_version("metakraft")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "0+unknown"
+    # From the code, not the installed package's metadata: a source tree run with
+    # another tree's virtualenv (an upgrade test) reports its own release.
+    return __version__
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="metakraft", prog_name="metakraft",
-                      message="%(prog)s %(version)s")
+@click.version_option(__version__, prog_name="metakraft", message="%(prog)s %(version)s")
 def cli() -> None:
     """metakraft: a KRaft-style metadata controller (Raft quorum, timeline state, broker agents)."""
 

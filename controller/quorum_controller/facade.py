@@ -216,11 +216,12 @@ class ControllerApi:
             known = {v.node_id: v for v in status.voters}
 
             def replica(replica_id: int, log_end_offset: int = -1, last_fetch_ms: int = -1,
-                        caught_up_ms: int = -1, directory_id: str = "") -> ReplicaState:
+                        caught_up_ms: int = -1, directory_id: str = "",
+                        versions: tuple[int, int] = (0, 0)) -> ReplicaState:
                 voter = known.get(replica_id)
                 return ReplicaState(replica_id, log_end_offset, last_fetch_ms, caught_up_ms,
                                     voter.directory_id if voter else directory_id,
-                                    voter.endpoint if voter else "")
+                                    voter.endpoint if voter else "", versions)
 
             if not status.replicas:
                 voters = tuple(replica(v, status.end_offset if v == status.node_id else -1)
@@ -228,7 +229,8 @@ class ControllerApi:
                 return QuorumDescription(leader, status.epoch, status.high_watermark, voters,
                                          (), *me)
             states = {p.replica_id: replica(p.replica_id, p.log_end_offset, p.last_fetch_ms,
-                                            p.last_caught_up_ms, p.directory_id)
+                                            p.last_caught_up_ms, p.directory_id,
+                                            p.supported_versions)
                       for p in status.replicas}
             return QuorumDescription(
                 leader, status.epoch, status.high_watermark,

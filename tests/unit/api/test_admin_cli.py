@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from controller import rpc
+from controller import __version__, rpc
 from controller.api import broker_pb2 as bpb
 from controller.api import broker_pb2_grpc as bpb_grpc
 from controller.api.seam import ControllerTimeoutError
@@ -83,7 +83,13 @@ def test_json_output_is_machine_readable(server: ApiServer) -> None:
     code, quorum = run_json(server, "quorum", "describe")
     assert quorum["leader_id"] == 1 and quorum["voters"][0]["replica_id"] == 1
     code, feats = run_json(server, "features", "describe")
-    assert feats[0]["name"] == "metadata.version"
+    assert feats["features"][0]["name"] == "metadata.version"
+    assert feats["release"] == __version__
+    # Each quorum member with the range it said it supports (null: not said).
+    assert [n["node_id"] for n in feats["nodes"]] == [
+        v["replica_id"] for v in quorum["voters"] + quorum["observers"]]
+    assert all(n["metadata_version"] is None or len(n["metadata_version"]) == 2
+               for n in feats["nodes"])
 
 
 def test_some_items_failing_exits_1_and_prints_each_error(
