@@ -27,6 +27,7 @@ from controller.api import broker_pb2 as bpb
 from controller.api import broker_pb2_grpc as bpb_grpc
 from controller.api.handlers import LEADER_ADDRESS_KEY, LEADER_ID_KEY
 from controller.log import get_logger
+from controller.metadata.features import METADATA_VERSION, SUPPORTED_FEATURES
 from controller.security.tls import TlsCredentials
 
 log = get_logger("metakraft.broker")
@@ -177,7 +178,12 @@ class BrokerLifecycle:
             cluster_id=self.cluster_id, broker_id=self.broker_id,
             incarnation_id=self.incarnation_id,
             listeners=[bpb.Listener(name="PLAINTEXT", host=host, port=int(port),
-                                    security_protocol="PLAINTEXT")])
+                                    security_protocol="PLAINTEXT")],
+            # What this software reads: the controller refuses to raise the cluster's
+            # level past it, and refuses us if the cluster is already past it.
+            features=[bpb.SupportedFeature(name=METADATA_VERSION, min_version=low,
+                                           max_version=high)
+                      for low, high in (SUPPORTED_FEATURES[METADATA_VERSION],)])
         if self.rack is not None:
             request.rack = self.rack
         reply = await self.channel.call("RegisterBroker", request)

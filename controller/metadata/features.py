@@ -68,6 +68,10 @@ class FeatureDescription:
     max_supported: int
 
 
+# Releases before 0.3.0 did not say their range, and supported at most this.
+_LEVEL_BEFORE_RANGES_WERE_SAID = 3
+
+
 class UnsupportedFeatureLevelError(MetadataReplayError):
     """The log finalizes a level this software does not support."""
 
@@ -143,7 +147,8 @@ class FeatureControlManager:
                 )
             else:
                 error = self._check_update(update)
-                if error.ok and update.name == METADATA_VERSION and controllers is not None:
+                if (error.ok and update.name == METADATA_VERSION and controllers is not None
+                        and update.level > self.finalized_level(update.name)):
                     error = _check_controllers(update.level, controllers)
             results.append(FeatureUpdateResult(update.name, error))
             if error.ok and update.level != self.finalized_level(update.name):
@@ -184,6 +189,14 @@ class FeatureControlManager:
                     "--unsafe`) if you accept that risk",
                 )
         for broker in self._brokers() if self._brokers is not None else ():
+            said = {f.name for f in broker.supported_features}
+            if update.name == METADATA_VERSION and update.name not in said \
+                    and update.level > max(current, _LEVEL_BEFORE_RANGES_WERE_SAID):
+                return ApiError(
+                    ErrorCode.INVALID_UPDATE_VERSION,
+                    f"broker {broker.broker_id} did not say which {update.name} levels it "
+                    f"supports (a release before 0.3.0: at most "
+                    f"{_LEVEL_BEFORE_RANGES_WERE_SAID}); upgrade that broker first")
             for feature in broker.supported_features:
                 if feature.name == update.name and not (
                     feature.min_version <= update.level <= feature.max_version

@@ -26,6 +26,8 @@ class ChildProcess:
         self.log_path = log_path
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
+        # The source tree the process runs (another release's, in an upgrade test).
+        self.source_root = REPO_ROOT
 
     def command(self) -> Sequence[str]:
         raise NotImplementedError
@@ -34,8 +36,8 @@ class ChildProcess:
         assert not self.running, "already running"
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                list(self.command()), cwd=REPO_ROOT, stdout=out, stderr=out,
-                env={**os.environ, **self.env, "PYTHONPATH": str(REPO_ROOT)})
+                list(self.command()), cwd=self.source_root, stdout=out, stderr=out,
+                env={**os.environ, **self.env, "PYTHONPATH": str(self.source_root)})
 
     @property
     def running(self) -> bool:
