@@ -125,3 +125,14 @@ def test_a_level_this_software_does_not_support_stops_replay_with_a_clear_messag
     with pytest.raises(UnsupportedFeatureLevelError, match="run a release that supports"):
         h.state.features.replay(record)
     assert h.state.features.finalized_level(METADATA_VERSION) == LATEST_METADATA_VERSION
+
+
+def test_a_broker_that_does_not_say_its_range_holds_the_level_at_3() -> None:
+    h = Harness(bootstrap=False)
+    h.apply(h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 3)]))
+    h.register(1)  # registered without features: a release before 0.3.0
+    refused = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 4)])
+    assert refused.records == () and "broker 1 did not say" in refused.response[0].error.message
+    # Levels it is known to read are fine.
+    assert h.state.features.update_features(
+        [FeatureUpdate(METADATA_VERSION, 3)]).response[0].error.ok
