@@ -177,7 +177,9 @@ def test_a_voter_with_a_damaged_log_refuses_to_start_and_nothing_acknowledged_is
     """The operator's bad day: a write is acknowledged while voter A is down (so only
     B and the leader C hold it); B's log then gets a flipped byte in its middle, and
     the leader dies. B must not cut its log and vote as if nothing happened (A, which
-    never had the write, would win with B's vote): it refuses to start, in one line."""
+    never had the write, would win with B's vote): with `on_log_damage = "refuse"` it
+    refuses to start, in one line (the default, "repair", is tested in
+    test_damaged_disk.py)."""
     leader = describe(cluster).leader_id
     a, b = (n for n in cluster.addresses if n != leader)
     cluster.nodes[a].terminate()
@@ -190,6 +192,8 @@ def test_a_voter_with_a_damaged_log_refuses_to_start_and_nothing_acknowledged_is
     cluster.nodes[b].kill()
     cluster.nodes[leader].kill()
     segment = _flip_middle_byte(cluster.nodes[b].data_dir)
+    config = cluster.nodes[b].config_path
+    config.write_text(config.read_text() + '\n[log]\non_log_damage = "refuse"\n')
     cluster.nodes[a].start()
     cluster.nodes[b].start()
     assert cluster.nodes[b].proc is not None
@@ -197,7 +201,8 @@ def test_a_voter_with_a_damaged_log_refuses_to_start_and_nothing_acknowledged_is
     log = cluster.nodes[b].log_text()
     refusal = [line for line in log.splitlines() if "refusing to start" in line]
     assert len(refusal) == 1 and str(segment) in refusal[0], log[-2000:]
-    assert "intact batches follow" in refusal[0] and "reformat-replica" in refusal[0]
+    assert "below the recovery point" in refusal[0] and "reformat-replica" in refusal[0]
+    assert 'set it to "repair"' in refusal[0]
     assert "Traceback" not in log
     # The damaged file is left as it was found, for the operator to look at.
     cluster.nodes[leader].start()
@@ -212,6 +217,7 @@ def test_a_voter_with_a_damaged_log_refuses_to_start_and_nothing_acknowledged_is
                           env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert f"--directory-id {old}" in done.stdout
+    config.write_text(config.read_text().replace('on_log_damage = "refuse"', ""))
     cluster.nodes[b].start()
     for args in (("remove-controller", "--id", str(b), "--directory-id", old),
                  ("add-controller", "--controller", cluster.addresses[b])):
