@@ -47,6 +47,9 @@ from tests.support.polling import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ALICE = "User:alice"
+# What `metakraft dev` grants each broker: follow the log, register, heartbeat.
+BROKER_1_MAY_JOIN = AclBinding(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, PatternType.LITERAL,
+                               "User:broker-1", "*", Operation.CLUSTER_ACTION, Permission.ALLOW)
 
 
 @pytest.fixture(scope="module")
@@ -303,9 +306,7 @@ def raft(address: str, tls: TlsCredentials | None, method: str, request: object)
 
 def test_only_controllers_speak_raft_and_only_as_themselves(
         cluster: ControllerCluster) -> None:
-    grant(cluster, AclBinding(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME,
-                              PatternType.LITERAL, "User:broker-1", "*",
-                              Operation.CLUSTER_ACTION, Permission.ALLOW))
+    grant(cluster, BROKER_1_MAY_JOIN)
     active = wait_until(cluster.active_node, 20.0, "an active controller")
     voter, third = (i for i in cluster.nodes if i != active.node_id)
     other = f"controller-{third}"
@@ -392,9 +393,7 @@ def heartbeat(c: ControllerCluster, address: str, name: str, broker_id: int) -> 
 
 def test_a_broker_certificate_speaks_only_for_its_own_broker(
         cluster: ControllerCluster) -> None:
-    grant(cluster, AclBinding(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME,
-                              PatternType.LITERAL, "User:broker-1", "*",
-                              Operation.CLUSTER_ACTION, Permission.ALLOW))
+    grant(cluster, BROKER_1_MAY_JOIN)
     active = wait_until(cluster.active_node, 20.0, "an active controller")
     # Its own heartbeat is served (answered with the broker's state, here a stale epoch).
     heartbeat(cluster, active.address, "broker-1", 1)
