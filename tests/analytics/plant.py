@@ -54,11 +54,12 @@ def plant(log_dir: Path, payloads: list[RecordPayload], *, epoch: int = 2,
 def damage_crc(log_dir: Path, segment: int = 1) -> tuple[Path, int]:
     """Flip a byte inside the first batch of the `segment`-th segment file, so its
     CRC no longer matches; returns the file and that batch's base offset."""
-    from controller.logformat.batch import iter_batches
+    from controller.logformat.batch import iter_batches, peek_batch_header
 
     seg = sorted((log_dir / "metadata").glob("*.log"))[segment]
     data = bytearray(seg.read_bytes())
     first = iter_batches(bytes(data))[0]
-    data[60] ^= 0xFF  # inside the first batch's body
+    # Inside the first batch's body, which the CRC covers (a no-op batch is 49 bytes).
+    data[peek_batch_header(bytes(data), 0).size_bytes - 2] ^= 0xFF
     seg.write_bytes(bytes(data))
     return seg, first.base_offset
