@@ -320,8 +320,9 @@ def features_upgrade(
 @click.option("--feature", "updates", multiple=True, help="NAME=LEVEL; repeatable.")
 @click.option("--metadata-version", type=int, help=f"Shorthand for --feature {METADATA_VERSION}=N.")
 @click.option("--unsafe", is_flag=True,
-              help="Accept that metadata written at the higher level may be misread "
-              "afterwards (without it the downgrade is refused: none is known safe).")
+              help="Lower the level even though the state holds data only a higher level "
+              "keeps (the next snapshot leaves it out); without it such a downgrade is "
+              "refused, naming the data.")
 @click.option("--validate-only", is_flag=True, help="Check, change nothing.")
 @admin_options
 def features_downgrade(opts: AdminOptions, updates: tuple[str, ...],

@@ -1,10 +1,12 @@
 """Feature manager: finalized feature levels (today only ``metadata.version``).
 
-``metadata.version`` gates the record formats the cluster may write. A fresh cluster
+``metadata.version`` gates what the cluster may write (levels.py). A fresh cluster
 bootstraps at the newest level this software supports. Upgrades are allowed when
-every registered broker supports the new level; a downgrade is refused unless the
-request says, explicitly, that it is an unsafe downgrade (metadata written at the
-higher level may be misread after it). Nothing is ever downgraded silently.
+every voter and registered broker supports the new level. A downgrade is explicit:
+SAFE_DOWNGRADE passes only while the state holds nothing the lower level cannot keep
+(`MetadataState.needing_level_above`: tier objects, request results);
+UNSAFE_DOWNGRADE passes anyway, and the next snapshot leaves that data out.
+Nothing is ever downgraded silently.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class UpgradeType(enum.StrEnum):
     """How a feature update may move the level (Kafka's FeatureUpdate.UpgradeType)."""
 
     UPGRADE = "UPGRADE"
-    # We cannot prove any downgrade loses no metadata, so a "safe" downgrade is refused.
+    # Only while the state holds nothing the lower level cannot keep.
     SAFE_DOWNGRADE = "SAFE_DOWNGRADE"
     UNSAFE_DOWNGRADE = "UNSAFE_DOWNGRADE"
 
@@ -104,9 +106,15 @@ class FeatureControlManager:
         self._levels: TimelineHashMap[str, int] = TimelineHashMap(registry)
         # Registered brokers, to check they support a new level (wired by MetadataState).
         self._brokers = brokers
+        self._needs_higher: Callable[[int], list[str]] = lambda _level: []
 
     def bind_brokers(self, brokers: Callable[[], Iterable[BrokerRegistration]]) -> None:
         self._brokers = brokers
+
+    def bind_state_needing(self, needing: Callable[[int], list[str]]) -> None:
+        """What the current state holds that a level below the given one cannot keep
+        (wired by MetadataState): a safe downgrade is one that leaves it empty."""
+        self._needs_higher = needing
 
     # -- generation --------------------------------------------------------------------
 
@@ -181,13 +189,16 @@ class FeatureControlManager:
                     "features downgrade --unsafe`)",
                 )
             if update.upgrade_type is UpgradeType.SAFE_DOWNGRADE:
-                return ApiError(
-                    ErrorCode.INVALID_UPDATE_VERSION,
-                    f"a safe downgrade of {update.name} from {current} to {update.level} is "
-                    "not supported (metadata written at the higher level may not be "
-                    "readable); use UNSAFE_DOWNGRADE (`metakraft features downgrade "
-                    "--unsafe`) if you accept that risk",
-                )
+                needing = self._needs_higher(update.level) if update.name == METADATA_VERSION \
+                    else [f"no safe downgrade of {update.name} is known"]
+                if needing:
+                    return ApiError(
+                        ErrorCode.INVALID_UPDATE_VERSION,
+                        f"a safe downgrade of {update.name} from {current} to "
+                        f"{update.level} is refused: {'; '.join(needing)}. Use "
+                        "UNSAFE_DOWNGRADE (`metakraft features downgrade --unsafe`) to "
+                        "drop that data from the next snapshot, if you accept losing it",
+                    )
         for broker in self._brokers() if self._brokers is not None else ():
             said = {f.name for f in broker.supported_features}
             if update.name == METADATA_VERSION and update.name not in said \

@@ -23,7 +23,8 @@ from controller.metadata.acls import AclControlManager, AclEntry
 from controller.metadata.cluster import ClusterControlManager
 from controller.metadata.configs import ConfigurationControlManager
 from controller.metadata.errors import MetadataReplayError
-from controller.metadata.features import FeatureControlManager
+from controller.metadata.features import METADATA_VERSION, FeatureControlManager
+from controller.metadata.levels import LATEST_METADATA_VERSION, Feature, enabled
 from controller.metadata.placement import RandomSource
 from controller.metadata.replication import ReplicationControlManager
 from controller.metadata.requests import RequestControlManager
@@ -118,9 +119,22 @@ class MetadataState(RecordHandler):
         self.access = AclControlManager(registry, rng=rng)
         self.tier = RemoteLogControlManager(registry)
         self.requests = RequestControlManager(registry)
+        self.features.bind_state_needing(self.needing_level_above)
         self._last_offset = TimelineLong(registry, -1)
         # The last VotersRecord replayed (None: a static quorum, or none yet).
         self.quorum_voters: TimelineObject[VotersRecord | None] = TimelineObject(registry, None)
+
+    def needing_level_above(self, level: int) -> list[str]:
+        """What the state holds that metadata.version `level` cannot keep (what a safe
+        downgrade to it would lose): each newer feature's remaining data."""
+        out = []
+        if not enabled(Feature.REMOTE_TIER, level) and self.tier.objects():
+            out.append(f"the remote tier holds {len(self.tier.objects())} objects "
+                       f"(metadata.version {Feature.REMOTE_TIER.level})")
+        if not enabled(Feature.REQUEST_RESULTS, level) and self.requests.size():
+            out.append(f"the request-result table holds {self.requests.size()} entries "
+                       f"(metadata.version {Feature.REQUEST_RESULTS.level})")
+        return out
 
     def voters_snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
         """The voter set in force (for a snapshot, which carries it first)."""
@@ -328,10 +342,19 @@ class MetadataState(RecordHandler):
         records += self.features.snapshot_records(epoch)
         records += self.cluster.snapshot_records(epoch)
         records += self.replication.snapshot_records(epoch)
-        records += self.configs.snapshot_records(epoch)
-        records += self.access.snapshot_records(epoch)
-        records += self.tier.snapshot_records(epoch)
-        records += self.requests.snapshot_records(epoch)
+        return records + self.tail_snapshot_records(epoch)
+
+    def tail_snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
+        """The records a snapshot ends with. It asks the level table too: after an
+        unsafe downgrade, what the level no longer allows is left out (dropped for
+        whoever loads the snapshot)."""
+        records = self.configs.snapshot_records(epoch) + self.access.snapshot_records(epoch)
+        # 0: not finalized yet (before the bootstrap records): nothing to leave out.
+        level = self.features.finalized_level(METADATA_VERSION, epoch) or LATEST_METADATA_VERSION
+        if enabled(Feature.REMOTE_TIER, level):
+            records += self.tier.snapshot_records(epoch)
+        if enabled(Feature.REQUEST_RESULTS, level):
+            records += self.requests.snapshot_records(epoch)
         return records
 
     def to_image(self, epoch: int | None = None) -> MetadataImage:

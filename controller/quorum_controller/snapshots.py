@@ -68,11 +68,7 @@ def iter_image_chunks(state: MetadataState, epoch: int,
         if len(pending) >= chunk_records:
             yield pending
             pending = []
-    tail = state.configs.snapshot_records(epoch)
-    tail += state.access.snapshot_records(epoch)
-    tail += state.tier.snapshot_records(epoch)
-    tail += state.requests.snapshot_records(epoch)
-    pending += [encode_record(r) for r in tail]
+    pending += [encode_record(r) for r in state.tail_snapshot_records(epoch)]
     yield pending
 
 

@@ -11,6 +11,8 @@ from controller.metadata import (
     FeatureUpdate,
     UpgradeType,
 )
+from controller.metadata.errors import ControllerResult
+from controller.records import RequestResultRecord, make_record
 from controller.records.domain import FeatureRange, Listener
 from tests.unit.metadata.support import CLUSTER_ID, Harness
 
@@ -42,12 +44,9 @@ def test_upgrade_and_refused_downgrades() -> None:
     up = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 2)])
     assert up.response[0].error.ok and len(up.records) == 1
     h.apply(up)
-    for kind in (UpgradeType.UPGRADE, UpgradeType.SAFE_DOWNGRADE):
-        down = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 1, kind)])
-        assert (
-            down.records == () and down.response[0].error.code is ErrorCode.INVALID_UPDATE_VERSION
-        )
-        assert "UNSAFE_DOWNGRADE" in down.response[0].error.message
+    down = h.state.features.update_features([FeatureUpdate(METADATA_VERSION, 1)])
+    assert down.records == () and down.response[0].error.code is ErrorCode.INVALID_UPDATE_VERSION
+    assert "UNSAFE_DOWNGRADE" in down.response[0].error.message
     unsafe = h.state.features.update_features(
         [FeatureUpdate(METADATA_VERSION, 1, UpgradeType.UNSAFE_DOWNGRADE)]
     )
@@ -136,3 +135,36 @@ def test_a_broker_that_does_not_say_its_range_holds_the_level_at_3() -> None:
     # Levels it is known to read are fine.
     assert h.state.features.update_features(
         [FeatureUpdate(METADATA_VERSION, 3)]).response[0].error.ok
+
+
+def test_a_safe_downgrade_passes_only_while_nothing_needs_the_higher_level() -> None:
+    h = Harness()
+    safe = [FeatureUpdate(METADATA_VERSION, 4, UpgradeType.SAFE_DOWNGRADE)]
+    # Nothing of levels 5 and 6 is held: safe.
+    result = h.state.features.update_features(safe, validate_only=True)
+    assert result.response[0].error.ok, result.response
+    # The request-result table (level 4) holds an entry: going below 4 is refused.
+    h.apply(ControllerResult((make_record(RequestResultRecord(
+        principal="User:a", request_id="r1", method="create_topics", time_ms=1)),), None))
+    below = h.state.features.update_features(
+        [FeatureUpdate(METADATA_VERSION, 3, UpgradeType.SAFE_DOWNGRADE)])
+    message = below.response[0].error.message
+    assert below.records == () and "request-result table holds 1 entries" in message
+    assert "--unsafe" in message
+    unsafe = h.state.features.update_features(
+        [FeatureUpdate(METADATA_VERSION, 3, UpgradeType.UNSAFE_DOWNGRADE)])
+    assert unsafe.response[0].error.ok
+
+
+def test_after_an_unsafe_downgrade_snapshots_leave_out_what_the_level_cannot_keep() -> None:
+    h = Harness()
+    h.apply(ControllerResult((make_record(RequestResultRecord(
+        principal="User:a", request_id="r1", method="create_topics", time_ms=1)),), None))
+
+    def kinds() -> set[str | None]:
+        return {r.WhichOneof("record") for r in h.state.snapshot_records()}
+
+    assert "request_result" in kinds()
+    h.apply(h.state.features.update_features(
+        [FeatureUpdate(METADATA_VERSION, 3, UpgradeType.UNSAFE_DOWNGRADE)]))
+    assert "request_result" not in kinds() and "feature_level" in kinds()

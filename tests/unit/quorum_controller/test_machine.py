@@ -143,15 +143,17 @@ class Harness:
 
     def register_broker(self) -> None:
         from controller.metadata import BrokerRegistrationRequest
-        from controller.records.domain import Listener
+        from controller.records.domain import FeatureRange, Listener
 
         self.ids += 1
         state = self.machine.state
         req = Request(self.ids, "register", self.now, generate=lambda o, n: (
             state.cluster.register_broker(BrokerRegistrationRequest(
                 broker_id=7, cluster_id="c", incarnation_id="i",
-                listeners=(Listener("PLAINTEXT", "h", 9092, "PLAINTEXT"),)), next_offset=o,
-                now_ms=n)))
+                listeners=(Listener("PLAINTEXT", "h", 9092, "PLAINTEXT"),),
+                # As a broker agent says it (lifecycle.py).
+                features=(FeatureRange(METADATA_VERSION, 1, LATEST_METADATA_VERSION),)),
+                next_offset=o, now_ms=n)))
         self.send(req)
         self.commit()
         from controller.metadata import BrokerHeartbeatRequest
