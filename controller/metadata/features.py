@@ -26,7 +26,7 @@ from controller.metadata.errors import (
 from controller.metadata.levels import LATEST_METADATA_VERSION, MINIMUM_METADATA_VERSION
 from controller.records import FeatureLevelRecord, MetadataRecord, make_record
 from controller.records.domain import BrokerRegistration
-from timeline import SnapshotRegistry, TimelineHashMap
+from timeline import SnapshotRegistry, TimelineHashMap, TimelineLong
 
 METADATA_VERSION = "metadata.version"
 # The metadata.version levels this software can read and write, inclusive: what
@@ -104,6 +104,9 @@ class FeatureControlManager:
         brokers: Callable[[], Iterable[BrokerRegistration]] | None = None,
     ) -> None:
         self._levels: TimelineHashMap[str, int] = TimelineHashMap(registry)
+        # Offset of the last record that lowered a level (-1: none), so the controller
+        # snapshots right after an unsafe downgrade commits.
+        self._lowered_at = TimelineLong(registry, -1)
         # Registered brokers, to check they support a new level (wired by MetadataState).
         self._brokers = brokers
         self._needs_higher: Callable[[int], list[str]] = lambda _level: []
@@ -222,7 +225,7 @@ class FeatureControlManager:
 
     # -- replay ------------------------------------------------------------------------
 
-    def replay(self, record: FeatureLevelRecord) -> None:
+    def replay(self, record: FeatureLevelRecord, offset: int = -1) -> None:
         supported = SUPPORTED_FEATURES.get(record.name)
         if supported is not None and record.feature_level and not (
                 supported[0] <= record.feature_level <= supported[1]):
@@ -231,6 +234,8 @@ class FeatureControlManager:
                 f"the cluster's {record.name} is {record.feature_level} but this software "
                 f"supports [{supported[0]}, {supported[1]}]: run a release that supports "
                 f"{record.feature_level} (docs/operations.md, Upgrading)")
+        if 0 < record.feature_level < self.finalized_level(record.name):
+            self._lowered_at.set(offset)
         # Level 0 removes the feature (metadata.proto).
         if record.feature_level == 0:
             self._levels.pop(record.name, None)
@@ -242,6 +247,10 @@ class FeatureControlManager:
     def finalized_level(self, name: str, epoch: int | None = None) -> int:
         """The finalized level of ``name``, 0 when not finalized."""
         return self._levels.get(name, 0, epoch=epoch)
+
+    def lowered_at(self) -> int:
+        """The offset of the last record that lowered a level (-1: none)."""
+        return self._lowered_at.get()
 
     def finalized_levels(self, epoch: int | None = None) -> dict[str, int]:
         return dict(sorted(self._levels.items(epoch=epoch)))

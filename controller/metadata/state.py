@@ -193,7 +193,7 @@ class MetadataState(RecordHandler):
         self.configs.replay(record)
 
     def on_feature_level(self, record: FeatureLevelRecord, offset: int) -> None:
-        self.features.replay(record)
+        self.features.replay(record, offset)
 
     def on_access_control_entry(self, record: AccessControlEntryRecord, offset: int) -> None:
         self.access.replay_create(record)

@@ -105,6 +105,11 @@ class SnapshotPolicy(Protocol):
         """The state was replaced by a snapshot from the leader."""
         ...
 
+    def snapshot_next(self) -> None:
+        """Start a snapshot at the next committed batch, however few bytes came since
+        the last (after an unsafe downgrade: a snapshot without the newer data)."""
+        ...
+
 
 class ControllerMachine:
     def __init__(self, settings: ControllerSettings, *, rng: RandomSource) -> None:
@@ -292,6 +297,15 @@ class ControllerMachine:
                 self._append_encoded(moves, None, EMPTY_ORIGIN, node, None, now_ms)
             self._maybe_no_op(node, now_ms)
 
+    def _note_committed_level(self, batch: RecordBatch) -> None:
+        """A committed batch lowered a feature level (an unsafe downgrade): snapshot at
+        once, so nodes that load it start without what the level no longer keeps."""
+        lowered = self.state.features.lowered_at()
+        if batch.base_offset <= lowered <= batch.last_offset and self.snapshots is not None:
+            log.warning("feature_level_lowered", offset=lowered,
+                        action="writing a snapshot without the newer data")
+            self.snapshots.snapshot_next()
+
     def _maybe_no_op(self, node: NodeAccess, now_ms: int) -> None:
         idle_ms = self.settings.metadata_max_idle_interval_ms
         if idle_ms == 0 or now_ms - self._last_append_ms < idle_ms:
@@ -344,6 +358,7 @@ class ControllerMachine:
             self._committed_next = batch.next_offset
             self._last_committed_epoch = batch.epoch
             self._purgatory.committed(batch, now_ms)
+            self._note_committed_level(batch)
             if self.snapshots is not None and self.snapshots.committed(
                     sum(len(r) for r in batch.records), self._committed_next, batch.epoch
             ) and unsnapped == batch.last_offset:

@@ -177,6 +177,10 @@ class SnapshotScheduler:
             return True
         return False
 
+    def snapshot_next(self) -> None:
+        """The next committed batch starts a snapshot, whatever came since the last."""
+        self._bytes_since = max(self._bytes_since, self.threshold_bytes)
+
     def reset(self) -> None:
         """The state was replaced (a snapshot from the leader): drop a running job."""
         if self._job is not None:

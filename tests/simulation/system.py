@@ -172,6 +172,9 @@ class SimSnapshots:
             return self.start(committed_next - 1, epoch)
         return False
 
+    def snapshot_next(self) -> None:
+        self.bytes_since = max(self.bytes_since, self.interval_bytes)
+
     def start(self, last_offset: int, epoch: int) -> bool:
         if self.job is not None or self.finishing:
             return False

@@ -474,3 +474,46 @@ def test_a_request_id_reused_by_another_method_is_refused() -> None:
     h.commit()
     [refused] = h.send(remembered_create(h, "b", "req-a", method="delete_topics"))
     assert isinstance(refused, Fail) and isinstance(refused.error, RequestIdReusedError)
+
+
+class CountingSnapshots:
+    """A SnapshotPolicy that starts a job only when told to (`snapshot_next`)."""
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+        self._next = False
+
+    def committed(self, batch_bytes: int, committed_next: int, epoch: int) -> bool:
+        if self._next:
+            self._next = False
+            self.started.append(committed_next - 1)
+            return True
+        return False
+
+    @property
+    def pinned_offset(self) -> int | None:
+        return None
+
+    def reset(self) -> None:
+        self._next = False
+
+    def snapshot_next(self) -> None:
+        self._next = True
+
+
+def test_an_unsafe_downgrade_is_followed_by_a_snapshot_at_once() -> None:
+    from controller.metadata import UpgradeType
+
+    h = Harness()
+    snapshots = CountingSnapshots()
+    h.machine.snapshots = snapshots
+    h.elect_me()
+    h.register_broker()
+    assert snapshots.started == []  # raising or setting a level is no reason
+    state = h.machine.state
+    h.ids += 1
+    h.send(Request(h.ids, "update_features", h.now, generate=lambda _o, _n: (
+        state.features.update_features([FeatureUpdate(METADATA_VERSION, 3,
+                                                      UpgradeType.UNSAFE_DOWNGRADE)]))))
+    h.commit()
+    assert snapshots.started == [h.log.end - 1]
