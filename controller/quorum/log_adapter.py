@@ -131,8 +131,10 @@ class DurableRaftLog:
                     f"{damage.recovery_point}; on_log_damage = \"refuse\": set it to "
                     "\"repair\" to rejoin and fetch the lost records from the leader)",
                     damage.offset, damage.position if damage.position >= 0 else None)
+            nonlocal pending
             target = max(damage.recovery_point, pending.repair_to_offset if pending else 0)
-            marker.write(PendingRepair(target, damage.describe()))
+            pending = PendingRepair(target, damage.describe())
+            marker.write(pending)
 
         log = SegmentedLog.open(data_dir.log_dir, config, initial_offset=snapshot_id.end_offset,
                                 recovery_point_path=data_dir.recovery_point,
@@ -144,7 +146,7 @@ class DurableRaftLog:
             log.close()
             raise
         opened._repair_marker = marker
-        opened.pending_repair = marker.read()
+        opened.pending_repair = pending
         return opened
 
     # -- RaftLog ---------------------------------------------------------------

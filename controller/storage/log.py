@@ -54,7 +54,7 @@ from controller.storage.flush import PendingFlush
 from controller.storage.fsutil import fsync_dir
 from controller.storage.leader_epoch import EpochHistory
 from controller.storage.log_config import LogConfig, LogDamage, RecoveryReport, SegmentInfo
-from controller.storage.recovery_point import RecoveryPointFile, read_recovery_point
+from controller.storage.recovery_point import RecoveryPointFile
 from controller.storage.segment import (
     ScanResult,
     Segment,
@@ -118,8 +118,9 @@ class SegmentedLog:
 
     def _recover(self, initial_offset: int, recovery_point_path: Path | None,
                  on_damage: Callable[[LogDamage], None] | None) -> None:
-        stored_point = (read_recovery_point(recovery_point_path)
-                        if recovery_point_path is not None else None)
+        if recovery_point_path is not None:
+            self._recovery_point = RecoveryPointFile(recovery_point_path)
+        stored_point = None if self._recovery_point is None else self._recovery_point.stored
         bases = sorted(b for b in (parse_segment_file_name(p.name) for p in
                                    self.directory.iterdir()) if b is not None)
         self._remove_orphan_indexes(set(bases))
@@ -174,10 +175,9 @@ class SegmentedLog:
         self._segments[-1].sync(force=True)
         fsync_dir(self.directory)
         self._flushed_offset = self.end_offset
-        if recovery_point_path is not None:
+        if self._recovery_point is not None:
             # A log without the file yet (new, or written by a version without it)
             # starts from what it holds; after damage, from what is left.
-            self._recovery_point = RecoveryPointFile(recovery_point_path, self.end_offset)
             self._recovery_point.reset(self.end_offset)
 
     def _classify(self, segment: Segment, scan: ScanResult, is_last: bool,

@@ -61,11 +61,9 @@ def _decode_slot(data: bytes) -> tuple[int, int] | None:
     return sequence, offset
 
 
-def read_recovery_point(path: Path) -> int | None:
-    """The stored recovery point; None when the file does not exist.
-
-    Raises `CheckpointCorruptionError` when it exists but no slot checks out.
-    """
+def _newest_slot(path: Path) -> tuple[int, int] | None:
+    """(sequence, offset) of the newest valid slot; None when there is no file.
+    Raises `CheckpointCorruptionError` when it exists but no slot checks out."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -75,34 +73,28 @@ def read_recovery_point(path: Path) -> int | None:
     if not slots:
         raise CheckpointCorruptionError(
             f"{path}: neither copy of the log recovery point checks out ({len(data)} bytes)")
-    return max(slots)[1]
+    return max(slots)
+
+
+def read_recovery_point(path: Path) -> int | None:
+    """The stored recovery point; None when the file does not exist."""
+    newest = _newest_slot(path)
+    return None if newest is None else newest[1]
 
 
 class RecoveryPointFile:
-    """The open recovery point of one log. Written by the log's owner and by one
-    flush worker thread at a time; a lock orders them (see `raise_to`)."""
+    """The recovery point of one log. Written by the log's owner and by one flush
+    worker thread at a time; a lock orders them (see `raise_to`). Reading it does not
+    create the file: the first write does (a recovery that fails leaves none)."""
 
-    def __init__(self, path: Path, initial_offset: int) -> None:
-        """Open `path`, creating it at `initial_offset` if it does not exist."""
+    def __init__(self, path: Path) -> None:
         self.path = path
-        stored = read_recovery_point(path)
+        newest = _newest_slot(path)
+        # What the file said when opened (None: no file yet).
+        self.stored = None if newest is None else newest[1]
+        self._sequence, self._offset = (0, -1) if newest is None else newest
+        self._fd = -1
         self._lock = threading.Lock()
-        self._sequence = 0
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            if stored is None:
-                os.ftruncate(self._fd, _FILE_BYTES)
-                self._offset = -1
-                self._write(initial_offset)
-                fsync_dir(path.parent)
-            else:
-                self._offset = stored
-                self._sequence = max(
-                    (s[0] for s in (_decode_slot(os.pread(self._fd, _SLOT_BYTES, i))
-                                    for i in (0, _SLOT_BYTES)) if s is not None), default=0)
-        except BaseException:
-            os.close(self._fd)
-            raise
         # The most a flush running now may record (lowered by a truncation that
         # happens while it runs: it must not vouch for records since removed).
         self._ceiling = self._offset
@@ -113,6 +105,11 @@ class RecoveryPointFile:
 
     def _write(self, offset: int) -> None:
         assert 0 <= offset <= _MAX_OFFSET, offset
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.fstat(self._fd).st_size < _FILE_BYTES:
+                os.ftruncate(self._fd, _FILE_BYTES)
+                fsync_dir(self.path.parent)
         self._sequence += 1
         slot = self._sequence % 2
         os.pwrite(self._fd, _encode_slot(self._sequence, offset), slot * _SLOT_BYTES)

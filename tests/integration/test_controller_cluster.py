@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,18 +40,6 @@ from tests.support.polling import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 START_S = 20.0
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ControllerCluster]:
-    c = ControllerCluster(tmp_path, 3)
-    try:
-        c.start()
-        wait_until(c.active_node, START_S, "an active controller")
-        c.register_brokers([0, 1, 2])
-        yield c
-    finally:
-        c.close()
 
 
 def client(c: ControllerCluster, **kwargs: object) -> AdminClient:

@@ -13,7 +13,6 @@ the leader and votes again.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,18 +30,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 START_S = 20.0
 # How long X and Y run together: many election timeouts (400 ms each).
 LEADERLESS_WINDOW_S = 4.0
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ControllerCluster]:
-    c = ControllerCluster(tmp_path, 3)
-    try:
-        c.start()
-        wait_until(c.active_node, START_S, "an active controller")
-        c.register_brokers([0])
-        yield c
-    finally:
-        c.close()
 
 
 def segments(node: ControllerProcess) -> list[Path]:

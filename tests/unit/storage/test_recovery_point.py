@@ -37,7 +37,9 @@ def flip_byte_in_last_batch(segment: Path, last_batch_bytes: int) -> None:
 def test_file_keeps_the_newest_of_two_slots_and_survives_one_torn_slot(tmp_path: Path) -> None:
     path = tmp_path / "rp"
     assert read_recovery_point(path) is None
-    rp = RecoveryPointFile(path, 5)
+    rp = RecoveryPointFile(path)
+    assert rp.stored is None and not path.exists()  # reading creates nothing
+    rp.reset(5)
     rp.raise_to(9)  # no flush begun: the ceiling is the opening offset
     assert rp.offset == 5
     rp.begin_flush(12)
@@ -59,7 +61,8 @@ def test_file_keeps_the_newest_of_two_slots_and_survives_one_torn_slot(tmp_path:
 
 
 def test_a_truncation_during_a_flush_caps_what_the_flush_records(tmp_path: Path) -> None:
-    rp = RecoveryPointFile(tmp_path / "rp", 10)
+    rp = RecoveryPointFile(tmp_path / "rp")
+    rp.reset(10)
     rp.begin_flush(50)
     rp.lower_to(30)  # the log was cut while the fsyncs ran
     rp.raise_to(50)
@@ -123,14 +126,20 @@ def test_a_torn_write_beyond_the_recovery_point_is_cut_silently(tmp_path: Path) 
         assert log.recovery.reason and log.recovery_point == 10
 
 
-def test_deleted_segments_are_damage(tmp_path: Path) -> None:
+def two_flushed_segments(tmp_path: Path) -> tuple[list[Path], int]:
+    """3 batches of epoch 1, a roll, 3 of epoch 2 (12 offsets), flushed: the segment
+    paths and one batch's size."""
     with open_log(tmp_path) as log:
         append(log, 3)
         log.roll()
         append(log, 3, epoch=2)
         log.flush()
-        newest = log.segment_paths()[-1]
-    newest.unlink()
+        return log.segment_paths(), log.size_bytes // 6
+
+
+def test_deleted_segments_are_damage(tmp_path: Path) -> None:
+    segments, _ = two_flushed_segments(tmp_path)
+    segments[-1].unlink()
     with pytest.raises(LogCorruptionError, match="recovery point"):
         open_log(tmp_path)
     for path in (tmp_path / "log").glob("*.log"):
@@ -142,13 +151,7 @@ def test_deleted_segments_are_damage(tmp_path: Path) -> None:
 
 
 def test_damage_in_an_older_segment_drops_the_later_ones_when_repairing(tmp_path: Path) -> None:
-    with open_log(tmp_path) as log:
-        append(log, 3)
-        log.roll()
-        append(log, 3, epoch=2)
-        log.flush()
-        first, second = log.segment_paths()
-        batch_bytes = log.size_bytes // 6
+    (first, second), batch_bytes = two_flushed_segments(tmp_path)
     flip_byte_in_last_batch(first, batch_bytes)
     seen: list[LogDamage] = []
     with open_log(tmp_path, seen.append) as log:
