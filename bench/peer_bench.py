@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller_bench import BROKERS, machine, proc_cpu_s
 
 from tests.support.polling import wait_until
-from tests.support.raft_node_process import free_ports
+from tests.support.ports import free_ports
 
 SYSTEMS = ("etcd", "zookeeper", "metakraft")
 # Also known to --systems: metakraft's writes as unary calls, not over Admin/Stream;

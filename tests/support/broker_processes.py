@@ -25,8 +25,8 @@ from tests.support.controller_processes import (
 )
 from tests.support.pki import PLAINTEXT_TABLE
 from tests.support.polling import wait_until
+from tests.support.ports import free_ports
 from tests.support.processes import ChildProcess, metakraft_command
-from tests.support.raft_node_process import free_ports
 
 CONTROLLER_BASE_ID = 3000
 

@@ -39,8 +39,8 @@ from controller.storage.meta_properties import (
 from tests.support.nemesis import Nemesis
 from tests.support.pki import PLAINTEXT_TABLE, TestPki
 from tests.support.polling import wait_until
+from tests.support.ports import free_ports
 from tests.support.processes import ChildProcess, metakraft_command
-from tests.support.raft_node_process import free_ports
 
 FIRST_CONTROLLER_ID = 3000
 

@@ -14,22 +14,17 @@ from typing import TypeVar
 
 import grpc
 
-from controller.devcluster.ports import pick_free_ports
 from controller.logformat import RecordBatch
 from controller.logformat.batch import iter_batches
 from controller.rpc import create_sync_channel
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
 from tests.support.polling import wait_until
+from tests.support.ports import free_ports
 from tests.support.processes import ChildProcess
 from tests.support.quorum_harness import harness_pb2 as hpb
 from tests.support.quorum_harness import harness_pb2_grpc as hpb_grpc
 
 T = TypeVar("T")
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct ports free right now on loopback (the dev cluster's own picker)."""
-    return pick_free_ports(n)
 
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.polling import wait_until
-from tests.support.raft_node_process import free_ports
+from tests.support.ports import free_ports
 
 # Credentials moto accepts; the tier reads them from the standard AWS environment.
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",

@@ -27,6 +27,7 @@ from controller.rpc import bind, create_channel, create_server
 from controller.storage import snapshot_file as sf
 from controller.storage.errors import ClusterIdMismatchError
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
+from tests.support.ports import free_ports
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -126,18 +127,6 @@ async def wait_for(cond: Callable[[], object], timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def _free_ports(n: int) -> list[int]:
-    import socket
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 FAST: dict[str, Any] = {"election_timeout_ms": 300, "fetch_max_wait_ms": 100, "request_timeout_ms": 200,
         "check_quorum_timeout_ms": 400}
 
@@ -167,7 +156,7 @@ def run(coro_fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
     @functools.wraps(coro_fn)
     def wrapper(tmp_path: Path) -> None:
         async def main() -> None:
-            ports = _free_ports(3)
+            ports = free_ports(3)
             c = Cluster(tmp_path, random_cluster_id(),
                         {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}, {}, FAST)
             try:

@@ -17,7 +17,7 @@ from controller.tier.remote import (
     open_store,
     parse_tier_url,
 )
-from tests.support.raft_node_process import free_ports
+from tests.support.ports import free_ports
 from tests.support.s3_server import CREDENTIALS, S3Server, running_s3
 
 
