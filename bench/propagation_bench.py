@@ -1,4 +1,4 @@
-"""Broker propagation benchmark (issue 6).
+"""Broker propagation benchmark: how fast metadata changes reach the brokers.
 
     .venv/bin/python bench/propagation_bench.py delta [--topics 100000] [--changes 2000]
     .venv/bin/python bench/propagation_bench.py catchup [--partitions 1000000] [--dir D]

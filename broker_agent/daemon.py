@@ -31,9 +31,9 @@ from broker_agent.metrics import BrokerMetrics
 from broker_agent.snapshot_load import LoaderListener, monotonic_ms
 from broker_agent.status import BrokerStatusView, add_status_service
 from controller.log import get_logger
+from controller.metrics_common import serve_metrics
 from controller.quorum.driver import RaftDriver
 from controller.quorum.log_adapter import discard_replica_log
-from controller.quorum_controller.metrics import serve_metrics
 from controller.raft import CommittedHistoryCutError
 from controller.rpc import add_health_and_reflection, bind, create_server
 from controller.storage.meta_properties import DataDir

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -127,7 +128,8 @@ class BrokerLifecycle:
         self.rack = rack
         self.channel = ControllerChannel(controllers, tls)
         self.machine = LifecycleMachine(broker_id, heartbeat_interval_s=heartbeat_interval_ms / 1e3,
-                                        shutdown_timeout_s=controlled_shutdown_timeout_ms / 1e3)
+                                        shutdown_timeout_s=controlled_shutdown_timeout_ms / 1e3,
+                                        jitter=random.random)
         self.metadata = metadata
         self._clock = clock_s
         self._shutdown_requested = asyncio.Event()

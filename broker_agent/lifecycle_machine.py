@@ -17,9 +17,11 @@ States change only through `LIFECYCLE_TRANSITIONS`.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 import attrs
 
+from controller.backoff import Backoff
 from controller.log import get_logger
 
 log = get_logger("metakraft.broker")
@@ -68,7 +70,7 @@ class HeartbeatFlags:
 
 class LifecycleMachine:
     def __init__(self, broker_id: int, *, heartbeat_interval_s: float,
-                 shutdown_timeout_s: float) -> None:
+                 shutdown_timeout_s: float, jitter: Callable[[], float]) -> None:
         assert heartbeat_interval_s > 0 and shutdown_timeout_s > 0
         self.broker_id = broker_id
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -77,7 +79,9 @@ class LifecycleMachine:
         # -1: not registered (register next).
         self.broker_epoch = -1
         self.shutdown_deadline_s: float | None = None
-        self._backoff_s = BACKOFF_FIRST_S
+        # `jitter` (a float in [0, 1) per call) spreads the retries of brokers that
+        # lost the controllers together.
+        self._backoff = Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S, jitter)
         # How long to wait before the next action.
         self.wait_s = 0.0
 
@@ -159,9 +163,8 @@ class LifecycleMachine:
 
     def unreachable(self) -> None:
         """No controller answered (or it refused): back off, then try again."""
-        self.wait_s = self._backoff_s
-        self._backoff_s = min(self._backoff_s * 2, BACKOFF_MAX_S)
+        self.wait_s = self._backoff.next_delay()
 
     def _answered(self) -> None:
-        self._backoff_s = BACKOFF_FIRST_S
+        self._backoff.reset()
         self.wait_s = self.heartbeat_interval_s

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from broker_agent.lifecycle_machine import LifecycleState
 from broker_agent.reconciler import LocalReplica, ReplicaRole
-from controller.quorum_controller.metrics import LATENCY_BUCKETS_S, standard_registry
+from controller.metrics_common import LATENCY_BUCKETS_S, standard_registry
 
 
 class BrokerMetrics:

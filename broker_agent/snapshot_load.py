@@ -13,7 +13,7 @@ from broker_agent.image import MetadataImage
 from broker_agent.loader import MetadataLoader
 from controller.gc_policy import gc_paused
 from controller.logformat import RecordBatch, SnapshotId
-from controller.quorum.driver import CommitListener
+from controller.quorum.contracts import CommitListener
 from controller.storage import snapshot_file as sf
 
 

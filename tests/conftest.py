@@ -21,7 +21,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # garbage would otherwise print gc_pause warnings after the summary.
     import gc
 
-    from controller.quorum_controller import metrics
+    from controller import metrics_common as metrics
 
     if metrics._on_gc in gc.callbacks:
         gc.callbacks.remove(metrics._on_gc)

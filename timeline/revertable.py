@@ -15,11 +15,22 @@ Not thread-safe; the past is read-only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from timeline.registry import SnapshotRegistry
+    from timeline.delta import MapDelta
     from timeline.snapshot import Snapshot
+
+
+class RegistryHooks(Protocol):
+    """What collections call on their `SnapshotRegistry` (which implements it; named
+    here so this module does not import the registry, which keeps collections)."""
+
+    _latest: Snapshot | None
+
+    def _register(self, collection: Revertable) -> int: ...
+    def _write_cache(self, cid: int) -> MapDelta | Literal[False]: ...
+    def _snapshots_from(self, epoch: int) -> list[Snapshot]: ...
 
 
 class Revertable:
@@ -27,12 +38,12 @@ class Revertable:
 
     __slots__ = ("__weakref__", "_cid", "_registry")
 
-    def __init__(self, registry: SnapshotRegistry) -> None:
-        from timeline.registry import SnapshotRegistry  # cycle: the registry knows us
-
-        if not isinstance(registry, SnapshotRegistry):
+    def __init__(self, registry: RegistryHooks) -> None:
+        # Checked by duck type: importing the registry here would close a circle
+        # (the registry keeps its collections).
+        if not callable(getattr(registry, "_register", None)):
             raise TypeError(f"expected a SnapshotRegistry, got {type(registry).__name__}")
-        self._registry: SnapshotRegistry = registry
+        self._registry: RegistryHooks = registry
         self._cid: int = registry._register(self)
         assert self._cid >= 0
 

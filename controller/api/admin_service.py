@@ -20,7 +20,6 @@ from grpc_health.v1 import _async as health_async
 
 from controller import rpc
 from controller.api import admin_pb2 as apb
-from controller.api.access import OPEN, Access
 from controller.api.audit_log import ApiMetrics, RequestAudit
 from controller.api.broker_service import BrokerLifecycleService
 from controller.api.convert import MalformedRequestError
@@ -28,6 +27,7 @@ from controller.api.handlers import guarded, register_service, servicer_handlers
 from controller.api.rpcs import ADMIN_RPCS, AdminRpc, Call
 from controller.api.seam import ControllerFacade, Origin, ReadConsistency
 from controller.api.stream import Context, RawHandler
+from controller.security.access import OPEN, Access
 
 
 def admin_handler(spec: AdminRpc, facade: ControllerFacade, access: Access,

@@ -16,11 +16,11 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from controller.api import broker_convert as bcv
 from controller.api import broker_pb2 as bpb
-from controller.api.access import Access
 from controller.api.handlers import guarded
 from controller.api.seam import ControllerFacade, Origin
 from controller.api.stream import Context
 from controller.metadata import ApiError, ErrorCode
+from controller.security.access import Access
 
 
 def _wrong_cluster(facade: ControllerFacade, broker_id: int, cluster_id: str) -> ApiError | None:

@@ -34,6 +34,7 @@ controller without ``Stream`` (UNIMPLEMENTED) is then called unary.
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -56,6 +57,7 @@ from controller.api.seam import (
     VoterChangeOutcome,
 )
 from controller.api.stream_client import AdminStream, StreamItemError
+from controller.backoff import Backoff
 from controller.metadata import (
     AlterConfigsResource,
     AlterConfigsResult,
@@ -298,7 +300,7 @@ class AdminClient:
             request.header.consistency = _CONSISTENCY_TO_PB[self.consistency]
             self.last_read_offset = None
         deadline = time.monotonic() + self._timeout_ms / 1000
-        backoff_ms = _BACKOFF_FIRST_MS
+        backoff = Backoff(_BACKOFF_FIRST_MS / 1000, _BACKOFF_MAX_MS / 1000, random.random)
         redirects = 0
         problem = "no attempt made"
         unknown_before = self.outcome_unknown_retries
@@ -365,8 +367,7 @@ class AdminClient:
                 redirects += 1
                 continue
             redirects = 0
-            self._sleep(min(backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
-            backoff_ms = min(backoff_ms * 2, _BACKOFF_MAX_MS)
+            self._sleep(min(backoff.next_delay(), max(0.0, deadline - time.monotonic())))
 
     def _on_error(
         self,

@@ -20,7 +20,6 @@ from google.protobuf.descriptor import ServiceDescriptor
 from grpc import aio
 
 from controller import rpc
-from controller.api.access import PermissionDeniedError, UnauthenticatedError
 from controller.api.audit_log import RequestAudit
 from controller.api.convert import MalformedRequestError
 from controller.api.seam import (
@@ -33,6 +32,7 @@ from controller.api.seam import (
 )
 from controller.api.stream import Context, RawHandler, StreamMultiplexer
 from controller.log import get_logger
+from controller.security.access import PermissionDeniedError, UnauthenticatedError
 
 log = get_logger(__name__)
 

@@ -25,9 +25,9 @@ from google.protobuf import message as pb_message
 from controller.api import acl_convert as acv
 from controller.api import admin_pb2 as apb
 from controller.api import convert as cv
-from controller.api.access import Access, Caller, cluster_action, topic_action
 from controller.api.seam import ControllerFacade, Origin, VoterChangeKind
 from controller.metadata.config_schema import ResourceType as ConfigResourceType
+from controller.security.access import Access, Caller, cluster_action, topic_action
 from controller.security.acl import Operation
 from controller.security.authorizer import Action
 

@@ -3,7 +3,7 @@
 The services convert and validate wire messages, then call one facade method per
 RPC with the control managers' own request values (``controller.metadata``) and
 the request's ``Origin``; the facade answers with the managers' result values. The
-single-threaded controller (issue 5, part 1) implements it; tests use
+single-threaded controller (`quorum_controller/controller.py`) implements it; tests use
 ``tests/support/local_controller.py``.
 
 Errors the facade raises, and what they promise (the client's retry policy rests on

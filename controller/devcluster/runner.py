@@ -20,16 +20,21 @@ from controller.api.client import AdminClientError
 from controller.devcluster.configs import tier_url
 from controller.devcluster.layout import ClusterSpec, DevClusterError
 from controller.devcluster.security import command_config_path
-from controller.devcluster.session import DevSession, Interrupted, ProcessDied, WaitAborted
+from controller.devcluster.session import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    DevSession,
+    Interrupted,
+    ProcessDied,
+    WaitAborted,
+)
 from controller.devcluster.supervisor import Exit
 from controller.metadata import CreatableTopic, ErrorCode
 from controller.storage.errors import MetaPropertiesError
 
 DEMO_TOPIC = "demo"
 DEMO_PARTITIONS = 6
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_REFUSED = 2
 
 
 def cli_name() -> str:

@@ -27,8 +27,13 @@ from controller.api.client import AdminClientError
 from controller.devcluster.configs import SESSION_TIMEOUT_MS, prepare_node
 from controller.devcluster.layout import DevClusterError, NodeSpec
 from controller.devcluster.probe import broker_status, serving
-from controller.devcluster.runner import EXIT_FAILED, EXIT_OK
-from controller.devcluster.session import DevSession, Interrupted, ProcessDied
+from controller.devcluster.session import (
+    EXIT_FAILED,
+    EXIT_OK,
+    DevSession,
+    Interrupted,
+    ProcessDied,
+)
 from controller.metadata import CreatableTopic, ErrorCode, ReassignmentRequest, TopicDescription
 from controller.storage.meta_properties import read_meta_properties
 

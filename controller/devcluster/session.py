@@ -39,6 +39,10 @@ from controller.devcluster.supervisor import Exit, Supervisor
 from controller.storage.meta_properties import read_meta_properties
 
 T = TypeVar("T")
+# `metakraft dev`'s exit statuses.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_REFUSED = 2
 POLL_INTERVAL_S = 0.2
 # Starting six Python processes on two busy cores takes a while; a leader needs a
 # majority serving first.

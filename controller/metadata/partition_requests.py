@@ -7,7 +7,6 @@ per-item results; nothing changes until the records are replayed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from controller.metadata import topics as _topics
 from controller.metadata.errors import OK, ApiError, ControllerResult, ErrorCode
@@ -22,12 +21,9 @@ from controller.metadata.topics import (
 from controller.records import MetadataRecord
 from controller.records.domain import NO_LEADER, PartitionDelta
 
-if TYPE_CHECKING:
-    from controller.metadata.replication import ReplicationControlManager
-
 
 def elect_leaders(
-    manager: ReplicationControlManager,
+    manager: _topics.ReplicationView,
     partitions: Sequence[TopicPartition] | None,
     election_type: ElectionType = ElectionType.PREFERRED,
 ) -> ControllerResult[tuple[ElectLeadersResult, ...]]:
@@ -56,7 +52,7 @@ def elect_leaders(
 
 
 def _elect_one(
-    manager: ReplicationControlManager, tp: TopicPartition, election_type: ElectionType
+    manager: _topics.ReplicationView, tp: TopicPartition, election_type: ElectionType
 ) -> tuple[ApiError, MetadataRecord | None]:
     found = manager.lookup_partition(tp.topic, tp.partition)
     if isinstance(found, ApiError):
@@ -97,7 +93,7 @@ def _elect_one(
 
 
 def alter_partition_reassignments(
-    manager: ReplicationControlManager, items: Sequence[ReassignmentRequest]
+    manager: _topics.ReplicationView, items: Sequence[ReassignmentRequest]
 ) -> ControllerResult[tuple[ReassignmentResult, ...]]:
     """Start (``replicas`` set) or cancel (``replicas`` None) reassignments.
 
@@ -128,7 +124,7 @@ def alter_partition_reassignments(
 
 
 def _reassign_one(
-    manager: ReplicationControlManager, item: ReassignmentRequest
+    manager: _topics.ReplicationView, item: ReassignmentRequest
 ) -> tuple[ApiError, MetadataRecord | None]:
     found = manager.lookup_partition(item.topic, item.partition)
     if isinstance(found, ApiError):

@@ -374,9 +374,6 @@ class MetadataState(RecordHandler):
                            for (p, r), o in self.requests.entries(epoch)),
         )
 
-    # The name the controller's tests use for the same thing.
-    state_digest = to_image
-
     def check_invariants(self, epoch: int | None = None) -> list[str]:
         """Violations of the replication invariants (empty when all hold):
         leader in ISR, ISR non-empty and within the replicas, no duplicate replicas,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, ItemsView, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -24,12 +24,46 @@ from controller.records import (
     encode_record,
     make_record,
 )
-from controller.records.domain import NO_LEADER, PartitionRegistration
+from controller.records.domain import NO_LEADER, PartitionRegistration, Topic
 from controller.records.partition_wire import encode_new_partitions
 
 if TYPE_CHECKING:
     from controller.metadata.cluster import ClusterControlManager
-    from controller.metadata.replication import ReplicationControlManager
+    from controller.metadata.configs import ConfigurationControlManager
+    from controller.metadata.partition_change import Election
+    from controller.metadata.placement import RandomSource
+    from controller.records.domain import PartitionDelta
+
+
+class ReplicationView(Protocol):
+    """What the request generators here and in `partition_requests` read of the
+    replication manager (which implements it): a seam, so that the manager imports
+    them and they do not import it back."""
+
+    @property
+    def cluster(self) -> ClusterControlManager: ...
+    @property
+    def configs(self) -> ConfigurationControlManager: ...
+    @property
+    def rng(self) -> RandomSource: ...
+    def topic_exists(self, name: str, epoch: int | None = None) -> bool: ...
+    def colliding_topic(self, name: str) -> str | None: ...
+    def topic(self, topic_id: str, epoch: int | None = None) -> Topic | None: ...
+    def topic_id(self, name: str, epoch: int | None = None) -> str | None: ...
+    def topic_name(self, topic_id: str) -> str: ...
+    def partition_count(self, topic_id: str, epoch: int | None = None) -> int: ...
+    def partition(self, topic_id: str, partition_id: int,
+                  epoch: int | None = None) -> PartitionRegistration | None: ...
+    def partition_items(self) -> ItemsView[tuple[str, int], PartitionRegistration]: ...
+    def lookup_partition(self, topic: str,
+                         partition: int) -> tuple[str, PartitionRegistration] | ApiError: ...
+    def partition_delta(
+        self, topic_id: str, part: PartitionRegistration, *,
+        usable: Callable[[int], bool] | None = None, unclean_allowed: bool | None = None,
+        isr: tuple[int, ...] | None = None, replicas: tuple[int, ...] | None = None,
+        adding: tuple[int, ...] | None = None, removing: tuple[int, ...] | None = None,
+        election: Election = ...,
+    ) -> PartitionDelta | None: ...
 
 MAX_TOPIC_NAME_LENGTH = 249
 # A topic's creation (and an addition of partitions) is one atomic batch, at most
@@ -292,7 +326,7 @@ def _duplicate(name: str, what: str) -> ApiError:
 
 
 def create_topics(
-    manager: ReplicationControlManager, topics: Sequence[CreatableTopic], *, validate_only: bool
+    manager: ReplicationView, topics: Sequence[CreatableTopic], *, validate_only: bool
 ) -> ControllerResult[tuple[CreateTopicResult, ...]]:
     counts = _counts([t.name for t in topics])
     used_ids: set[str] = set()
@@ -326,7 +360,7 @@ def create_topics(
 
 
 def _create_one(
-    manager: ReplicationControlManager, topic: CreatableTopic, used_ids: set[str]
+    manager: ReplicationView, topic: CreatableTopic, used_ids: set[str]
 ) -> tuple[CreateTopicResult, list[MetadataRecord], list[bytes]]:
     """The result of creating ``topic``, its records and their bytes."""
     cluster = manager.cluster
@@ -410,7 +444,7 @@ def _create_one(
 
 
 def delete_topics(
-    manager: ReplicationControlManager, names: Sequence[str]
+    manager: ReplicationView, names: Sequence[str]
 ) -> ControllerResult[tuple[DeleteTopicResult, ...]]:
     counts = _counts(names)
     records: list[MetadataRecord] = []
@@ -429,7 +463,7 @@ def delete_topics(
 
 
 def create_partitions(
-    manager: ReplicationControlManager,
+    manager: ReplicationView,
     items: Sequence[CreatePartitionsTopic],
     *,
     validate_only: bool,
@@ -449,7 +483,7 @@ def create_partitions(
 
 
 def _create_partitions_one(
-    manager: ReplicationControlManager, item: CreatePartitionsTopic
+    manager: ReplicationView, item: CreatePartitionsTopic
 ) -> tuple[ApiError, list[MetadataRecord]]:
     cluster = manager.cluster
     topic_id = manager.topic_id(item.name)

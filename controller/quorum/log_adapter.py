@@ -382,8 +382,3 @@ class FileSnapshotStore:
         latest = sf.latest_snapshot(self.directory)
         return latest
 
-    def abort_all(self) -> None:
-        for writer in self._writers.values():
-            writer.abort()
-        self._writers.clear()
-        self._written.clear()

@@ -200,9 +200,6 @@ class PeerClients:
             return
         await self._deliver(reply)
 
-    def inflight(self, peer: int) -> int:
-        return self._inflight[peer]
-
     def streaming_to(self, peer: int) -> bool:
         """Whether fetches to `peer` go over a live stream (diagnostics, tests)."""
         stream = self._streams.get(peer)

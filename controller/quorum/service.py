@@ -27,7 +27,6 @@ import attrs
 import grpc
 from grpc import aio
 
-from controller.api.access import Access, UnauthenticatedError, cluster_action
 from controller.log import get_logger
 from controller.quorum import raft_service_pb2 as pb
 from controller.quorum import raft_service_pb2_grpc as pb_grpc
@@ -48,6 +47,7 @@ from controller.raft.messages import (
     VoteResponse,
 )
 from controller.rpc import add_decoding_service
+from controller.security.access import Access, UnauthenticatedError, cluster_action
 from controller.security.acl import Operation
 
 log = get_logger(__name__)

@@ -34,7 +34,7 @@ from controller.logformat import SnapshotId
 from controller.logformat.batch import BatchOrigin, RecordBatch
 from controller.metadata import MetadataState
 from controller.metadata.placement import RandomSource
-from controller.quorum.driver import CommitListener
+from controller.quorum.contracts import CommitListener
 from controller.quorum.service import DriverStoppedError
 from controller.quorum_controller.events import (
     Answer,

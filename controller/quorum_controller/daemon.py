@@ -17,7 +17,6 @@ import random
 import signal
 from collections.abc import Callable
 
-from controller.api.access import Access
 from controller.api.admin_service import add_api_services
 from controller.api.audit_log import ApiMetrics
 from controller.api.seam import ControllerFacade
@@ -30,9 +29,10 @@ from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.facade import CommittedAcls, ControllerApi
 from controller.quorum_controller.metrics import ControllerMetrics
 from controller.quorum_controller.ports import QuorumPort
+from controller.quorum_controller.tier_copier import TierCopier
 from controller.rpc import NOT_SERVING, bind, create_server
+from controller.security.access import Access
 from controller.security.authorizer import StandardAuthorizer
-from controller.tier.copier import TierCopier
 from controller.tier.metrics import TierMetrics
 from controller.tier.remote import open_store
 

@@ -16,7 +16,7 @@ from controller.metadata.levels import LATEST_METADATA_VERSION, MINIMUM_METADATA
 if TYPE_CHECKING:
     import asyncio
 
-    from controller.quorum.driver import DriverStatus
+    from controller.quorum.contracts import DriverStatus
     from controller.raft.voters import Voter, VoterChangeResult
 
 

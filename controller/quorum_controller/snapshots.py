@@ -23,9 +23,7 @@ from controller.logformat import SnapshotId
 from controller.metadata import MetadataState
 from controller.quorum.service import DriverStoppedError
 from controller.records import (
-    MetadataRecord,
     TopicRecord,
-    decode_record,
     encode_record,
     make_record,
 )
@@ -34,11 +32,6 @@ from controller.storage import snapshot_file as sf
 from controller.storage.snapshot_file import SnapshotReader, SnapshotWriter
 
 log = get_logger("metakraft.controller")
-
-
-def read_snapshot_records(path: Path) -> list[MetadataRecord]:
-    """Every image record of a snapshot file (CRCs and footer checked by the reader)."""
-    return [decode_record(data) for data in iter_snapshot_bytes(path)]
 
 
 def iter_snapshot_bytes(path: Path) -> Iterator[bytes]:

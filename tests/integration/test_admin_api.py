@@ -1,7 +1,7 @@
 """The Admin and BrokerLifecycle services on a real grpc.aio server (loopback, free
 port) with a LocalController behind them, driven by the real AdminClient.
 
-Every bad input of issue 5 §4 gets its error code and leaves no record behind
+Every bad request (malformed, oversized, out of range) gets its error code and leaves no record behind
 (the LocalController's log length is checked); the status-code contract of
 admin.proto and the client's retry policy are checked end to end.
 """

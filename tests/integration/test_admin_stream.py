@@ -16,7 +16,6 @@ from grpc_health.v1 import health, health_pb2_grpc
 
 from controller import rpc
 from controller.api import admin_pb2 as apb
-from controller.api.access import OPEN
 from controller.api.admin_service import admin_handler
 from controller.api.client import AdminClient, OutcomeUnknownError, RequestFailedError
 from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY, register_service
@@ -24,6 +23,7 @@ from controller.api.rpcs import ADMIN_RPCS
 from controller.api.seam import ControllerBusyError, NotControllerError
 from controller.api.stream_client import STREAM_METHOD, AdminStream, StreamItemError
 from controller.metadata import CreatableTopic
+from controller.security.access import OPEN
 from tests.support.api_server import LOCAL_CLUSTER, ApiServer, register_brokers, serving
 from tests.support.local_controller import LocalController
 from tests.support.polling import wait_until

@@ -367,7 +367,8 @@ class SystemCluster(Cluster):
         super().__init__(seed, duration_ms, settle_ms)
         for broker_id in BROKERS:
             self.brokers[broker_id] = LifecycleMachine(
-                broker_id, heartbeat_interval_s=HEARTBEAT_MS / 1000, shutdown_timeout_s=5.0)
+                broker_id, heartbeat_interval_s=HEARTBEAT_MS / 1000, shutdown_timeout_s=5.0,
+                jitter=choices.random)
             self._at(self.rng.randint(20, 200), "broker", broker_id)
 
     # ------------------------------------------------------------ plug-ins

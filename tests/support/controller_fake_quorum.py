@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 
 from controller.logformat import SnapshotId
 from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
-from controller.quorum.driver import CommitListener, DriverStatus, NotLeaderError
+from controller.quorum.contracts import CommitListener, DriverStatus
+from controller.quorum.errors import NotLeaderError
 from controller.quorum.service import DriverStoppedError
 from controller.quorum_controller.ports import NodeAccess
 from controller.raft.control import encode_leader_change

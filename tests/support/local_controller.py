@@ -4,7 +4,7 @@ It has no Raft, no event queue, no purgatory and no standby: a real
 ``MetadataState`` behind an asyncio lock, generating with the real control managers
 and replaying each result at increasing offsets as if it committed at once. It
 exists only so the API layer (services, client, CLI) can be tested in-process; the
-single-threaded controller (issue 5, part 1) replaces it behind the same seam.
+single-threaded controller replaces it behind the same seam.
 
 Test hooks: ``fail_next(exc)`` makes the next facade call raise ``exc`` before it
 does anything (``fail_always`` for every call); ``hold``/``release`` stall calls;

@@ -7,6 +7,15 @@ a seeded simulation run the real cores deterministically.
 The check is static (the import statements of our own modules, not `sys.modules`
 after an import, which would also see what third-party libraries load for
 themselves); imports under `if TYPE_CHECKING:` do not run and do not count.
+
+Two more rules hold for every module, with every import statement counted (lazy
+ones inside functions and `TYPE_CHECKING` ones too, since they are dependencies all
+the same):
+- arrows point down: each package has a floor (`FLOORS`), and a module imports
+  only from lower floors or its own package; `analytics` reads only the log's
+  formats, storage and the tier (`ANALYTICS_READS`);
+- no circles: no module reaches itself through its imports (`from package import
+  submodule` counts as importing the submodule).
 """
 
 from __future__ import annotations
@@ -41,6 +50,23 @@ CORES = {
         "broker_agent.image", "broker_agent.delta", "broker_agent.loader",
         "broker_agent.reconciler", "broker_agent.lifecycle_machine"],
 }
+
+
+# Each package's floor: imports go to lower floors only. The composition root
+# (cli, devcluster) is on top; it alone may import broker_agent and analytics.
+FLOORS = {
+    "timeline": 0, "controller": 0, "controller.log": 0, "controller.toml_config": 0,
+    "controller.logformat": 0, "controller.records": 0, "controller.backoff": 0,
+    "controller.gc_policy": 1, "controller.metrics_common": 1, "controller.storage": 1,
+    "controller.security": 2, "controller.raft": 2,
+    "controller.rpc": 3, "controller.metadata": 3,
+    "controller.quorum": 4, "controller.tier": 4, "controller.api": 4,
+    "controller.quorum_controller": 5, "broker_agent": 5, "analytics": 5,
+    "controller.devcluster": 6,
+    "controller.cli": 7,
+}
+ANALYTICS_READS = {"controller.logformat", "controller.records", "controller.storage",
+                   "controller.tier"}
 
 
 def module_path(name: str) -> Path | None:
@@ -128,3 +154,122 @@ def test_the_checker_sees_what_it_must() -> None:
     assert "asyncio" in reached["controller.quorum.driver"]
     assert "controller" in reached and "controller.raft.node" in reached
     assert "controller.raft" in reached  # the package __init__ it runs
+
+
+def every_module() -> list[str]:
+    names = []
+    for package in OUR_PACKAGES:
+        for path in sorted(ROOT.joinpath(package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def dependencies_of(name: str) -> set[str]:
+    """Our modules `name` imports anywhere in its text (lazy and TYPE_CHECKING imports
+    included); `from package import submodule` is the submodule."""
+    path = module_path(name)
+    assert path is not None, name
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                module = ".".join(parts[:len(parts) - node.level + 1] + ([module] if module
+                                                                          else []))
+            submodules = [f"{module}.{alias.name}" for alias in node.names
+                          if module_path(f"{module}.{alias.name}") is not None]
+            targets = submodules + ([module] if len(submodules) < len(node.names) else [])
+        else:
+            continue
+        found.update(t for t in targets
+                     if t.split(".")[0] in OUR_PACKAGES and module_path(t) is not None)
+    return found
+
+
+def package_of(name: str) -> str:
+    """The `FLOORS` key a module belongs to (its longest prefix there)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:end])
+        if prefix in FLOORS:
+            return prefix
+    raise AssertionError(f"{name}: no floor in FLOORS (add its package)")
+
+
+def test_arrows_point_down() -> None:
+    upward = []
+    for name in every_module():
+        source = package_of(name)
+        for target in dependencies_of(name):
+            dest = package_of(target)
+            if dest == source:
+                continue
+            if FLOORS[dest] >= FLOORS[source] or (source == "analytics"
+                                                  and dest not in ANALYTICS_READS):
+                upward.append(f"{name} -> {target}")
+    assert not upward, "imports that do not go down a floor:\n" + "\n".join(sorted(upward))
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(start: str) -> None:
+        # Iterative: a recursive walk of a long import chain could hit the limit.
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def test_no_import_circles() -> None:
+    graph = {name: dependencies_of(name) for name in every_module()}
+    assert not circles(graph)
+
+
+def test_the_rules_see_what_they_must() -> None:
+    # The circle finder finds one, and the floors rank the composition root on top.
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+    assert package_of("controller.cli.main") == "controller.cli"
+    assert FLOORS["controller.cli"] > FLOORS["broker_agent"] > FLOORS["controller.quorum"]
+    assert "controller.quorum.contracts" in dependencies_of("controller.quorum.driver")

@@ -9,10 +9,10 @@ import pytest
 
 from controller import rpc
 from controller.api import admin_pb2 as apb
-from controller.api.access import OPEN
 from controller.api.admin_service import admin_handler
 from controller.api.handlers import register_service
 from controller.api.rpcs import ADMIN_RPCS, ADMIN_RPCS_BY_NAME
+from controller.security.access import OPEN
 from tests.support.local_controller import LocalController
 
 SERVICE = apb.DESCRIPTOR.services_by_name["Admin"]

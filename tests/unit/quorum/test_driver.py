@@ -16,8 +16,8 @@ from grpc import aio
 from controller.logformat import RecordBatch, SnapshotId
 from controller.quorum import raft_service_pb2 as pb
 from controller.quorum import raft_service_pb2_grpc as pb_grpc
+from controller.quorum.contracts import CommitListener
 from controller.quorum.driver import (
-    CommitListener,
     DriverConfig,
     NotLeaderError,
     RaftDriver,

@@ -62,7 +62,7 @@ def test_metrics_follow_the_controller_and_are_served() -> None:
 def test_gc_pauses_are_measured() -> None:
     import gc
 
-    from controller.quorum_controller.metrics import standard_registry
+    from controller.metrics_common import standard_registry
 
     registry = standard_registry()
     before = registry.get_sample_value("python_gc_pause_seconds_count", {"generation": "2"}) or 0

@@ -27,19 +27,22 @@ simply waits (the copied end does not move).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from controller.api.seam import ControllerBusyError, ControllerTimeoutError, NotControllerError
+from controller.backoff import Backoff
 from controller.log import get_logger
 from controller.logformat.batch import EMPTY_ORIGIN, decode_batch, peek_batch_header
 from controller.metadata.errors import ControllerResult
 from controller.metadata.features import METADATA_VERSION
 from controller.metadata.levels import Feature, enabled, needs_level
 from controller.metadata.tier import ObjectKind, RemoteObject, SegmentState, TierStateError
-from controller.quorum.driver import LocalLogView, RaftDriver
+from controller.quorum.contracts import LocalLogView
+from controller.quorum.driver import RaftDriver
 from controller.quorum.service import DriverStoppedError
 from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import Mode
@@ -91,13 +94,15 @@ class TierCopier:
 
     async def run(self) -> None:
         """Round after round until cancelled; never raises for tier trouble."""
-        backoff_ms = self.config.copy_interval_ms
+        backoff = Backoff(self.config.copy_interval_ms,
+                          max(self.config.copy_interval_ms, self.config.max_backoff_ms),
+                          random.random)
         while True:
             try:
                 busy = await self.round()
                 self._succeeded()
-                backoff_ms = self.config.copy_interval_ms
-                delay_ms = 0 if busy else self.config.copy_interval_ms
+                backoff.reset()
+                delay_ms: float = 0 if busy else self.config.copy_interval_ms
             except _LEADERSHIP_CHANGED:
                 # A write met a change of leader: the next round sees who leads now.
                 delay_ms = self.config.copy_interval_ms
@@ -105,8 +110,7 @@ class TierCopier:
                 if not isinstance(exc, TierError | StorageError | OSError | TierStateError):
                     log.exception("tier_round_failed")  # a bug: say where
                 self._failed(exc)
-                delay_ms = backoff_ms
-                backoff_ms = min(backoff_ms * 2, self.config.max_backoff_ms)
+                delay_ms = backoff.next_delay()
             await asyncio.sleep(delay_ms / 1e3)
 
     def _succeeded(self) -> None:

@@ -27,11 +27,11 @@ from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import Mode
 from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
+from controller.quorum_controller.tier_copier import TierCopier
 from controller.records.domain import Listener
 from controller.storage.log_config import LogConfig
 from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
 from controller.tier.config import TierConfig
-from controller.tier.copier import TierCopier
 from controller.tier.history import list_tier, plan_history
 from controller.tier.objects import data_key
 from controller.tier.remote import DirectoryStore, TierUnavailableError
