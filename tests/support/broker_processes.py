@@ -98,9 +98,10 @@ class BrokerCluster:
     def __init__(self, root: Path, *, controllers: int = 3, brokers: Iterable[int] = (1, 2, 3),
                  session_timeout_ms: int = 2_000, snapshot_interval_bytes: int = 16 << 20,
                  heartbeat_interval_ms: int = 200, log_format: str = "kv",
-                 metrics: bool = False) -> None:
+                 metrics: bool = False, controller_config: str = "") -> None:
         """`log_format`: every process's `[logging] format`; `metrics`: every process
-        serves Prometheus metrics on a free port (logged as `metrics_serving`)."""
+        serves Prometheus metrics on a free port (logged as `metrics_serving`);
+        `controller_config`: more lines of the controllers' `[controller]` table."""
         self.root = root
         self.cluster_id = random_cluster_id()
         ports = free_ports(controllers)
@@ -117,7 +118,8 @@ class BrokerCluster:
                 f'data_dir = "{data_dir}"\n[voters]\n{voters}\n'
                 f"[controller]\nsession_timeout_ms = {session_timeout_ms}\n"
                 f"snapshot_interval_bytes = {snapshot_interval_bytes}\n"
-                f'[logging]\nlevel = "INFO"\nformat = "{log_format}"\n'
+                + controller_config
+                + f'[logging]\nlevel = "INFO"\nformat = "{log_format}"\n'
                 + ('[metrics]\naddress = "127.0.0.1"\nport = 0\n' if metrics else "")
                 + PLAINTEXT_TABLE)
             self.controllers[node_id] = ControllerProcess(node_id, address, config, data_dir)
