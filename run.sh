@@ -46,7 +46,12 @@ case "$cmd" in
         echo "==> mypy"
         "$VENV/bin/mypy" timeline controller broker_agent analytics
         echo "==> pytest"
-        exec "$VENV/bin/python" -m pytest "$@"
+        # Parallel workers (the suite mostly waits on processes and timers; each
+        # worker takes loopback ports from a block of its own), work stealing for
+        # an even finish, and the 20 slowest tests printed so their cost stays seen.
+        # METAKRAFT_TEST_WORKERS=0 runs in one process; later arguments win (-n 2).
+        exec "$VENV/bin/python" -m pytest -n "${METAKRAFT_TEST_WORKERS:-4}" --dist worksteal \
+            --durations=20 "$@"
         ;;
     *)
         echo "usage: ./run.sh dev [ARGS...] | ./run.sh test [PYTEST ARGS...]" >&2

@@ -349,6 +349,8 @@ class SystemCluster(Cluster):
         # current process (the driver's `fetched_high_watermark`).
         self.fetched_hw: dict[int, int] = {}
         self.reverts = 0
+        # Brokers the committed log moved from in service to fenced (sessions expired).
+        self.fencings = 0
         # Linearizability of writes: the highest committed offset of an acknowledged
         # write, and for each request sent, that offset when it was sent.
         self.max_acked_offset = -1
@@ -467,7 +469,10 @@ class SystemCluster(Cluster):
                 f"request {batch.origin.request_id} commits at {batch.base_offset}, below a "
                 f"write acknowledged before it was sent (at {floor}): not linearizable")
         if not batch.is_control:
+            serving = {b.broker_id for b in self.oracle.cluster.brokers() if not b.fenced}
             self.oracle.replay_encoded(batch.records, batch.base_offset)
+            self.fencings += sum(1 for b in self.oracle.cluster.brokers()
+                                 if b.fenced and b.broker_id in serving)
         # Reads check their answers against the oracle at their offset.
         self.oracle.registry.create_snapshot(batch.last_offset)
         self.oracle_images[batch.next_offset] = self.oracle.to_image()
