@@ -127,6 +127,9 @@ class BrokerLifecycle:
         self.listen = listen
         self.rack = rack
         self.channel = ControllerChannel(controllers, tls)
+        # The broker serves with the same credentials it dials with (daemon.py): its
+        # listener is SSL on a TLS cluster, as Kafka names it.
+        self.security_protocol = "PLAINTEXT" if tls is None else "SSL"
         self.machine = LifecycleMachine(broker_id, heartbeat_interval_s=heartbeat_interval_ms / 1e3,
                                         shutdown_timeout_s=controlled_shutdown_timeout_ms / 1e3,
                                         jitter=random.random)
@@ -179,8 +182,8 @@ class BrokerLifecycle:
         request = bpb.RegisterBrokerRequest(
             cluster_id=self.cluster_id, broker_id=self.broker_id,
             incarnation_id=self.incarnation_id,
-            listeners=[bpb.Listener(name="PLAINTEXT", host=host, port=int(port),
-                                    security_protocol="PLAINTEXT")],
+            listeners=[bpb.Listener(name=self.security_protocol, host=host, port=int(port),
+                                    security_protocol=self.security_protocol)],
             # What this software reads: the controller refuses to raise the cluster's
             # level past it, and refuses us if the cluster is already past it.
             features=[bpb.SupportedFeature(name=METADATA_VERSION, min_version=low,

@@ -69,7 +69,11 @@ def _logfmt_value(value: Any) -> str:
         return ""
     if value is True or value is False:
         return "true" if value else "false"
-    text = value if isinstance(value, str) else str(value)
+    if isinstance(value, dict | list | tuple):
+        # Structured values as compact JSON (parseable back), not a Python repr.
+        text = json.dumps(value, separators=(",", ":"), default=str)
+    else:
+        text = value if isinstance(value, str) else str(value)
     quote = " " in text or "=" in text or '"' in text
     if quote and "\\" in text:
         text = text.replace("\\", "\\\\")
@@ -82,7 +86,8 @@ def _logfmt_value(value: Any) -> str:
 
 def render_logfmt(event: dict[str, Any]) -> str:
     """`key=value` pairs, the head keys first; a value with a space, `=` or `"` is
-    quoted (backslashes and quotes escaped), newlines become `\\n`, None is empty."""
+    quoted (backslashes and quotes escaped), newlines become `\\n`, None is empty,
+    dicts and lists are compact JSON."""
     parts = [f"{key}={_logfmt_value(event.get(key))}" for key in _HEAD]
     for key, value in event.items():
         if key in _HEAD:

@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Any
 
 import attrs
+from google.protobuf import json_format
 from google.protobuf import message as pb_message
 from google.protobuf.descriptor import Descriptor
 from prometheus_client import CollectorRegistry, Histogram
@@ -27,8 +28,6 @@ log = get_logger("metakraft.audit")
 
 # Bound a line: a request may name thousands of partitions.
 MAX_RESOURCES_LOGGED = 20
-# Fields that name the resource of an item of a request.
-_NAME_FIELDS = ("name", "topic", "topic_name", "resource_name", "principal")
 _LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
@@ -49,40 +48,19 @@ class ApiMetrics:
             registry=registry, buckets=_LATENCY_BUCKETS_S)
 
 
-def _item_name(item: pb_message.Message) -> str | None:
-    fields = {f.name: v for f, v in item.ListFields()}
-    if "topic" in fields and "partition" in fields:
-        return f"{fields['topic']}-{fields['partition']}"
-    for name in _NAME_FIELDS:
-        if name in fields and isinstance(fields[name], str | int):
-            return str(fields[name])
-    if "resource" in fields and isinstance(fields["resource"], pb_message.Message):
-        return _item_name(fields["resource"])
-    return None
-
-
 def describe_request(request: pb_message.Message) -> dict[str, Any]:
-    """The resources and options a request names, for one log line: repeated items
-    by their names (at most `MAX_RESOURCES_LOGGED`, then a count), scalars as is."""
-    out: dict[str, Any] = {}
-    for field, value in request.ListFields():
-        if field.name == "header":
-            continue
-        if field.type == field.TYPE_MESSAGE:
-            items = list(value) if field.is_repeated else [value]
-            names = [n for n in (_item_name(i) for i in items) if n is not None]
-            if not field.is_repeated:
-                if names:
-                    out[field.name] = names[0]
-                continue
-            out[field.name] = names[:MAX_RESOURCES_LOGGED] if names else len(items)
-            if len(names) > MAX_RESOURCES_LOGGED:
-                out[f"{field.name}_count"] = len(names)
-        elif field.is_repeated:
-            out[field.name] = list(value)[:MAX_RESOURCES_LOGGED]
-        else:
-            out[field.name] = value
-    return out
+    """The request as its protobuf JSON form (field names as in the .proto, enums by
+    name, fields at their defaults included: partition 0 is a partition), without its
+    header; a repeated field keeps its first `MAX_RESOURCES_LOGGED` items and gets a
+    `<field>_count` beside it when it had more."""
+    body = json_format.MessageToDict(request, preserving_proto_field_name=True,
+                                     always_print_fields_with_no_presence=True)
+    body.pop("header", None)
+    for name, value in list(body.items()):
+        if isinstance(value, list) and len(value) > MAX_RESOURCES_LOGGED:
+            body[name] = value[:MAX_RESOURCES_LOGGED]
+            body[f"{name}_count"] = len(value)
+    return body
 
 
 def error_codes(response: pb_message.Message, depth: int = 0) -> Counter[str]:

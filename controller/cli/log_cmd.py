@@ -7,9 +7,12 @@ change it.
 `log dump` prints JSON lines. Without `--skip-metadata`, a file starts with a
 marker line `{"file": PATH, "kind": "segment" | "snapshot"}` and each record line
 carries its batch's metadata:
-`{"offset", "batch_base_offset", "epoch", "append_time_ms", "is_control",
-"origin": {"principal", "client_address", "request_id"}, "type", "version",
-"fields"}`. With `--skip-metadata` a line is just `{"type", "version", "fields"}`.
+`{"offset", "batch_base_offset", "epoch", "append_time_ms", "append_time",
+"is_control", "origin": {"principal", "client_address", "request_id"}, "type",
+"version", "fields"}` (`append_time`: the same instant in ISO 8601, UTC). With
+`--skip-metadata` a line is just `{"type", "version", "fields"}`.
+`--from-offset` / `--to-offset` (both inclusive) and `--type` (repeatable) keep
+only the records asked for; file marker lines are still printed.
 A record that does not decode becomes `{"error": ..., "offset": ...}`; a corrupt
 batch becomes `{"error": ..., "file": ..., "offset": ..., "position": ...}` and
 ends that file. The exit code is 1 if any error line was printed.
@@ -21,14 +24,17 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import attrs
 import click
 
 from controller.logformat import SNAPSHOT_SUFFIX, parse_snapshot_file_name
 from controller.logformat.batch import RecordBatch, decode_batch
 from controller.records import RecordDecodeError, decode_record, record_to_dict
+from controller.records.registry import RECORD_TYPES
 from controller.storage.errors import CorruptBatchError, SnapshotCorruptionError, StorageError
 from controller.storage.meta_properties import cluster_id_of
 from controller.storage.segment import LOG_SUFFIX, iter_stored_batches, parse_segment_file_name
@@ -77,6 +83,34 @@ def _file_batches(path: Path) -> Iterator[RecordBatch]:
         os.close(fd)
 
 
+@attrs.frozen
+class RecordFilter:
+    """Which records `log dump` prints: an inclusive offset range and record types
+    (empty: every type)."""
+
+    from_offset: int = 0
+    to_offset: int | None = None
+    types: frozenset[str] = frozenset()
+
+    def wants_batch(self, batch: RecordBatch) -> bool:
+        return batch.next_offset > self.from_offset and (
+            self.to_offset is None or batch.base_offset <= self.to_offset)
+
+    def wants_offset(self, offset: int) -> bool:
+        return offset >= self.from_offset and (self.to_offset is None
+                                               or offset <= self.to_offset)
+
+    def wants_line(self, line: dict[str, Any]) -> bool:
+        # A record that does not decode has no type: it is shown whatever the types.
+        return not self.types or "error" in line or line.get("type") in self.types
+
+
+def iso_time(ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 in UTC, to the millisecond."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _record_line(batch: RecordBatch, index: int, data: bytes, skip_metadata: bool,
                  ) -> tuple[dict[str, Any], bool]:
     offset = batch.base_offset + index
@@ -91,7 +125,8 @@ def _record_line(batch: RecordBatch, index: int, data: bytes, skip_metadata: boo
         return rec, ok
     line: dict[str, Any] = {
         "offset": offset, "batch_base_offset": batch.base_offset, "epoch": batch.epoch,
-        "append_time_ms": batch.append_time_ms, "is_control": batch.is_control,
+        "append_time_ms": batch.append_time_ms, "append_time": iso_time(batch.append_time_ms),
+        "is_control": batch.is_control,
         "origin": {"principal": batch.origin.principal,
                    "client_address": batch.origin.client_address,
                    "request_id": batch.origin.request_id},
@@ -134,7 +169,8 @@ def _tier_pieces(tier: str, paths: tuple[str, ...]) -> tuple[RemoteStorage, list
         sys.exit(1)
 
 
-def _dump_history(tier: str, paths: tuple[str, ...], skip_metadata: bool) -> None:
+def _dump_history(tier: str, paths: tuple[str, ...], skip_metadata: bool,
+                  wanted: RecordFilter) -> None:
     store, pieces = _tier_pieces(tier, paths)
     out = sys.stdout
     errors = 0
@@ -146,12 +182,16 @@ def _dump_history(tier: str, paths: tuple[str, ...], skip_metadata: bool) -> Non
                                       "source": piece.source, "start_offset": piece.start,
                                       "end_offset": piece.end}) + "\n")
             current = piece
+            if not wanted.wants_batch(batch):
+                continue
             for i, data in enumerate(batch.records):
-                if not piece.start <= batch.base_offset + i < piece.end:
+                offset = batch.base_offset + i
+                if not piece.start <= offset < piece.end or not wanted.wants_offset(offset):
                     continue
                 line, ok = _record_line(batch, i, data, skip_metadata)
                 errors += not ok
-                out.write(json.dumps(line) + "\n")
+                if wanted.wants_line(line):
+                    out.write(json.dumps(line) + "\n")
     except (TierError, CorruptBatchError) as exc:
         errors += 1
         out.write(json.dumps({"error": str(exc), "offset": getattr(exc, "offset", None)})
@@ -165,10 +205,23 @@ def _dump_history(tier: str, paths: tuple[str, ...], skip_metadata: bool) -> Non
 @click.argument("paths", nargs=-1, required=False)
 @click.option("--skip-metadata", is_flag=True, help="Print the records only, no batch metadata.")
 @click.option("--tier", "tier", metavar="URL", help=_TIER_HELP)
-def dump(paths: tuple[str, ...], skip_metadata: bool, tier: str | None) -> None:
+@click.option("--from-offset", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The first offset to print.")
+@click.option("--to-offset", type=click.IntRange(min=0), default=None,
+              help="The last offset to print (inclusive; default: to the end).")
+@click.option("--type", "types", multiple=True, metavar="TYPE",
+              type=click.Choice(sorted(RECORD_TYPES)),
+              help="Only records of this type (repeatable), e.g. --type topic "
+                   "--type partition_change.")
+def dump(paths: tuple[str, ...], skip_metadata: bool, tier: str | None, from_offset: int,
+         to_offset: int | None, types: tuple[str, ...]) -> None:
     """Print segment or snapshot files (or the ones under directories) as JSON lines."""
+    if to_offset is not None and to_offset < from_offset:
+        raise click.BadParameter(f"{to_offset} is below --from-offset {from_offset}",
+                                 param_hint="--to-offset")
+    wanted = RecordFilter(from_offset, to_offset, frozenset(types))
     if tier is not None:
-        _dump_history(tier, paths, skip_metadata)
+        _dump_history(tier, paths, skip_metadata, wanted)
         return
     if not paths:
         raise click.UsageError("give at least one PATH (or --tier URL)")
@@ -179,10 +232,15 @@ def dump(paths: tuple[str, ...], skip_metadata: bool, tier: str | None) -> None:
             out.write(json.dumps({"file": str(path), "kind": _kind(path)}) + "\n")
         try:
             for batch in _file_batches(path):
+                if not wanted.wants_batch(batch):
+                    continue
                 for i, data in enumerate(batch.records):
+                    if not wanted.wants_offset(batch.base_offset + i):
+                        continue
                     line, ok = _record_line(batch, i, data, skip_metadata)
                     errors += not ok
-                    out.write(json.dumps(line) + "\n")
+                    if wanted.wants_line(line):
+                        out.write(json.dumps(line) + "\n")
         except CorruptBatchError as exc:
             errors += 1
             out.write(json.dumps({"error": str(exc), "file": str(path), "offset": exc.offset,

@@ -3,6 +3,8 @@
 Under the data dir (default `./.metakraft-dev`) each process has its own folder:
 
     cluster.json                 the cluster id and every process (for scripts)
+    prometheus-controllers.json  the metrics addresses, as Prometheus file-based
+    prometheus-brokers.json        service discovery reads them (docs/monitoring/)
     controller-3000/config.toml  written by `metakraft dev` on every start
     controller-3000/data/        the formatted data dir (meta.properties, log, ...)
     controller-3000/process.log  the process's stdout and stderr, appended
@@ -36,6 +38,9 @@ from controller.storage.meta_properties import (
 Role = Literal["controller", "broker"]
 CLUSTER_JSON = "cluster.json"
 CLUSTER_JSON_VERSION = 1
+# Prometheus `file_sd_configs` target files, one per role (its scrape job).
+PROMETHEUS_TARGETS = {"controller": "prometheus-controllers.json",
+                      "broker": "prometheus-brokers.json"}
 FIRST_CONTROLLER_ID = 3000
 FIRST_BROKER_ID = 1
 DEFAULT_CONTROLLERS = 3
@@ -159,9 +164,23 @@ def cluster_document(spec: ClusterSpec, statuses: Mapping[str, ProcessStatus],
             "processes": processes}
 
 
+def prometheus_targets(spec: ClusterSpec) -> dict[str, list[dict[str, Any]]]:
+    """File name -> the `file_sd_configs` document of that role's metrics addresses
+    (a list of target groups; Prometheus rereads the file when it changes)."""
+    return {
+        name: [{"targets": [n.metrics_address for n in spec.nodes
+                            if n.role == role and n.metrics_address is not None],
+                "labels": {"cluster_id": spec.cluster_id}}]
+        for role, name in PROMETHEUS_TARGETS.items()
+    }
+
+
 def write_cluster_json(spec: ClusterSpec, statuses: Mapping[str, ProcessStatus],
                        supervisor_pid: int | None = None) -> Path:
-    """Write cluster.json atomically: a script reading it never sees half a file."""
+    """Write cluster.json and the Prometheus target files, each atomically: a script
+    (or Prometheus) reading one never sees half a file."""
+    for name, groups in prometheus_targets(spec).items():
+        atomic_write_bytes(spec.root / name, (json.dumps(groups, indent=2) + "\n").encode())
     path = cluster_json_path(spec.root)
     text = json.dumps(cluster_document(spec, statuses, supervisor_pid), indent=2) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"))

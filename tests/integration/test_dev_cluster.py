@@ -27,12 +27,10 @@ from tests.support.dev_cluster import (
     kill_everything,
     recorded_pids,
     run_scenario,
+    run_until_ready,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-READY_LINE = "Ctrl-C stops everything"
-
 
 def metakraft(*args: str, timeout_s: float = 60.0,
               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -71,19 +69,6 @@ def test_scenario_runs_the_tour_and_exits_0(data_dir: Path, secure: bool) -> Non
     assert not any(pid_alive(pid) for pid in recorded_pids(data_dir))
 
 
-def _run_until_ready(data_dir: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(dev_command("dev", "--data-dir", str(data_dir), *args),
-                                cwd=REPO_ROOT, env=dev_env(), stdout=out,
-                                stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while READY_LINE not in log.read_text(errors="replace"):
-        assert proc.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, f"not ready in 60 s:\n{log.read_text()}"
-        time.sleep(0.2)
-    return proc
-
-
 def _stop(proc: subprocess.Popen[bytes], data_dir: Path, log: Path, processes: int = 6) -> None:
     pids = recorded_pids(data_dir)
     assert len(pids) == processes and all(pid_alive(p) for p in pids), log.read_text()
@@ -99,7 +84,7 @@ def test_background_cluster_cli_sigint_and_resume(data_dir: Path, tmp_path: Path
     proc: subprocess.Popen[bytes] | None = None
     try:
         log = tmp_path / "first.out"
-        proc = _run_until_ready(data_dir, log)
+        proc = run_until_ready(data_dir, log)
         doc = json.loads((data_dir / "cluster.json").read_text())
         cluster_id = doc["cluster_id"]
         roles = sorted((p["role"], p["node_id"]) for p in doc["processes"])
@@ -122,6 +107,13 @@ def test_background_cluster_cli_sigint_and_resume(data_dir: Path, tmp_path: Path
         assert acls.returncode == 0, acls.stderr
         assert sorted((a["principal"], a["operation"]) for a in json.loads(acls.stdout)) == [
             (f"User:broker-{i}", "CLUSTER_ACTION") for i in (1, 2, 3)]
+        # The brokers serve TLS, and say so in their registrations.
+        described = metakraft("cluster", "describe", "--bootstrap", doc["bootstrap"],
+                              "--output", "json", env=as_admin)
+        assert described.returncode == 0, described.stderr
+        listeners = [li for b in json.loads(described.stdout)["brokers"] for li in b["listeners"]]
+        assert len(listeners) == 3 and {(li["name"], li["security_protocol"])
+                                        for li in listeners} == {("SSL", "SSL")}, listeners
         broker = next(p for p in doc["processes"] if p["role"] == "broker")
         status = metakraft("broker-status", "--address", broker["address"], "--output", "json",
                            env=as_admin)
@@ -130,7 +122,7 @@ def test_background_cluster_cli_sigint_and_resume(data_dir: Path, tmp_path: Path
         _stop(proc, data_dir, log)
 
         log = tmp_path / "second.out"
-        proc = _run_until_ready(data_dir, log)
+        proc = run_until_ready(data_dir, log)
         assert f"Resuming cluster {cluster_id}" in log.read_text()
         doc = json.loads((data_dir / "cluster.json").read_text())
         assert doc["cluster_id"] == cluster_id
@@ -157,13 +149,13 @@ def test_resume_with_more_or_fewer_controllers_changes_the_quorum_online(
 
     try:
         log = tmp_path / "three.out"
-        proc = _run_until_ready(data_dir, log, "--controllers", "3", *quick)
+        proc = run_until_ready(data_dir, log, "--controllers", "3", *quick)
         first = voters(json.loads((data_dir / "cluster.json").read_text())["bootstrap"])
         assert sorted(first) == [3000, 3001, 3002] and all(first.values())
         _stop(proc, data_dir, log, processes=3)
 
         log = tmp_path / "four.out"
-        proc = _run_until_ready(data_dir, log, "--controllers", "4", *quick)
+        proc = run_until_ready(data_dir, log, "--controllers", "4", *quick)
         assert "controller-3003 joined the voters" in log.read_text()
         doc = json.loads((data_dir / "cluster.json").read_text())
         grown = voters(doc["bootstrap"])
@@ -172,7 +164,7 @@ def test_resume_with_more_or_fewer_controllers_changes_the_quorum_online(
         _stop(proc, data_dir, log, processes=4)
 
         log = tmp_path / "two.out"
-        proc = _run_until_ready(data_dir, log, "--controllers", "2", *quick)
+        proc = run_until_ready(data_dir, log, "--controllers", "2", *quick)
         text = log.read_text()
         assert "controller-3002 left the voters" in text and "controller-3003 left" in text
         doc = json.loads((data_dir / "cluster.json").read_text())
@@ -198,7 +190,7 @@ def test_children_die_with_a_sigkilled_supervisor(data_dir: Path, tmp_path: Path
     proc: subprocess.Popen[bytes] | None = None
     try:
         log = tmp_path / "dev.out"
-        proc = _run_until_ready(data_dir, log)
+        proc = run_until_ready(data_dir, log)
         pids = recorded_pids(data_dir)
         assert len(pids) == 6 and all(_running(p) for p in pids), log.read_text()
         proc.kill()  # no chance to stop anything itself

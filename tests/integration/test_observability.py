@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from controller.api.client import AdminClient
-from controller.metadata import CreatableTopic
+from controller.metadata import CreatableTopic, ReassignmentRequest
 from tests.support.broker_processes import BrokerCluster
 from tests.support.polling import wait_until
 from tests.support.processes import ChildProcess
@@ -140,6 +140,11 @@ def test_alerts_and_dashboard_use_documented_metrics() -> None:
         assert used <= names, (path.name, sorted(used - names))
 
 
+def _first(request: dict[str, Any], field: str) -> Any:
+    items = request.get(field) or [{}]
+    return items[0].items()
+
+
 def test_json_logs_say_who_changed_what(cluster: BrokerCluster, admin: AdminClient) -> None:
     (controller,) = cluster.controllers.values()
     assert admin.create_topics([CreatableTopic("audited", 1, 2)])[0].error.ok
@@ -148,7 +153,8 @@ def test_json_logs_say_who_changed_what(cluster: BrokerCluster, admin: AdminClie
 
     def writes() -> list[dict[str, Any]] | None:
         found = [e for e in events(controller) if e["event"] == "admin_write"
-                 and "audited" in e["request"].get("topics", e["request"].get("names", []))]
+                 and ("audited" in e["request"].get("names", [])
+                      or {"name": "audited"}.items() <= _first(e["request"], "topics"))]
         return found if len(found) >= 3 else None
 
     create, again, delete = wait_until(writes, 10, "three admin_write lines")[-3:]
@@ -158,6 +164,15 @@ def test_json_logs_say_who_changed_what(cluster: BrokerCluster, admin: AdminClie
     assert (create["method"], create["result"]) == ("CreateTopics", "ok")
     assert again["result"] == "TOPIC_ALREADY_EXISTS:1"
     assert (delete["method"], delete["result"]) == ("DeleteTopics", "ok")
+    # The request as sent, every field: a partition 0 stays partition 0.
+    assert create["request"]["topics"][0]["num_partitions"] == 1
+    # (the topic does not exist: the line is written whatever the answer)
+    admin.alter_partition_reassignments([ReassignmentRequest("kept", 0, (2, 1))])
+    moved = wait_until(lambda: [e for e in events(controller) if e["event"] == "admin_write"
+                                and e["method"] == "AlterPartitionReassignments"],
+                       10, "the reassignment's admin_write line")
+    assert moved[-1]["request"]["partitions"] == [
+        {"topic": "kept", "partition": 0, "replicas": [2, 1], "cancel": False}]
     # Typed values: numbers stay numbers.
     elected = [e for e in events(controller) if e["event"] == "leader_elected"]
     assert elected and isinstance(elected[0]["epoch"], int)

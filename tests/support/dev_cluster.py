@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from tests.support.processes import REPO_ROOT, metakraft_command
@@ -20,6 +21,26 @@ def dev_env() -> dict[str, str]:
 def dev_command(*args: str) -> list[str]:
     """`metakraft ARGS...` run by this interpreter from this checkout."""
     return metakraft_command(*args)
+
+
+# What `metakraft dev` prints once every process is up.
+READY_LINE = "Ctrl-C stops everything"
+
+
+def run_until_ready(data_dir: Path, log: Path, *args: str,
+                    timeout_s: float = 60.0) -> subprocess.Popen[bytes]:
+    """`metakraft dev --data-dir DATA_DIR ARGS...` in the background, its output in
+    `log`, returned once it says every process is up (bounded, checked)."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(dev_command("dev", "--data-dir", str(data_dir), *args),
+                                cwd=REPO_ROOT, env=dev_env(), stdout=out,
+                                stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    while READY_LINE not in log.read_text(errors="replace"):
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"not ready in {timeout_s} s:\n{log.read_text()}"
+        time.sleep(0.2)
+    return proc
 
 
 def recorded_pids(data_dir: Path) -> list[int]:

@@ -35,7 +35,7 @@ def test_logfmt_quotes_and_escapes_values() -> None:
                           "n": 3, "items": ["t1", "t2"]})
     assert line == ('ts=T level=info logger=l event=x plain=abc space="a b" eq="a=b" '
                     'quote="say \\"hi\\"" back=c:\\d back_space="c:\\\\d e" '
-                    "newline=a\\nb none= yes=true no=false n=3 items=\"['t1', 't2']\"")
+                    'newline=a\\nb none= yes=true no=false n=3 items="[\\"t1\\",\\"t2\\"]"')
 
 
 def test_logfmt_puts_the_head_first_and_renders_a_missing_head_key_empty() -> None:

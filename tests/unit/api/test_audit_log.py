@@ -1,13 +1,24 @@
-"""The audit line's pieces: the per-item error codes counted from any Admin answer."""
+"""The audit line's pieces: the request as logged (every field, enums by name, a
+partition 0 kept), and the per-item error codes counted from any Admin answer."""
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 from collections import Counter
 
 from google.protobuf import message as pb_message
 
 from controller.api import admin_pb2 as apb
-from controller.api.audit_log import error_codes
+from controller.api.audit_log import (
+    MAX_RESOURCES_LOGGED,
+    ApiMetrics,
+    RequestAudit,
+    describe_request,
+    error_codes,
+)
+from controller.log import formatter
 
 
 def _reference(message: pb_message.Message) -> Counter[str]:
@@ -62,3 +73,60 @@ def test_error_codes_agrees_with_a_walk_of_every_field_on_every_answer_type() ->
     for answer in answers:
         fill(answer, 0)
         assert error_codes(answer) == _reference(answer), type(answer).__name__
+
+
+def _audit_line(request: pb_message.Message, fmt: str) -> str:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(formatter(fmt))
+    logger = logging.getLogger("metakraft.audit")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        RequestAudit("AlterPartitionReassignments", True, request, None, "User:alice",
+                     "r-1").finish("OK", apb.AlterPartitionReassignmentsResponse())
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    (line,) = out.getvalue().splitlines()
+    return line
+
+
+def test_a_partition_0_reassignment_is_logged_as_partition_0_in_json_and_logfmt() -> None:
+    request = apb.AlterPartitionReassignmentsRequest(
+        header=apb.RequestHeader(request_id="r-1"),
+        partitions=[apb.ReassignablePartition(topic="orders", partition=0, replicas=[2, 3])])
+    want = {"partitions": [{"topic": "orders", "partition": 0, "replicas": [2, 3],
+                            "cancel": False}]}
+    assert describe_request(request) == want
+    event = json.loads(_audit_line(request, "json"))
+    assert (event["method"], event["principal"], event["result"]) == (
+        "AlterPartitionReassignments", "User:alice", "ok")
+    assert event["request"] == want
+    # logfmt: the request is one field holding the same JSON, quoted.
+    line = _audit_line(request, "kv")
+    value = line.split(" request=", 1)[1]
+    assert value.startswith('"') and value.endswith('"'), line
+    assert json.loads(value[1:-1].replace('\\"', '"')) == want
+
+
+def test_acl_enums_are_logged_by_name() -> None:
+    request = apb.CreateAclsRequest(creations=[apb.AclBinding(
+        resource_type=apb.ACL_RESOURCE_TYPE_TOPIC, resource_name="orders",
+        pattern_type=apb.ACL_PATTERN_TYPE_LITERAL, principal="User:bob", host="*",
+        operation=apb.ACL_OPERATION_WRITE, permission=apb.ACL_PERMISSION_ALLOW)])
+    (binding,) = describe_request(request)["creations"]
+    assert binding["resource_type"] == "ACL_RESOURCE_TYPE_TOPIC"
+    assert binding["operation"] == "ACL_OPERATION_WRITE"
+    assert binding["permission"] == "ACL_PERMISSION_ALLOW"
+
+
+def test_long_requests_are_cut_with_a_count() -> None:
+    names = [f"t{i}" for i in range(MAX_RESOURCES_LOGGED + 5)]
+    described = describe_request(apb.DeleteTopicsRequest(names=names))
+    assert described["names"] == names[:MAX_RESOURCES_LOGGED]
+    assert described["names_count"] == len(names)
+    assert "header" not in describe_request(apb.DeleteTopicsRequest(
+        header=apb.RequestHeader(request_id="x")))
+    assert ApiMetrics  # the metrics of the same audit, exercised in test_observability

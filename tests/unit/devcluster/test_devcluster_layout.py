@@ -168,6 +168,12 @@ def test_cluster_json_lists_every_process(tmp_path: Path) -> None:
     assert broker["role"] == "broker" and broker["exit_code"] == -9
     assert broker["metrics_address"] == spec.brokers[0].metrics_address
     assert read_cluster_json(tmp_path) == spec
+    # Prometheus' file-based service discovery: one target file per scrape job.
+    assert json.loads((tmp_path / "prometheus-controllers.json").read_text()) == [
+        {"targets": [spec.controllers[0].metrics_address],
+         "labels": {"cluster_id": spec.cluster_id}}]
+    assert json.loads((tmp_path / "prometheus-brokers.json").read_text())[0]["targets"] == [
+        spec.brokers[0].metrics_address]
     assert not list(tmp_path.glob("*.tmp*")), "written atomically, no leftovers"
 
 

@@ -105,6 +105,26 @@ def test_dump_segments_prints_one_record_a_line(tmp_path: Path) -> None:
     assert code == 1
 
 
+def test_dump_filters_by_offset_and_type_and_prints_iso_times(tmp_path: Path) -> None:
+    make_log(tmp_path)  # offsets 0-3: topic, partition, partition, junk; 4-7 the same
+
+    def records(*args: str) -> list[dict[str, object]]:
+        _, out, _ = run("log", "dump", *args, str(tmp_path))
+        return [r for r in map(json.loads, out.splitlines()) if "offset" in r]
+
+    assert [r["offset"] for r in records("--from-offset", "2", "--to-offset", "5")] == \
+        [2, 3, 4, 5]
+    assert [r["offset"] for r in records("--type", "partition")] == [1, 2, 3, 5, 6, 7]
+    # A record that does not decode is shown whatever the types asked (it has none).
+    assert [r["offset"] for r in records("--type", "topic", "--from-offset", "3")] == [3, 4, 7]
+    first = records("--to-offset", "0")[0]
+    assert (first["append_time_ms"], first["append_time"]) == (1000, "1970-01-01T00:00:01.000Z")
+    code, _, err = run("log", "dump", "--type", "nope", str(tmp_path))
+    assert code == 2 and "nope" in err
+    code, _, err = run("log", "dump", "--from-offset", "5", "--to-offset", "4", str(tmp_path))
+    assert code == 2 and "below --from-offset" in err
+
+
 def test_dump_skip_metadata(tmp_path: Path) -> None:
     make_log(tmp_path, segments=1)
     _, out, _ = run("log", "dump", "--skip-metadata", str(next(tmp_path.glob("*.log"))))
