@@ -3,9 +3,11 @@ logs: the scripted history's (`log_dir`, exact answers known) and a real cluster
 (`dev_run`: `metakraft dev --scenario`, real processes).
 
 Session start costs 8-11 s and the first Python-source query ~10 s more on this
-machine, so the session is session-scoped (and pytest-xdist must not be used here).
-Java is checked up front: without a JDK 17+ every test fails with that message
-rather than being skipped.
+machine, so the session is session-scoped. Under pytest-xdist every test that uses
+it is put in one group (`xdist_group`, with `--dist loadgroup`), so one worker
+starts one JVM and builds the logs once, as early as it can. Java is checked up
+front: without a JDK 17+ every test fails with that message rather than being
+skipped.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +26,15 @@ from tests.analytics.history import Known, build_log
 from tests.analytics.standalone import check_java
 from tests.support.dev_cluster import run_scenario
 
+SPARK_GROUP = "spark-session"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) and here in item.path.parents:
+            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
@@ -31,11 +43,12 @@ def spark() -> Iterator[object]:
     # and this package installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
     import analytics
 
-    session = (SparkSession.builder.master("local[2]").appName("metakraft-tests")
+    builder = (SparkSession.builder.master("local[2]").appName("metakraft-tests")
                .config("spark.ui.enabled", "false")
                # The test logs are tiny: one shuffle partition, no adaptive re-planning
                # and no whole-stage code generation (compiling generated code costs more
@@ -45,8 +58,18 @@ def spark() -> Iterator[object]:
                .config("spark.sql.codegen.wholeStage", "false")
                .config("spark.default.parallelism", "2")
                .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.memory", "1g")
-               .getOrCreate())
+               .config("spark.driver.memory", "1g"))
+    try:
+        session = builder.getOrCreate()
+    except PySparkRuntimeError as exc:
+        # Seen once under pytest-xdist: the JVM launched by a worker that had run
+        # gRPC tests exited at once, silently (gRPC logged an epoll EBADF in the same
+        # instant). A second launch is tried, and said.
+        if "JAVA_GATEWAY_EXITED" not in str(exc):
+            raise
+        warnings.warn(f"the Spark JVM exited at start ({exc}); starting it again",
+                      stacklevel=1)
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     analytics.register(session)
     yield session
