@@ -9,7 +9,11 @@ cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
 VENV=".venv"
 
+# ensure_venv core|dev: the cluster needs only the core install (`pip install -e .`);
+# the tests need the `dev` extra (Spark, the S3 test server, linters). A venv that has
+# the dev install serves both.
 ensure_venv() {
+    local level="$1"
     if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
         echo "metakraft needs Python >= 3.11; '$PYTHON' is $("$PYTHON" --version 2>&1)." >&2
         echo "Set PYTHON=/path/to/python3.11 and run again." >&2
@@ -20,27 +24,35 @@ ensure_venv() {
         "$PYTHON" -m venv "$VENV"
     fi
     # Reinstall only when the dependency list or the set of top-level packages changed
-    # since the last install (an editable install maps the packages it saw).
+    # since the last install (an editable install maps the packages it saw), or when
+    # more is needed than was installed.
     local stamp="$VENV/.metakraft-installed"
     local want
     want="$( (cat pyproject.toml; ls -d -- */__init__.py) | sha256sum | cut -d' ' -f1)"
-    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-        echo "==> installing metakraft and its dependencies into $VENV"
-        "$VENV/bin/python" -m pip install --quiet --upgrade pip
-        "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
-        echo "$want" > "$stamp"
+    local have=""
+    [ -f "$stamp" ] && have="$(cat "$stamp")"
+    if [ "$have" = "$want dev" ] || [ "$have" = "$want $level" ]; then
+        return
     fi
+    echo "==> installing metakraft ($level) and its dependencies into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    if [ "$level" = dev ]; then
+        "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+    else
+        "$VENV/bin/python" -m pip install --quiet -e .
+    fi
+    echo "$want $level" > "$stamp"
 }
 
 cmd="${1:-}"
 shift || true
 case "$cmd" in
     dev)
-        ensure_venv
+        ensure_venv core
         exec "$VENV/bin/metakraft" dev "$@"
         ;;
     test)
-        ensure_venv
+        ensure_venv dev
         echo "==> ruff"
         "$VENV/bin/ruff" check .
         echo "==> mypy"

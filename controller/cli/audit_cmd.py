@@ -7,6 +7,7 @@ Spark and Java.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -14,6 +15,17 @@ import sys
 import time
 
 import click
+
+# What the audit imports beyond the core install (the `analytics` extra).
+ANALYTICS_MODULES = ("pyspark", "pyarrow", "numpy", "matplotlib")
+
+
+def _analytics_problem() -> str | None:
+    missing = [m for m in ANALYTICS_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        return (f"the Spark audit needs the analytics extra, which the core install leaves "
+                f"out: pip install 'metakraft[analytics]' (missing: {', '.join(missing)})")
+    return None
 
 
 def _java_problem() -> str | None:
@@ -128,7 +140,8 @@ def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snap
         click.echo("error: give --log-dir (--tier alone is enough without --compare-with)",
                    err=True)
         sys.exit(2)
-    problem = (_log_dir_problem(log_dir, snapshots, tier)
+    problem = (_analytics_problem()
+               or _log_dir_problem(log_dir, snapshots, tier)
                or next(filter(None, (_log_dir_problem(d, False) for d in compare_with)), None)
                or _java_problem())
     if problem is not None:

@@ -28,7 +28,7 @@ from controller.storage.errors import MetaPropertiesError
 from controller.storage.log_config import LOG_DAMAGE_POLICIES, LogConfig
 from controller.storage.meta_properties import check_meta_properties
 from controller.tier.config import TierConfig
-from controller.tier.remote import parse_tier_url
+from controller.tier.remote import parse_tier_url, require_s3_client
 from controller.toml_config import (
     ConfigError,
     host_port,
@@ -322,6 +322,11 @@ def _tier_config(doc: dict[str, Any], data_dir: Path) -> TierConfig:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     location = parse_tier_url(tier.url)
+    if location.scheme == "s3":
+        try:
+            require_s3_client()
+        except ValueError as exc:
+            raise ConfigError(f"tier.url: {exc}") from None
     if location.scheme == "file" and Path(location.path).resolve().is_relative_to(
             data_dir.resolve() / "metadata"):
         raise ConfigError(f"tier.url {tier.url} is inside the log directory; put the tier "

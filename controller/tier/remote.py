@@ -111,6 +111,20 @@ def parse_tier_url(url: str) -> TierLocation:
     raise ValueError(f"tier URL {url!r}: expected file:///path or s3://bucket/prefix")
 
 
+# boto3 is an extra: a cluster without an S3 tier does not install it.
+S3_EXTRA = "metakraft[s3]"
+
+
+def require_s3_client() -> None:
+    """Raise ValueError saying what to install if the S3 client is missing."""
+    try:
+        import boto3  # noqa: F401
+        import botocore  # noqa: F401
+    except ImportError as exc:
+        raise ValueError(f"an s3:// tier needs boto3, which the core install leaves out: "
+                         f"pip install '{S3_EXTRA}' ({exc})") from None
+
+
 def open_store(url: str, *, access_key_id: str | None = None,
                secret_access_key: str | None = None) -> RemoteStorage:
     location = parse_tier_url(url)
@@ -206,6 +220,7 @@ class S3Store:
 
     def __init__(self, location: TierLocation, *, access_key_id: str | None = None,
                  secret_access_key: str | None = None, timeout_s: float = 5.0) -> None:
+        require_s3_client()
         import boto3  # the S3 tier only; a directory tier must not need it
         from botocore.config import Config
 

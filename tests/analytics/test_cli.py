@@ -40,6 +40,20 @@ def test_a_directory_without_a_log_is_refused_before_spark_starts(tmp_path: Path
     assert not (tmp_path / "report").exists()
 
 
+def test_without_the_analytics_extra_the_audit_says_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pyspark" else real(name, *a))
+    result = CliRunner().invoke(cli, ["audit", "--log-dir", str(tmp_path),
+                                      "--out", str(tmp_path / "report")])
+    assert result.exit_code == 2, result.output
+    assert "pip install 'metakraft[analytics]' (missing: pyspark)" in result.output
+    assert "starting Spark" not in result.output
+
+
 def test_session_conf_tunes_local_masters_and_leaves_clusters_alone() -> None:
     from analytics.report import session_conf
 

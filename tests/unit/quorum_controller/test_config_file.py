@@ -3,6 +3,7 @@ naming the key and what to do; the CLI exits 2 with that message."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 from controller.cli.main import cli
 from controller.quorum_controller.config_file import EXAMPLE_CONFIG, load_config, parse_config
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
+from controller.tier.remote import open_store
 from controller.toml_config import ConfigError
 
 CID = random_cluster_id()
@@ -190,3 +192,16 @@ def test_identity_patterns_bind_each_principal_to_one_node(tmp_path: Path) -> No
         parse_config(EXAMPLE_CONFIG.replace("broker_id_pattern = 'User:broker-(\\d+)'",
                                             "broker_id_pattern = 'User:broker-'"),
                      tmp_path / "c.toml")
+
+
+def test_an_s3_tier_without_boto3_says_which_extra_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The core install leaves boto3 out: a None in sys.modules makes its import fail.
+    monkeypatch.setitem(sys.modules, "boto3", None)
+    text = TIER.replace("file:///var/tier", "s3://bucket/prefix?endpoint=http://127.0.0.1:9")
+    with pytest.raises(ConfigError, match=r"pip install 'metakraft\[s3\]'"):
+        parse_config(text, tmp_path / "c.toml")
+    with pytest.raises(ValueError, match=r"an s3:// tier needs boto3"):
+        open_store("s3://bucket/prefix?endpoint=http://127.0.0.1:9")
+    # A directory tier needs nothing more.
+    assert parse_config(TIER, tmp_path / "c.toml").tier is not None
