@@ -3,11 +3,9 @@ logs: the scripted history's (`log_dir`, exact answers known) and a real cluster
 (`dev_run`: `metakraft dev --scenario`, real processes).
 
 Session start costs 8-11 s and the first Python-source query ~10 s more on this
-machine, so the session is session-scoped. Under pytest-xdist every test that uses
-it is put in one group (`xdist_group`, with `--dist loadgroup`), so one worker
-starts one JVM and builds the logs once, as early as it can. Java is checked up
-front: without a JDK 17+ every test fails with that message rather than being
-skipped.
+machine, so the session is session-scoped: under pytest-xdist, one per worker that
+runs such tests. Java is checked up front: without a JDK 17+ every test fails with
+that message rather than being skipped.
 """
 
 from __future__ import annotations
@@ -25,15 +23,6 @@ import pytest
 from tests.analytics.history import Known, build_log
 from tests.analytics.standalone import check_java
 from tests.support.dev_cluster import run_scenario
-
-SPARK_GROUP = "spark-session"
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()) and here in item.path.parents:
-            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
 
 
 @pytest.fixture(scope="session")

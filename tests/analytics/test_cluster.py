@@ -18,7 +18,9 @@ from tests.analytics.history import Known
 from tests.analytics.plant import copy_log, plant, record_count
 from tests.analytics.standalone import StandaloneCluster, check_java
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Each runs `metakraft audit` on a standalone Spark cluster (master, worker and the
+# audit: three JVMs); beside other workers on 2 cores one took 287 s.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

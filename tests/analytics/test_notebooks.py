@@ -19,7 +19,7 @@ import pytest
 from tests.analytics.conftest import DevRun
 from tests.analytics.plant import record_count
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "analytics" / "notebooks"
 NAMES = ["cluster_overview", "topic_forensics", "invariant_check"]
