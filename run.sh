@@ -60,8 +60,9 @@ case "$cmd" in
         echo "==> pytest"
         # Parallel workers (the suite mostly waits on processes and timers; each
         # worker takes loopback ports from a block of its own), work stealing for
-        # an even finish (it beat grouping the Spark tests on one worker: 14.3 min
-        # against 19.6), and the 20 slowest printed so their cost stays seen.
+        # an even finish (grouping the Spark tests on one worker instead took 19.6
+        # min against 14.3, in a run beside other work), and the 20 slowest printed
+        # so their cost stays seen.
         # METAKRAFT_TEST_WORKERS=0 runs in one process; later arguments win (-n 2).
         exec "$VENV/bin/python" -m pytest -n "${METAKRAFT_TEST_WORKERS:-4}" --dist worksteal \
             --durations=20 "$@"
