@@ -3,9 +3,9 @@ scrape config (docs/monitoring/prometheus.yml) and the target files the dev
 cluster writes, and evaluates the committed alert rules (alerts.yml) against it.
 
 Prometheus is Debian's package: the `prometheus` on PATH if there is one, else the
-package's files fetched with `apt-get download` and unpacked under the test's
-cache (no root, no service started). If neither works the test is skipped with the
-reason (it needs Debian's package index).
+package's files fetched with `apt-get download` (after an `apt-get update` if the
+machine has no package lists yet) and unpacked under the test's cache (no service
+started). If neither works the test is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -37,8 +37,17 @@ def _prometheus_binary(cache: Path) -> Path:
     if unpacked.exists():
         return unpacked
     cache.mkdir(parents=True, exist_ok=True)
-    fetched = subprocess.run(["apt-get", "download", "prometheus"], cwd=cache,
-                             capture_output=True, text=True, timeout=180, check=False)
+
+    def download() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["apt-get", "download", "prometheus"], cwd=cache,
+                              capture_output=True, text=True, timeout=180, check=False)
+
+    fetched = download()
+    if fetched.returncode != 0:
+        # A fresh machine may have no package lists yet.
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, timeout=300,
+                       check=False)
+        fetched = download()
     debs = sorted(cache.glob("prometheus_*.deb"))
     if fetched.returncode != 0 or not debs:
         pytest.skip(f"no Prometheus: not on PATH, and `apt-get download prometheus` "
