@@ -25,6 +25,7 @@ from collections.abc import Callable
 from broker_agent.agent import BrokerAgent
 from broker_agent.config import BrokerConfig
 from broker_agent.lifecycle import BrokerLifecycle
+from broker_agent.lifecycle_machine import LifecycleState
 from broker_agent.loader import MetadataLoader
 from broker_agent.local_state import LocalPartitionStore
 from broker_agent.metrics import BrokerMetrics
@@ -35,10 +36,14 @@ from controller.metrics_common import serve_metrics
 from controller.quorum.driver import RaftDriver
 from controller.quorum.log_adapter import discard_replica_log
 from controller.raft import CommittedHistoryCutError
-from controller.rpc import add_health_and_reflection, bind, create_server
+from controller.rpc import RoleHealth, add_health_and_reflection, bind, create_server
 from controller.storage.meta_properties import DataDir
 
 log = get_logger("metakraft.broker")
+
+# grpc.health.v1 service SERVING only while the broker runs: registered, unfenced
+# and caught up with the metadata log.
+RUNNING_BROKER_HEALTH = "metakraft.Broker"
 
 
 class _Metadata:
@@ -141,6 +146,9 @@ async def run_broker(config: BrokerConfig) -> int:
                                 lifecycle.channel.current_id, lifecycle.incarnation_id)
 
     health = add_health_and_reflection(server, [add_status_service(server, view)])
+    running = RoleHealth(health, RUNNING_BROKER_HEALTH)
+    lifecycle.machine.state_listeners.append(
+        lambda state: running.update(state is LifecycleState.RUNNING))
     if metrics is not None:
         assert config.metrics_port is not None
         metrics_port = serve_metrics(metrics.registry, config.metrics_address,

@@ -84,12 +84,16 @@ class LifecycleMachine:
         self._backoff = Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S, jitter)
         # How long to wait before the next action.
         self.wait_s = 0.0
+        # Told each new state (the daemon's per-role health status follows it).
+        self.state_listeners: list[Callable[[LifecycleState], None]] = []
 
     def _become(self, state: LifecycleState) -> None:
         if state is self.state:
             return
         assert state in LIFECYCLE_TRANSITIONS[self.state], (self.state, state)
         self.state = state
+        for listener in self.state_listeners:
+            listener(state)
 
     # ------------------------------------------------------------------ stimuli
 

@@ -8,6 +8,7 @@ only when a config says so explicitly).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc import aio
 from grpc_health.v1 import _async as health_async
-from grpc_health.v1 import health, health_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from controller.log import get_logger
@@ -221,3 +222,44 @@ def add_health_and_reflection(
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def health_status(address: str, tls: TlsCredentials | None, service: str = "",
+                  timeout_ms: int = 2_000) -> str:
+    """What grpc.health.v1 at `address` says of `service` ("": the whole server):
+    SERVING, NOT_SERVING, SERVICE_UNKNOWN ..., or UNREACHABLE (no answer in time)."""
+    channel = create_sync_channel(address, tls=tls)
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=timeout_ms / 1000)
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+    except grpc.RpcError as exc:
+        if exc.code() is grpc.StatusCode.NOT_FOUND:
+            return "SERVICE_UNKNOWN"
+        return "UNREACHABLE"
+    finally:
+        channel.close()
+
+
+class RoleHealth:
+    """A grpc.health.v1 service `name` that is SERVING only while this process holds
+    a role (the active controller, a running broker): a load balancer or a probe
+    asks for it to find the process in that role. NOT_SERVING until `update(True)`."""
+
+    def __init__(self, servicer: health_async.HealthServicer, name: str) -> None:
+        self.name = name
+        self._servicer = servicer
+        self._serving = False
+        self._pending: set[asyncio.Task[None]] = set()
+        # Written directly, as in `add_health_and_reflection`: nothing watches yet.
+        servicer._server_status[name] = NOT_SERVING
+
+    def update(self, serving: bool) -> None:
+        """The role was taken (True) or lost; call on the event loop."""
+        if serving == self._serving:
+            return
+        self._serving = serving
+        task = asyncio.get_running_loop().create_task(
+            self._servicer.set(self.name, SERVING if serving else NOT_SERVING))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)

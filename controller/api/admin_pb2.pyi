@@ -1719,6 +1719,7 @@ class DescribeQuorumResponse(_message.Message):
     NODE_ID_FIELD_NUMBER: _builtins.int
     NODE_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
     NODE_ENDPOINT_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
     leader_id: _builtins.int
     """-1 when there is no leader."""
     leader_epoch: _builtins.int
@@ -1733,6 +1734,8 @@ class DescribeQuorumResponse(_message.Message):
     """
     node_directory_id: _builtins.str
     node_endpoint: _builtins.str
+    cluster_id: _builtins.str
+    """The cluster id (`kafka-metadata-quorum describe --status` shows it)."""
     @_builtins.property
     def voters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaState]: ...
     @_builtins.property
@@ -1749,14 +1752,193 @@ class DescribeQuorumResponse(_message.Message):
         node_id: _builtins.int = ...,
         node_directory_id: _builtins.str = ...,
         node_endpoint: _builtins.str = ...,
+        cluster_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dynamic", b"dynamic", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "node_directory_id", b"node_directory_id", "node_endpoint", b"node_endpoint", "node_id", b"node_id", "observers", b"observers", "voters", b"voters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "dynamic", b"dynamic", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "node_directory_id", b"node_directory_id", "node_endpoint", b"node_endpoint", "node_id", b"node_id", "observers", b"observers", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeQuorumResponse: _TypeAlias = DescribeQuorumResponse  # noqa: Y015
+
+@_typing.final
+class TransferLeadershipRequest(_message.Message):
+    """Hand the quorum's leadership to voter `target_id` (etcdctl move-leader): the
+    active controller stops appending, waits until the target holds its whole log,
+    then resigns naming it the first successor, so it takes over at once. Answered
+    once the target leads (or not: REQUEST_TIMED_OUT, nothing lost; writes meanwhile
+    are refused NOT_CONTROLLER and retried by the clients).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    TARGET_ID_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    target_id: _builtins.int
+    timeout_ms: _builtins.int
+    """0: the controller's request timeout."""
+    @_builtins.property
+    def header(self) -> Global___RequestHeader: ...
+    def __init__(
+        self,
+        *,
+        header: Global___RequestHeader | None = ...,
+        target_id: _builtins.int = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "target_id", b"target_id", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransferLeadershipRequest: _TypeAlias = TransferLeadershipRequest  # noqa: Y015
+
+@_typing.final
+class TransferLeadershipResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    leader_id: _builtins.int
+    """The leader and epoch after the transfer (-1: none known yet)."""
+    leader_epoch: _builtins.int
+    @_builtins.property
+    def error(self) -> Global___Error: ...
+    def __init__(
+        self,
+        *,
+        error: Global___Error | None = ...,
+        leader_id: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransferLeadershipResponse: _TypeAlias = TransferLeadershipResponse  # noqa: Y015
+
+@_typing.final
+class DescribeNodeRequest(_message.Message):
+    """One controller's own state (etcdctl endpoint status): answered by the controller
+    called, whatever its role, never redirected.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def header(self) -> Global___RequestHeader: ...
+    def __init__(
+        self,
+        *,
+        header: Global___RequestHeader | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeNodeRequest: _TypeAlias = DescribeNodeRequest  # noqa: Y015
+
+@_typing.final
+class DescribeNodeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    ENDPOINT_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    CONTROLLER_MODE_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    FLUSHED_OFFSET_FIELD_NUMBER: _builtins.int
+    APPLIED_OFFSET_FIELD_NUMBER: _builtins.int
+    DATA_DIR_BYTES_FIELD_NUMBER: _builtins.int
+    SOFTWARE_VERSION_FIELD_NUMBER: _builtins.int
+    MIN_SUPPORTED_VERSION_FIELD_NUMBER: _builtins.int
+    MAX_SUPPORTED_VERSION_FIELD_NUMBER: _builtins.int
+    FINALIZED_METADATA_VERSION_FIELD_NUMBER: _builtins.int
+    VOTER_FIELD_NUMBER: _builtins.int
+    REPAIR_TO_OFFSET_FIELD_NUMBER: _builtins.int
+    UPTIME_MS_FIELD_NUMBER: _builtins.int
+    TRANSFER_TARGET_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    directory_id: _builtins.str
+    endpoint: _builtins.str
+    cluster_id: _builtins.str
+    role: _builtins.str
+    """The Raft role: leader, follower, prospective, candidate, resigned, observer."""
+    controller_mode: _builtins.str
+    """The controller's mode: active, pending (elected, catching up) or standby."""
+    leader_id: _builtins.int
+    """The leader this controller knows (-1: none) and its epoch."""
+    leader_epoch: _builtins.int
+    high_watermark: _builtins.int
+    """Offsets of this controller's log: the high watermark it knows, its first and
+    next offsets, what is flushed to disk and what is applied to its state.
+    """
+    log_start_offset: _builtins.int
+    log_end_offset: _builtins.int
+    flushed_offset: _builtins.int
+    applied_offset: _builtins.int
+    data_dir_bytes: _builtins.int
+    """Bytes in its data directory (log segments, snapshots, quorum state)."""
+    software_version: _builtins.str
+    min_supported_version: _builtins.int
+    """The metadata.version levels its software supports, and the cluster's level."""
+    max_supported_version: _builtins.int
+    finalized_metadata_version: _builtins.int
+    voter: _builtins.bool
+    """Whether it is a voter of the latest voter set in its log."""
+    repair_to_offset: _builtins.int
+    """Set while it repairs a damaged log: the offset it must hold again (-1: none)."""
+    uptime_ms: _builtins.int
+    transfer_target: _builtins.int
+    """The voter leadership is being handed to (-1: no transfer under way)."""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        directory_id: _builtins.str = ...,
+        endpoint: _builtins.str = ...,
+        cluster_id: _builtins.str = ...,
+        role: _builtins.str = ...,
+        controller_mode: _builtins.str = ...,
+        leader_id: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        high_watermark: _builtins.int = ...,
+        log_start_offset: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
+        flushed_offset: _builtins.int = ...,
+        applied_offset: _builtins.int = ...,
+        data_dir_bytes: _builtins.int = ...,
+        software_version: _builtins.str = ...,
+        min_supported_version: _builtins.int = ...,
+        max_supported_version: _builtins.int = ...,
+        finalized_metadata_version: _builtins.int = ...,
+        voter: _builtins.bool = ...,
+        repair_to_offset: _builtins.int = ...,
+        uptime_ms: _builtins.int = ...,
+        transfer_target: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_offset", b"applied_offset", "cluster_id", b"cluster_id", "controller_mode", b"controller_mode", "data_dir_bytes", b"data_dir_bytes", "directory_id", b"directory_id", "endpoint", b"endpoint", "finalized_metadata_version", b"finalized_metadata_version", "flushed_offset", b"flushed_offset", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "max_supported_version", b"max_supported_version", "min_supported_version", b"min_supported_version", "node_id", b"node_id", "repair_to_offset", b"repair_to_offset", "role", b"role", "software_version", b"software_version", "transfer_target", b"transfer_target", "uptime_ms", b"uptime_ms", "voter", b"voter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeNodeResponse: _TypeAlias = DescribeNodeResponse  # noqa: Y015
 
 @_typing.final
 class AddRaftVoterRequest(_message.Message):

@@ -119,6 +119,16 @@ class AdminStub:
                 request_serializer=controller_dot_api_dot_admin__pb2.UpdateRaftVoterRequest.SerializeToString,
                 response_deserializer=controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.FromString,
                 _registered_method=True)
+        self.TransferLeadership = channel.unary_unary(
+                '/metakraft.admin.v1.Admin/TransferLeadership',
+                request_serializer=controller_dot_api_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_admin__pb2.TransferLeadershipResponse.FromString,
+                _registered_method=True)
+        self.DescribeNode = channel.unary_unary(
+                '/metakraft.admin.v1.Admin/DescribeNode',
+                request_serializer=controller_dot_api_dot_admin__pb2.DescribeNodeRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_admin__pb2.DescribeNodeResponse.FromString,
+                _registered_method=True)
         self.DescribeFeatures = channel.unary_unary(
                 '/metakraft.admin.v1.Admin/DescribeFeatures',
                 request_serializer=controller_dot_api_dot_admin__pb2.DescribeFeaturesRequest.SerializeToString,
@@ -255,6 +265,18 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TransferLeadership(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeNode(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeFeatures(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -374,6 +396,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.UpdateRaftVoter,
                     request_deserializer=controller_dot_api_dot_admin__pb2.UpdateRaftVoterRequest.FromString,
                     response_serializer=controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.SerializeToString,
+            ),
+            'TransferLeadership': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferLeadership,
+                    request_deserializer=controller_dot_api_dot_admin__pb2.TransferLeadershipRequest.FromString,
+                    response_serializer=controller_dot_api_dot_admin__pb2.TransferLeadershipResponse.SerializeToString,
+            ),
+            'DescribeNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeNode,
+                    request_deserializer=controller_dot_api_dot_admin__pb2.DescribeNodeRequest.FromString,
+                    response_serializer=controller_dot_api_dot_admin__pb2.DescribeNodeResponse.SerializeToString,
             ),
             'DescribeFeatures': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeFeatures,
@@ -843,6 +875,60 @@ class Admin:
             '/metakraft.admin.v1.Admin/UpdateRaftVoter',
             controller_dot_api_dot_admin__pb2.UpdateRaftVoterRequest.SerializeToString,
             controller_dot_api_dot_admin__pb2.RaftVoterChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransferLeadership(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metakraft.admin.v1.Admin/TransferLeadership',
+            controller_dot_api_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
+            controller_dot_api_dot_admin__pb2.TransferLeadershipResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metakraft.admin.v1.Admin/DescribeNode',
+            controller_dot_api_dot_admin__pb2.DescribeNodeRequest.SerializeToString,
+            controller_dot_api_dot_admin__pb2.DescribeNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -92,6 +92,8 @@ class AdminStub:
     AddRaftVoter: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AddRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]
     RemoveRaftVoter: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RemoveRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]
     UpdateRaftVoter: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UpdateRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]
+    TransferLeadership: _grpc.UnaryUnaryMultiCallable[_admin_pb2.TransferLeadershipRequest, _admin_pb2.TransferLeadershipResponse]
+    DescribeNode: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeNodeRequest, _admin_pb2.DescribeNodeResponse]
     DescribeFeatures: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeFeaturesRequest, _admin_pb2.DescribeFeaturesResponse]
     UpdateFeatures: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UpdateFeaturesRequest, _admin_pb2.UpdateFeaturesResponse]
     CreateAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]
@@ -126,6 +128,8 @@ class AdminAsyncStub(AdminStub):
     AddRaftVoter: _aio.UnaryUnaryMultiCallable[_admin_pb2.AddRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]  # type: ignore[assignment]
     RemoveRaftVoter: _aio.UnaryUnaryMultiCallable[_admin_pb2.RemoveRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]  # type: ignore[assignment]
     UpdateRaftVoter: _aio.UnaryUnaryMultiCallable[_admin_pb2.UpdateRaftVoterRequest, _admin_pb2.RaftVoterChangeResponse]  # type: ignore[assignment]
+    TransferLeadership: _aio.UnaryUnaryMultiCallable[_admin_pb2.TransferLeadershipRequest, _admin_pb2.TransferLeadershipResponse]  # type: ignore[assignment]
+    DescribeNode: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeNodeRequest, _admin_pb2.DescribeNodeResponse]  # type: ignore[assignment]
     DescribeFeatures: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeFeaturesRequest, _admin_pb2.DescribeFeaturesResponse]  # type: ignore[assignment]
     UpdateFeatures: _aio.UnaryUnaryMultiCallable[_admin_pb2.UpdateFeaturesRequest, _admin_pb2.UpdateFeaturesResponse]  # type: ignore[assignment]
     CreateAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]  # type: ignore[assignment]
@@ -253,6 +257,20 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.UpdateRaftVoterRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.RaftVoterChangeResponse, _abc.Awaitable[_admin_pb2.RaftVoterChangeResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def TransferLeadership(
+        self,
+        request: _admin_pb2.TransferLeadershipRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.TransferLeadershipResponse, _abc.Awaitable[_admin_pb2.TransferLeadershipResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeNode(
+        self,
+        request: _admin_pb2.DescribeNodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeNodeResponse, _abc.Awaitable[_admin_pb2.DescribeNodeResponse]]: ...
 
     @_abc_1.abstractmethod
     def DescribeFeatures(

@@ -52,8 +52,10 @@ from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY,
 from controller.api.rpcs import ADMIN_RPCS_BY_NAME
 from controller.api.seam import (
     ClusterDescription,
+    NodeDescription,
     QuorumDescription,
     ReadConsistency,
+    TransferOutcome,
     VoterChangeOutcome,
 )
 from controller.api.stream_client import AdminStream, StreamItemError
@@ -292,7 +294,8 @@ class AdminClient:
         return self._bootstrap[self._next_bootstrap % len(self._bootstrap)]
 
     def _call(self, method: str, request: Any, *, attempt_timeout_ms: int | None = None) -> Any:
-        write = ADMIN_RPCS_BY_NAME[method].write
+        spec = ADMIN_RPCS_BY_NAME[method]
+        write = spec.write
         request_id = self._new_request_id()
         self.last_request_id = request_id
         request.header.request_id = request_id
@@ -325,7 +328,7 @@ class AdminClient:
             attempt_s = min(remaining, (attempt_timeout_ms or self._attempt_timeout_ms) / 1000)
             try:
                 response, trailing = self._send(target, method, request, attempt_s)
-                if self.consistency is ReadConsistency.LINEARIZABLE or write:
+                if (self.consistency is ReadConsistency.LINEARIZABLE or write) and not spec.local:
                     self.leader_address = target  # only the active one answers these
                 offset = trailing.get(READ_OFFSET_KEY, "")
                 if offset.isdigit():
@@ -541,6 +544,19 @@ class AdminClient:
                                              timeout_ms=self._voter_change_timeout_ms())
         return cv.voter_change_from_pb(self._call("UpdateRaftVoter", request,
                                                   attempt_timeout_ms=self._timeout_ms))
+
+    def transfer_leadership(self, target_id: int) -> TransferOutcome:
+        """Hand the quorum's leadership to voter `target_id`; answered once it leads
+        (or the hand-over failed: the error says, and nothing was lost)."""
+        request = apb.TransferLeadershipRequest(target_id=target_id,
+                                                timeout_ms=self._voter_change_timeout_ms())
+        return cv.transfer_from_pb(self._call("TransferLeadership", request,
+                                              attempt_timeout_ms=self._timeout_ms))
+
+    def describe_node(self) -> NodeDescription:
+        """The state of the controller this client reaches first (its first bootstrap
+        address, if up): a question to that controller, never redirected."""
+        return cv.node_from_pb(self._call("DescribeNode", apb.DescribeNodeRequest()))
 
     def _voter_change_timeout_ms(self) -> int:
         # The server answers a little before the client gives up, so the client gets

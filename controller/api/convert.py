@@ -13,12 +13,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
+import attrs
+
 from controller.api import admin_pb2 as apb
 from controller.api import broker_pb2 as bpb
 from controller.api.seam import (
     ClusterDescription,
+    NodeDescription,
     QuorumDescription,
     ReplicaState,
+    TransferOutcome,
     VoterChangeOutcome,
 )
 from controller.metadata import (
@@ -499,6 +503,7 @@ def quorum_to_pb(desc: QuorumDescription) -> apb.DescribeQuorumResponse:
         node_id=desc.node_id,
         node_directory_id=desc.node_directory_id,
         node_endpoint=desc.node_endpoint,
+        cluster_id=desc.cluster_id,
     )
 
 
@@ -513,7 +518,26 @@ def quorum_from_pb(msg: apb.DescribeQuorumResponse) -> QuorumDescription:
         msg.node_id,
         msg.node_directory_id,
         msg.node_endpoint,
+        msg.cluster_id,
     )
+
+
+def node_to_pb(desc: NodeDescription) -> apb.DescribeNodeResponse:
+    return apb.DescribeNodeResponse(**attrs.asdict(desc))
+
+
+def node_from_pb(msg: apb.DescribeNodeResponse) -> NodeDescription:
+    return NodeDescription(**{f.name: getattr(msg, f.name) for f in attrs.fields(NodeDescription)})
+
+
+def transfer_to_pb(outcome: TransferOutcome) -> apb.TransferLeadershipResponse:
+    return apb.TransferLeadershipResponse(error=error_to_pb(outcome.error),
+                                          leader_id=outcome.leader_id,
+                                          leader_epoch=outcome.leader_epoch)
+
+
+def transfer_from_pb(msg: apb.TransferLeadershipResponse) -> TransferOutcome:
+    return TransferOutcome(error_from_pb(msg.error), msg.leader_id, msg.leader_epoch)
 
 
 def voter_change_to_pb(outcome: VoterChangeOutcome) -> apb.RaftVoterChangeResponse:

@@ -61,6 +61,9 @@ class AdminRpc:
     needs: str
     authorize: Authorize
     handle: Handler
+    # Answered by the controller called, whatever its role (never "not controller"):
+    # a question about that controller itself.
+    local: bool = False
 
 
 # ---------------------------------------------------------------- authorization rules
@@ -213,6 +216,17 @@ async def _change_voters(kind: VoterChangeKind, f: ControllerFacade, r: Any, c: 
     return cv.voter_change_to_pb(outcome)
 
 
+async def _transfer_leadership(f: ControllerFacade, r: apb.TransferLeadershipRequest, c: Call
+                               ) -> apb.TransferLeadershipResponse:
+    outcome = await f.transfer_leadership(r.target_id, timeout_ms=r.timeout_ms, origin=c.origin)
+    return cv.transfer_to_pb(outcome)
+
+
+async def _describe_node(f: ControllerFacade, _r: apb.DescribeNodeRequest, c: Call
+                         ) -> apb.DescribeNodeResponse:
+    return cv.node_to_pb(await f.describe_node(origin=c.origin))
+
+
 async def _describe_features(f: ControllerFacade, _r: apb.DescribeFeaturesRequest, c: Call
                              ) -> apb.DescribeFeaturesResponse:
     found = await f.describe_features(origin=c.origin)
@@ -300,6 +314,11 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
     AdminRpc("UpdateRaftVoter", apb.UpdateRaftVoterRequest, True, "ALTER on the cluster",
              on_cluster(Operation.ALTER),
              functools.partial(_change_voters, VoterChangeKind.UPDATE)),
+    # Not remembered either: a resent transfer whose target already leads succeeds.
+    AdminRpc("TransferLeadership", apb.TransferLeadershipRequest, True, "ALTER on the cluster",
+             on_cluster(Operation.ALTER), _transfer_leadership),
+    AdminRpc("DescribeNode", apb.DescribeNodeRequest, False, "DESCRIBE on the cluster",
+             on_cluster(Operation.DESCRIBE), _describe_node, local=True),
     AdminRpc("DescribeFeatures", apb.DescribeFeaturesRequest, False, "DESCRIBE on the cluster",
              on_cluster(Operation.DESCRIBE), _describe_features),
     AdminRpc("UpdateFeatures", apb.UpdateFeaturesRequest, True, "ALTER on the cluster",

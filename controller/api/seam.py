@@ -135,6 +135,45 @@ class QuorumDescription:
     node_id: int = -1
     node_directory_id: str = ""
     node_endpoint: str = ""
+    cluster_id: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class NodeDescription:
+    """One controller's own state, as it sees it (`metakraft endpoint status`); the
+    fields are DescribeNodeResponse's (admin.proto says what each means)."""
+
+    node_id: int
+    directory_id: str
+    endpoint: str
+    cluster_id: str
+    role: str
+    controller_mode: str
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    flushed_offset: int
+    applied_offset: int
+    data_dir_bytes: int
+    software_version: str
+    min_supported_version: int
+    max_supported_version: int
+    finalized_metadata_version: int
+    voter: bool
+    repair_to_offset: int = -1
+    uptime_ms: int = 0
+    transfer_target: int = -1
+
+
+@attrs.frozen
+class TransferOutcome:
+    """What a leadership transfer did: the leader and epoch after it (-1: none known)."""
+
+    error: ApiError
+    leader_id: int = -1
+    leader_epoch: int = -1
 
 
 class VoterChangeKind(enum.Enum):
@@ -264,6 +303,16 @@ class ControllerFacade(Protocol):
                                  origin: Origin) -> VoterChangeOutcome:
         """Add, remove or update a voter of a dynamic quorum (on the active
         controller; raises `NotControllerError` elsewhere)."""
+        ...
+
+    async def transfer_leadership(self, target_id: int, *, timeout_ms: int,
+                                  origin: Origin) -> TransferOutcome:
+        """Hand leadership to voter `target_id` (on the active controller; raises
+        `NotControllerError` elsewhere)."""
+        ...
+
+    async def describe_node(self, *, origin: Origin) -> NodeDescription:
+        """This controller's own state, whatever its role."""
         ...
 
     async def describe_features(self, *, origin: Origin) -> tuple[FeatureDescription, ...]: ...

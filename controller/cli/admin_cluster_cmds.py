@@ -74,9 +74,17 @@ def quorum() -> None:
 @click.option(
     "--replication", is_flag=True, help="One row per voter and observer: log end offset and lag."
 )
+@click.option(
+    "--status", "status_only", is_flag=True,
+    help="The summary (the default view; kafka-metadata-quorum's name for it): cluster id, "
+    "leader, epoch, high watermark, max follower lag in offsets and in ms, voters, "
+    "observers.")
 @admin_options
-def quorum_describe(opts: AdminOptions, replication: bool) -> None:
-    """Leader, epoch and high watermark (with --replication: each replica's progress)."""
+def quorum_describe(opts: AdminOptions, replication: bool, status_only: bool) -> None:
+    """Leader, epoch, high watermark and follower lag (with --replication: each
+    replica's progress)."""
+    if replication and status_only:
+        raise click.UsageError("--status and --replication are two views; pick one")
 
     def action(client: AdminClient) -> int:
         desc = client.describe_quorum()
@@ -84,15 +92,19 @@ def quorum_describe(opts: AdminOptions, replication: bool) -> None:
             emit_json(desc)
             return EXIT_OK
         if not replication:
+            lag, lag_ms = follower_lag(desc)
             rows = [
+                ("cluster id", desc.cluster_id or "?"),
                 ("leader id", desc.leader_id if desc.leader_id >= 0 else "none"),
                 ("leader epoch", desc.leader_epoch),
                 ("high watermark", desc.high_watermark),
+                ("max follower lag", "?" if lag is None else lag),
+                ("max follower lag (ms)", "?" if lag_ms is None else lag_ms),
                 ("voters", "\n".join(_voter_label(v) for v in desc.voters)),
                 ("observers", ids([o.replica_id for o in desc.observers])),
                 ("voter set", "dynamic (in the log)" if desc.dynamic else "static (configured)"),
             ]
-            console().print(table("Quorum", ("", ""), rows))
+            console().print(table("Quorum", ("", ""), rows, header=False))
             return EXIT_OK
         rows2 = []
         # The timestamps are the leader's wall clock (unix ms): "ms ago" assumes our
@@ -127,6 +139,25 @@ def quorum_describe(opts: AdminOptions, replication: bool) -> None:
         return EXIT_OK
 
     run_admin(opts, action)
+
+
+def follower_lag(desc: QuorumDescription) -> tuple[int | None, int | None]:
+    """The largest lag of a voter behind the leader, in offsets (the leader's log end
+    minus the voter's) and in ms (since the voter last reached the leader's log end,
+    both times on the leader's clock), as kafka-metadata-quorum reports them. None:
+    not known (answered by a controller that does not lead, or a voter not heard from)."""
+    leader = next((v for v in desc.voters if v.replica_id == desc.leader_id), None)
+    if leader is None or leader.last_caught_up_timestamp_ms < 0:
+        return None, None
+    followers = [v for v in desc.voters if v.replica_id != desc.leader_id]
+    if not followers:
+        return 0, 0
+    if any(v.log_end_offset < 0 or v.last_caught_up_timestamp_ms < 0 for v in followers):
+        return None, None
+    lag = max(leader.log_end_offset - v.log_end_offset for v in followers)
+    lag_ms = max(leader.last_caught_up_timestamp_ms - v.last_caught_up_timestamp_ms
+                 for v in followers)
+    return max(0, lag), max(0, lag_ms)
 
 
 def _voter_label(state: ReplicaState) -> str:
@@ -221,6 +252,29 @@ def quorum_update_controller(opts: AdminOptions, node_id: int, directory_id: str
                                            validate_only=dry_run)
         return _voter_change_result(opts, f"update controller {node_id} to {endpoint}",
                                     outcome, dry_run)
+
+    run_admin(opts, action)
+
+
+@quorum.command("transfer-leadership")
+@click.option("--to", "target_id", required=True, type=click.IntRange(min=0), metavar="ID",
+              help="The voter to lead (its node id, as `quorum describe` lists it).")
+@admin_options
+def quorum_transfer_leadership(opts: AdminOptions, target_id: int) -> None:
+    """Hand leadership to controller ID (etcdctl move-leader): the active controller
+    stops appending, waits until ID holds its whole log, then steps down naming ID
+    its successor, as on SIGTERM. Writes meanwhile are refused "not controller" and
+    the clients retry them on ID; nothing acknowledged is lost."""
+
+    def action(client: AdminClient) -> int:
+        outcome = client.transfer_leadership(target_id)
+        if opts.json:
+            emit_json(outcome)
+        elif outcome.error.ok:
+            click.echo(f"controller {outcome.leader_id} leads (epoch {outcome.leader_epoch})")
+        else:
+            click.echo(f"error: {outcome.error}", err=True)
+        return EXIT_OK if outcome.error.ok else EXIT_ITEM_FAILED
 
     run_admin(opts, action)
 

@@ -193,8 +193,10 @@ def console() -> Console:
     return out if out.is_terminal else Console(width=200, no_color=True)
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
-    result = Table(title=title, title_justify="left")
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], *,
+          header: bool = True) -> Table:
+    """`header` False: a key / value listing (no header row of empty names)."""
+    result = Table(title=title, title_justify="left", show_header=header)
     for column in columns:
         result.add_column(column)
     for row in rows:

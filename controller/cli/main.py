@@ -15,6 +15,7 @@ from controller.cli.audit_cmd import audit
 from controller.cli.broker_cmd import broker, broker_status
 from controller.cli.controller_cmd import controller
 from controller.cli.dev_cmd import dev
+from controller.cli.endpoint_cmd import endpoint
 from controller.cli.log_cmd import log
 from controller.cli.notebooks_cmd import notebooks
 from controller.cli.storage_cmd import storage
@@ -49,6 +50,7 @@ cli.add_command(audit)
 cli.add_command(notebooks)
 cli.add_command(tier)
 cli.add_command(acls)
+cli.add_command(endpoint)
 for _command in ADMIN_COMMANDS:
     cli.add_command(_command)
 

@@ -11,13 +11,12 @@ from typing import Any
 
 import attrs
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from controller.api.client import AdminClient, AdminClientError
 from controller.devcluster.layout import ClusterSpec
 from controller.devcluster.security import client_credentials, principal_of
 from controller.metadata import TopicDescription
-from controller.rpc import create_sync_channel
+from controller.rpc import health_status
 from controller.security.acl import (
     CLUSTER_RESOURCE_NAME,
     WILDCARD,
@@ -36,15 +35,7 @@ PROBE_TIMEOUT_MS = 2_000
 def serving(address: str, tls: TlsCredentials | None,
             timeout_ms: int = PROBE_TIMEOUT_MS) -> bool:
     """grpc.health.v1 of the whole server (service "") says SERVING."""
-    channel = create_sync_channel(address, tls=tls)
-    try:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=timeout_ms / 1000)
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
-    except grpc.RpcError:
-        return False
-    finally:
-        channel.close()
+    return health_status(address, tls, "", timeout_ms) == "SERVING"
 
 
 @attrs.frozen

@@ -74,6 +74,10 @@ class DriverStatus:
     # Set while the log is repaired after damage found on start: the offset its
     # recovery point had reached (the node votes again once it holds that much).
     repair_to_offset: int | None = None
+    # The voter leadership is being handed to (None: no transfer under way), and the
+    # transfers given up so far (the target did not catch up in time).
+    transfer_target: int | None = None
+    transfers_abandoned: int = 0
 
 
 @attrs.frozen(slots=True)

@@ -37,7 +37,11 @@ from controller.logformat import EMPTY_ORIGIN, BatchOrigin, RecordBatch, Snapsho
 from controller.quorum.bootstrap import snapshot_voters, starting_voters
 from controller.quorum.contracts import CommitListener, DriverStatus, LocalLogView
 from controller.quorum.driver_config import DriverConfig
-from controller.quorum.errors import NotLeaderError, ProposalRejectedError
+from controller.quorum.errors import (
+    LeadershipTransferringError,
+    NotLeaderError,
+    ProposalRejectedError,
+)
 from controller.quorum.log_adapter import DurableRaftLog, FileSnapshotStore
 from controller.quorum.peers import PeerClients
 from controller.quorum.proposals import PendingProposals, ProposalLostError
@@ -60,7 +64,7 @@ from controller.raft.messages import (
     Response,
 )
 from controller.raft.node import RaftNode
-from controller.raft.ready import ProposeError, Ready
+from controller.raft.ready import ProposeError, Ready, TransferError
 from controller.raft.roles import Role
 from controller.raft.voters import Voter, VoterChangeResult
 from controller.storage import quorum_state as qs_file
@@ -118,9 +122,20 @@ class NodeTaskAccess:
             leader = result.leader
             raise NotLeaderError(leader.leader_id if leader else None, result.epoch)
         if result.error is not None:
-            raise ProposalRejectedError(f"proposal refused: {result.error.value}")
+            raise _rejected(result.error)
         assert result.base_offset is not None
         return result.base_offset
+
+    def transfer_leadership(self, target: int) -> TransferError | None:
+        """Start handing leadership to voter `target` (`RaftNode.transfer_leadership`):
+        None if under way; appends are refused (`LeadershipTransferringError`) until
+        it ends."""
+        node = self._node()
+        error = node.transfer_leadership(target, self._driver._clock_ms())
+        if error is None:
+            log.info("leadership_transfer_started", node=node.node_id, epoch=node.epoch,
+                     target=target, log_end_offset=node.log.end_offset)
+        return error
 
     def change_voters(self, kind: str, voter: Voter, dry_run: bool
                       ) -> tuple[VoterChangeResult, asyncio.Future[int] | None]:
@@ -149,6 +164,13 @@ class NodeTaskAccess:
             raise NotLeaderError(node.advertised_leader_id(), node.epoch)
         if error is not None:
             raise ProposalRejectedError(f"read refused: {error.value} (too many reads waiting)")
+
+
+def _rejected(error: ProposeError) -> ProposalRejectedError:
+    if error is ProposeError.TRANSFERRING:
+        return LeadershipTransferringError("leadership is being transferred; retry on the "
+                                           "next leader")
+    return ProposalRejectedError(f"proposal refused: {error.value}")
 
 
 # Inbox events. Tuples keep the hot path cheap.
@@ -402,7 +424,8 @@ class RaftDriver:
                             node.directory_id, node.voters, self._fetches_served,
                             self._records_fetched, self._flushes, self._flush_seconds,
                             None if log.pending_repair is None
-                            else log.pending_repair.repair_to_offset)
+                            else log.pending_repair.repair_to_offset,
+                            node.transfer_target, node.transfers_abandoned)
 
     def read_log(self, from_offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches of this node's log (committed or not) from `from_offset`."""
@@ -591,7 +614,7 @@ class RaftDriver:
             leader = result.leader
             fut.set_exception(NotLeaderError(leader.leader_id if leader else None, result.epoch))
         elif result.error is not None:
-            fut.set_exception(ProposalRejectedError(f"proposal refused: {result.error.value}"))
+            fut.set_exception(_rejected(result.error))
         else:
             assert result.base_offset is not None
             self._proposals.add(result.base_offset, len(records), result.epoch, fut)

@@ -13,3 +13,8 @@ class NotLeaderError(Exception):
 
 class ProposalRejectedError(ValueError):
     """The core refused the proposal (empty, or too large)."""
+
+
+class LeadershipTransferringError(ProposalRejectedError):
+    """The leader is handing over to another voter and appends nothing meanwhile;
+    nothing was appended: retry on the next leader."""

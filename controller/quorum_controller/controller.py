@@ -50,6 +50,7 @@ from controller.quorum_controller.ports import ControllerSettings, NodeAccess, Q
 from controller.quorum_controller.snapshots import SnapshotScheduler, iter_snapshot_bytes
 from controller.quorum_controller.turns import RequestQueue
 from controller.raft.reads import ReadState
+from controller.raft.ready import TransferError
 from controller.raft.voters import Voter, VoterChangeError, VoterChangeResult, VoterSet
 from controller.storage import snapshot_file as sf
 from timeline import SnapshotRegistry
@@ -81,6 +82,10 @@ class QuorumController(CommitListener):
         self._leader_lost_ms: int | None = None
         self._counts_ms: int | None = None
         self._ticker: asyncio.Task[None] | None = None
+        # Called (on the node task) with the new mode whenever it changes: the health
+        # service's per-role status follows it.
+        self.mode_listeners: list[Callable[[Mode], None]] = []
+        self._reported_mode = Mode.STANDBY
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -246,6 +251,25 @@ class QuorumController(CommitListener):
             await asyncio.wait_for(committed, max(0.0, deadline - loop.time()))
         return result
 
+    async def transfer_leadership(self, target: int) -> TransferError | None:
+        """Start handing leadership to voter `target` (the active controller only):
+        the refusal, or None once under way (its end shows in `QuorumPort.status()`:
+        no transfer target any more, and another leader or this one leading on)."""
+        quorum = self._quorum
+        assert quorum is not None, "attach() first"
+        fut: asyncio.Future[TransferError | None] = asyncio.get_running_loop().create_future()
+
+        def work(access: NodeAccess) -> None:
+            if not fut.done():
+                fut.set_result(self.machine.transfer_leadership(access, target))
+            self._settle()
+
+        try:
+            quorum.run_on_node_task(work)
+        except DriverStoppedError:
+            raise NotControllerError(None, None) from None
+        return await fut
+
     async def _submit(self, req: Request) -> Answer:
         if self.queued_events >= self.settings.max_queued_events:
             raise ControllerBusyError(
@@ -270,7 +294,13 @@ class QuorumController(CommitListener):
                 self.machine.forget(req.id)  # gave up: a parked request never runs
 
     def _settle(self) -> None:
-        """Hand the machine's answers to the callers still waiting."""
+        """Hand the machine's answers to the callers still waiting; tell the mode
+        listeners of a new mode."""
+        mode = self.machine.mode
+        if mode is not self._reported_mode:
+            self._reported_mode = mode
+            for listener in self.mode_listeners:
+                listener(mode)
         for out in self.machine.take_instructions():
             future = self._waiting.pop(out.request_id, None)
             if future is None or future.done():

@@ -1,7 +1,8 @@
 """`metakraft controller --config FILE`: one controller process.
 
 One gRPC server carries the Raft service (peers), the Admin and BrokerLifecycle
-services, health and reflection. Start: check the config and data dir, open the
+services, health (service "" for the process, `metakraft.ActiveController` SERVING
+only while this one is the active controller) and reflection. Start: check the config and data dir, open the
 log (RaftDriver), start the controller's timers, serve, and print one line
 `controller <id> serving on <host:port>` to stdout. Stop on SIGTERM or SIGINT: the
 leader hands over first (EndQuorumEpoch, so a successor runs at once), then the
@@ -26,17 +27,22 @@ from controller.quorum.driver import RaftDriver, SteadyWallClock
 from controller.quorum.service import RaftGate, add_raft_service
 from controller.quorum_controller.config_file import DaemonConfig
 from controller.quorum_controller.controller import QuorumController
+from controller.quorum_controller.events import Mode
 from controller.quorum_controller.facade import CommittedAcls, ControllerApi
 from controller.quorum_controller.metrics import ControllerMetrics
 from controller.quorum_controller.ports import QuorumPort
 from controller.quorum_controller.tier_copier import TierCopier
-from controller.rpc import NOT_SERVING, bind, create_server
+from controller.rpc import NOT_SERVING, RoleHealth, bind, create_server
 from controller.security.access import Access
 from controller.security.authorizer import StandardAuthorizer
 from controller.tier.metrics import TierMetrics
 from controller.tier.remote import open_store
 
 log = get_logger("metakraft.daemon")
+
+# grpc.health.v1 service SERVING only on the active controller (for load balancers
+# and probes that must reach the one that takes writes).
+ACTIVE_CONTROLLER_HEALTH = "metakraft.ActiveController"
 
 
 async def run_controller(config: DaemonConfig) -> int:
@@ -56,7 +62,7 @@ async def run_controller(config: DaemonConfig) -> int:
         controller.metrics = ControllerMetrics(cfg.node_id)
         metrics_port = controller.metrics.serve(config.metrics_address, config.metrics_port)
         log.info("metrics_serving", address=f"{config.metrics_address}:{metrics_port}")
-    facade: ControllerFacade = ControllerApi(controller, port)
+    facade: ControllerFacade = ControllerApi(controller, port, data_dir=cfg.data_dir)
     server = create_server(cfg.rpc_limits)
     bound = bind(server, config.listen, config.tls.credentials)
     access = Access(config.tls.mapper, None if config.authorizer is None else
@@ -67,6 +73,8 @@ async def run_controller(config: DaemonConfig) -> int:
     closing = asyncio.Event()
     health = add_api_services(server, facade, access=access, other_service_names=[raft_name],
                               metrics=api_metrics, closing=closing)
+    active = RoleHealth(health, ACTIVE_CONTROLLER_HEALTH)
+    controller.mode_listeners.append(lambda mode: active.update(mode is Mode.ACTIVE))
     # Signals first: a SIGTERM while starting stops cleanly once started (it would
     # otherwise kill the process with the default action).
     stop = asyncio.Event()

@@ -9,15 +9,18 @@ REQUEST_TOO_LARGE on every item and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from controller.api.results import REMEMBERED_WRITES, codec_for
 from controller.api.seam import (
     ClusterDescription,
+    NodeDescription,
     Origin,
     QuorumDescription,
     ReadConsistency,
     ReplicaState,
+    TransferOutcome,
     VoterChangeKind,
     VoterChangeOutcome,
 )
@@ -56,8 +59,10 @@ from controller.metadata import (
     TopicPartition,
 )
 from controller.quorum.proposals import ProposalLostError
+from controller.quorum_controller import member_status
 from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import RequestTooLargeError
+from controller.quorum_controller.member_status import MAX_TRANSFER_WAIT_MS
 from controller.quorum_controller.ports import QuorumPort
 from controller.raft.voters import Voter, VoterChangeError
 from controller.security.acl import AclBinding, AclFilter
@@ -99,10 +104,13 @@ def _too_large(message: str) -> ApiError:
 
 
 class ControllerApi:
-    def __init__(self, controller: QuorumController, quorum: QuorumPort) -> None:
+    def __init__(self, controller: QuorumController, quorum: QuorumPort, *,
+                 data_dir: Path | None = None) -> None:
         self.controller = controller
         self._quorum = quorum
         self._state = controller.state
+        # This controller's data directory (its size is part of DescribeNode).
+        self._data_dir = data_dir
 
     @property
     def cluster_id(self) -> str:
@@ -211,7 +219,8 @@ class ControllerApi:
             leader = -1 if status.leader_id is None else status.leader_id
             settings = self.controller.settings
             me = (status.voters.dynamic, status.node_id, status.directory_id,
-                  settings.listen_address or settings.voter_addresses.get(status.node_id, ""))
+                  settings.listen_address or settings.voter_addresses.get(status.node_id, ""),
+                  settings.cluster_id)
             voter_ids = sorted(status.voters.ids) or sorted(settings.voter_addresses)
             known = {v.node_id: v for v in status.voters}
 
@@ -219,9 +228,13 @@ class ControllerApi:
                         caught_up_ms: int = -1, directory_id: str = "",
                         versions: tuple[int, int] = (0, 0)) -> ReplicaState:
                 voter = known.get(replica_id)
+                # A static quorum's voter set names no endpoints: the configured ones.
+                endpoint = voter.endpoint if voter and voter.endpoint else \
+                    settings.voter_addresses.get(replica_id, "") if replica_id in voter_ids \
+                    else ""
                 return ReplicaState(replica_id, log_end_offset, last_fetch_ms, caught_up_ms,
                                     voter.directory_id if voter else directory_id,
-                                    voter.endpoint if voter else "", versions)
+                                    endpoint, versions)
 
             if not status.replicas:
                 voters = tuple(replica(v, status.end_offset if v == status.node_id else -1)
@@ -239,6 +252,26 @@ class ControllerApi:
 
         result: QuorumDescription = await self.controller.read(
             "describe_quorum", describe, origin.consistency)
+        return result
+
+    async def transfer_leadership(self, target_id: int, *, timeout_ms: int,
+                                  origin: Origin) -> TransferOutcome:
+        limit = self.controller.settings.request_timeout_ms
+        timeout_ms = limit if timeout_ms <= 0 else min(timeout_ms, MAX_TRANSFER_WAIT_MS)
+        outcome = await member_status.transfer_leadership(self.controller, self._quorum,
+                                                          target_id, timeout_ms)
+        log.info("leadership_transfer", target=target_id, principal=origin.principal,
+                 request_id=origin.request_id, error=outcome.error.code.value,
+                 leader=outcome.leader_id, epoch=outcome.leader_epoch)
+        return outcome
+
+    async def describe_node(self, *, origin: Origin) -> NodeDescription:
+        def describe(_epoch: int) -> NodeDescription:
+            return member_status.describe_node(self.controller, self._quorum.status(),
+                                               self._data_dir)
+
+        result: NodeDescription = await self.controller.read("describe_node", describe,
+                                                             ReadConsistency.STALE)
         return result
 
     async def change_raft_voters(self, kind: VoterChangeKind, node_id: int, directory_id: str,

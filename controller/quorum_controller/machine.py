@@ -64,7 +64,11 @@ from controller.metadata.errors import MetadataReplayError
 from controller.metadata.features import UnsupportedFeatureLevelError
 from controller.metadata.levels import Feature, enabled
 from controller.metadata.placement import RandomSource
-from controller.quorum.errors import NotLeaderError, ProposalRejectedError
+from controller.quorum.errors import (
+    LeadershipTransferringError,
+    NotLeaderError,
+    ProposalRejectedError,
+)
 from controller.quorum_controller.events import (
     MODE_TRANSITIONS,
     Answer,
@@ -79,6 +83,7 @@ from controller.quorum_controller.partition_mover import PartitionMover
 from controller.quorum_controller.ports import ControllerSettings, NodeAccess
 from controller.quorum_controller.purgatory import BatchKey, Purgatory, Waiter
 from controller.raft.control import encode_voters
+from controller.raft.ready import TransferError
 from controller.raft.voters import Voter, VoterChangeError, VoterChangeResult
 from controller.records import MetadataRecord, NoOpRecord, encode_record, make_record
 
@@ -228,6 +233,14 @@ class ControllerMachine:
             self._uncommitted[base] = key
             self._last_key = key
         return result, committed
+
+    def transfer_leadership(self, node: NodeAccess, target: int) -> TransferError | None:
+        """Hand leadership to voter `target` (the Raft node's transfer), from the
+        active controller only. Until it ends every append is refused, and the
+        request is answered "not controller" (nothing replayed stays)."""
+        if self._mode is not Mode.ACTIVE:
+            return TransferError.NOT_LEADER
+        return node.transfer_leadership(target)
 
     def voters_changed(self, endpoints: Mapping[int, str]) -> None:
         """The voter set in the log names these endpoints (a dynamic quorum): where
@@ -530,6 +543,9 @@ class ControllerMachine:
             if isinstance(exc, NotLeaderError):
                 self._lose_leadership(exc.leader_id, now_ms)
                 self._fail(request_id, self.not_controller())
+            elif isinstance(exc, LeadershipTransferringError):
+                # Still the leader, handing over: the write goes to the next one.
+                self._fail(request_id, NotControllerError(None, None))
             else:
                 self._fail(request_id, RequestTooLargeError(str(exc)))
             return

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from controller.quorum.contracts import DriverStatus
+    from controller.raft.ready import TransferError
     from controller.raft.voters import Voter, VoterChangeResult
 
 
@@ -45,6 +46,11 @@ class NodeAccess(Protocol):
                       ) -> tuple[VoterChangeResult, asyncio.Future[int] | None]:
         """Add / remove / update a voter now (`NodeTaskAccess.change_voters`): the
         result, and when a VotersRecord was appended a future of its commit."""
+        ...
+
+    def transfer_leadership(self, target: int) -> TransferError | None:
+        """Start handing leadership to voter `target` (`RaftNode.transfer_leadership`);
+        meanwhile `append` raises `LeadershipTransferringError`."""
         ...
 
     def read_index(self, read_id: int) -> None:

@@ -18,7 +18,7 @@ from controller.raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
 )
-from controller.raft.ready import ProposeError, ProposeResult
+from controller.raft.ready import ProposeError, ProposeResult, TransferError
 from controller.raft.replication import FetchCheck, ParkedFetch, check_fetch_position
 from controller.raft.roles import Role
 from controller.raft.state import NodeState
@@ -39,6 +39,9 @@ class LeaderMixin(NodeState):
             return ProposeResult(
                 epoch=self.epoch, error=ProposeError.NOT_LEADER, leader=self.leader
             )
+        if self._leading().transfer_target is not None:
+            return ProposeResult(epoch=self.epoch, error=ProposeError.TRANSFERRING,
+                                 leader=self.leader)
         records = tuple(records)
         if not records:
             return ProposeResult(epoch=self.epoch, error=ProposeError.EMPTY)
@@ -49,6 +52,50 @@ class LeaderMixin(NodeState):
         # Parked fetches get it when the Ready is built (see `proposed_since_ready`).
         self.proposed_since_ready = True
         return ProposeResult(base_offset=base, epoch=self.epoch)
+
+    # ------------------------------------------------------- leadership transfer
+
+    def transfer_leadership(self, target: int, now_ms: int) -> TransferError | None:
+        """Hand leadership to voter `target` (the Raft thesis §3.10; etcd's
+        MsgTransferLeader): append nothing more, wait until `target` holds the whole
+        log, then resign naming it the first successor, so it runs at once and wins
+        (no voter's log is ahead of its). None: under way. It ends with `target`
+        leading a new epoch, or, if `target` did not catch up within an election
+        timeout (or left the voters), with this node leading on and appending again."""
+        self.now_ms = max(self.now_ms, now_ms)
+        if self.role is not Role.LEADER:
+            return TransferError.NOT_LEADER
+        state = self._leading()
+        if target == self.node_id or self.voters.get(target) is None:
+            return TransferError.NOT_VOTER
+        if state.transfer_target is not None:
+            return TransferError.IN_PROGRESS
+        if self.voter_change_pending:
+            return TransferError.CHANGE_PENDING
+        state.transfer_target = target
+        state.transfer_deadline_ms = self.now_ms + self.config.election_timeout_ms
+        self.maybe_hand_over()
+        return None
+
+    @property
+    def transfer_target(self) -> int | None:
+        """The voter leadership is being handed to, if a transfer is under way."""
+        state = self.leader_state
+        return None if state is None or self.role is not Role.LEADER else state.transfer_target
+
+    def maybe_hand_over(self) -> None:
+        """Resign to the transfer's target once it holds our whole log; give the
+        transfer up at its deadline or when the target stops being a voter."""
+        state = self.leader_state
+        if self.role is not Role.LEADER or state is None or state.transfer_target is None:
+            return
+        target = state.transfer_target
+        if self.voters.get(target) is None or self.now_ms >= state.transfer_deadline_ms:
+            state.transfer_target = None
+            self.transfers_abandoned += 1
+            return
+        if state.fetch_offsets.get(target, -1) >= self.log.end_offset:
+            self.become_resigned(graceful=True, successor=target)
 
     # ------------------------------------------------------------------ reads
 
@@ -118,6 +165,8 @@ class LeaderMixin(NodeState):
             else:
                 deadline = self.now_ms + min(req.max_wait_ms, self.config.fetch_max_wait_ms)
                 state.parked[req.src] = ParkedFetch(req, self._hurried(req, deadline))
+            if req.src == state.transfer_target:
+                self.maybe_hand_over()
             return
         state.record_fetch(
             req.src, None, self.now_ms, is_voter=is_voter, directory_id=req.src_directory_id,
@@ -265,6 +314,9 @@ class LeaderMixin(NodeState):
             # Check quorum (thesis §6.2): we may be on the small side of a
             # partition; stop taking writes so clients go to the real leader.
             self.become_resigned(graceful=False)
+            return
+        self.maybe_hand_over()
+        if self.role is not Role.LEADER:
             return
         self.answer_parked_fetches(due_only=True)
         if self.now_ms - state.last_begin_sent_ms < self.config.begin_quorum_retry_ms:

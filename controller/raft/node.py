@@ -11,6 +11,7 @@ Events (each takes the driver's current time; the core never reads a clock):
 * `compact(snapshot_id, now_ms)`: the state machine wrote this snapshot (at a
   committed offset); the log may drop what it covers.
 * `resign(now_ms)`: clean shutdown of the leader: EndQuorumEpoch to the voters.
+* `transfer_leadership(target, now_ms)`: hand leadership to one voter (leader.py).
 
 Then `ready()` returns the work to do; see `Ready` for the order the driver must
 do it in (the quorum state is durable before any message leaves).
@@ -131,6 +132,8 @@ class RaftNode(LeaderMixin, MembershipMixin, FollowerMixin):
             deadlines.extend(p.deadline_ms for p in state.parked.values())
             if state.awaiting_begin:
                 deadlines.append(state.last_begin_sent_ms + cfg.begin_quorum_retry_ms)
+            if state.transfer_target is not None:
+                deadlines.append(state.transfer_deadline_ms)
             # Check quorum looks at least this often.
             deadlines.append(self.now_ms + cfg.check_quorum_timeout_ms // 4)
         elif self.can_campaign or self.role is Role.RESIGNED:

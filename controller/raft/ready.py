@@ -76,6 +76,21 @@ class ProposeError(enum.Enum):
     EMPTY = "empty"
     # Too many linearizable reads wait for confirmation (`reads.MAX_PENDING_READS`).
     BUSY = "busy"
+    # Leadership is being handed to another voter (`transfer_leadership`): the log
+    # end stays put until the target holds all of it. Retry on the next leader.
+    TRANSFERRING = "transferring"
+
+
+class TransferError(enum.Enum):
+    """Why `RaftNode.transfer_leadership` refused."""
+
+    NOT_LEADER = "not_leader"
+    # The target is not a voter, or is this node.
+    NOT_VOTER = "not_voter"
+    # Another transfer is under way.
+    IN_PROGRESS = "in_progress"
+    # A voter change is not committed yet: the voters to hand over to are not settled.
+    CHANGE_PENDING = "change_pending"
 
 
 @attrs.frozen(slots=True, kw_only=True)

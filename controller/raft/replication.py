@@ -124,6 +124,11 @@ class LeaderState:
     observer_fetches: dict[int, tuple[int, int, str]] = attrs.field(factory=dict)
     # Each replica's supported versions, from its last fetch (FetchRequest).
     supported_versions: dict[int, tuple[int, int]] = attrs.field(factory=dict)
+    # A leadership transfer under way (`LeaderMixin.transfer_leadership`): the voter
+    # to take over, and when the attempt is given up. Invariant: while set, nothing
+    # but control batches is appended, so the log end the target must reach stays put.
+    transfer_target: int | None = None
+    transfer_deadline_ms: int = 0
     # Linearizable reads waiting for a majority to confirm our leadership.
     reads: ReadBarriers = attrs.field(init=False)
 

@@ -118,6 +118,8 @@ class NodeState:
         # of it). Pre-vote stickiness reads it; a leader *hint* never sets it.
         self.last_leader_contact_ms: int | None = None
         self.leader_state: LeaderState | None = None
+        # Leadership transfers given up (the target did not catch up in time).
+        self.transfers_abandoned = 0
         self.tally: VoteTally | None = None
         self.seq = 0
         # (seq, sent_at_ms) of the one outstanding Fetch, if any.
@@ -339,6 +341,8 @@ class NodeState:
         self, records: tuple[bytes, ...], is_control: bool, origin: BatchOrigin
     ) -> int:
         assert self.role is Role.LEADER
+        assert is_control or self._leading().transfer_target is None, \
+            "a data batch appended while leadership is being transferred"
         base = self.log.end_offset
         batch = RecordBatch(
             base_offset=base,
@@ -444,11 +448,15 @@ class NodeState:
         for voter in others:
             self.send(self._begin_quorum_epoch(voter))
 
-    def become_resigned(self, *, graceful: bool) -> None:
+    def become_resigned(self, *, graceful: bool, successor: int | None = None) -> None:
         """Give up leading this epoch. On a planned stop (`graceful`) tell the
-        voters, most caught up first, so one of them takes over at once."""
+        voters, most caught up first (`successor` before all), so one of them takes
+        over at once."""
         assert self.leader_state is not None
         successors = self.leader_state.successors_by_progress()
+        if successor is not None:
+            assert successor in successors, (successor, successors)
+            successors = (successor, *(v for v in successors if v != successor))
         self._transition(Role.RESIGNED)
         self.reset_election_timer()
         if graceful:

@@ -25,6 +25,10 @@ Commands:
   read-fail N ERROR ID      the read must be refused with ERROR (NOT_LEADER, BUSY)
   crash N / restart N       lose unflushed writes and undrained state / start again
   resign N                  graceful leader shutdown (EndQuorumEpoch)
+  transfer L T              L starts handing leadership to voter T (must be accepted)
+  transfer-fail L T ERROR   the transfer must be refused with ERROR (NOT_LEADER, NOT_VOTER,
+                            IN_PROGRESS, CHANGE_PENDING)
+  expect transfer N T|none  the transfer N's leader state has under way
   compact N                 snapshot N's state machine at its high watermark, drop the log below
   flush manual N | flush N  hold N's flushes / complete them
   inject N TYPE k=v ...     hand N a message (FetchRequest, VoteRequest) built from k=v
@@ -74,6 +78,7 @@ from controller.raft import (
 )
 from controller.raft import messages as msgs
 from controller.raft.control import encode_voters
+from controller.raft.ready import TransferError
 from controller.raft.voters import (
     EMPTY_VOTER_SET,
     Voter,
@@ -347,6 +352,17 @@ class Script:
         self.raft(int(node_id)).resign(self.now_ms)
         self._drain(self.nodes[int(node_id)])
 
+    def cmd_transfer(self, node_id: str, target: str) -> None:
+        error = self.raft(int(node_id)).transfer_leadership(int(target), self.now_ms)
+        if error is not None:
+            raise ScriptError(f"transfer on {node_id} to {target} refused: {error.name}")
+        self._drain(self.nodes[int(node_id)])
+
+    def cmd_transfer_fail(self, node_id: str, target: str, error: str) -> None:
+        got = self.raft(int(node_id)).transfer_leadership(int(target), self.now_ms)
+        if got is not TransferError[error]:
+            raise ScriptError(f"transfer on {node_id} to {target}: expected {error}, got {got}")
+
     def cmd_compact(self, node_id: str) -> None:
         node = self.nodes[int(node_id)]
         raft = self.raft(int(node_id))
@@ -428,6 +444,12 @@ class Script:
         actual = self.raft(int(node_id)).role
         if actual is not Role[role.upper()]:
             raise ScriptError(f"node {node_id} is {actual.name}, expected {role}")
+
+    def expect_transfer(self, node_id: str, target: str) -> None:
+        actual = self.raft(int(node_id)).transfer_target
+        wanted = None if target == "none" else int(target)
+        if actual != wanted:
+            raise ScriptError(f"node {node_id} transfers to {actual}, expected {target}")
 
     def expect_leader(self, node_id: str, _epoch_word: str, epoch: str) -> None:
         self.expect_role(node_id, "leader")

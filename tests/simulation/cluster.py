@@ -81,6 +81,8 @@ class Cluster:
         self.voter_changes = 0
         self.wipes = 0
         self.leader_self_removals = 0
+        # Leadership transfers accepted: the epoch they started in -> the target.
+        self.transfers: dict[int, int] = {}
         self.blocked: set[tuple[int, int]] = set()
         self.drop_p = self.rng.choice((0.0, 0.01, 0.05, 0.15))
         self.dup_p = self.rng.choice((0.0, 0.02, 0.1))
@@ -129,7 +131,7 @@ class Cluster:
             if t >= end_faults:
                 break
             kinds = ["crash", "crash", "partition", "partition", "pause", "compact", "compact",
-                     "resign"]
+                     "resign", "transfer"]
             if self.dynamic:
                 kinds += ["add", "add", "remove", "replace"]
             self._at(t, "fault", self.rng.choice(kinds))
@@ -402,6 +404,15 @@ class Cluster:
                 self._change_voters(leader, "remove", victim)
         elif kind == "replace" and self.replacing is None:
             self._wipe_a_voter()
+        elif kind == "transfer" and leaders:
+            leader = leaders[0]
+            assert leader.raft is not None
+            others = [v.node_id for v in leader.raft.voters if v.node_id != leader.id]
+            if others:
+                target = self.rng.choice(others)
+                if leader.raft.transfer_leadership(target, self.now_ms) is None:
+                    self.transfers[leader.raft.epoch] = target
+                self._after_event(leader)
         elif kind == "resign" and leaders:
             node = leaders[0]
             assert node.raft is not None
@@ -411,6 +422,16 @@ class Cluster:
             node.log.sync()
             self._crash(node)
             self._at(self.now_ms + self.rng.randint(50, 300), "restart", node.id)
+
+    @property
+    def transfers_completed(self) -> int:
+        """Transfers whose target led the next epoch that had a leader."""
+        leaders = self.history.leaders
+        done = 0
+        for epoch, target in self.transfers.items():
+            later = [e for e in leaders if e > epoch]
+            done += bool(later) and leaders[min(later)] == target
+        return done
 
     def _change_voters(self, leader: SimNode, kind: str, voter: Voter) -> bool:
         raft = leader.raft

@@ -40,6 +40,8 @@ def raft_problems(c: Counter[str]) -> list[str]:
         ("voter_changes", seeds // 2, "voters added and removed"),
         ("wiped_disks", seeds // 10, "replicas replaced with empty disks"),
         ("leader_self_removals", seeds // 50, "a leader removed itself"),
+        ("transfers", seeds // 4, "leadership transfers started"),
+        ("transfers_completed", c["transfers"] // 4, "transfer targets took over"),
     ])
 
 

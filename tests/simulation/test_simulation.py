@@ -57,6 +57,8 @@ def test_seeds(seeds: range) -> None:
         _coverage["voter_changes"] += cluster.voter_changes
         _coverage["wiped_disks"] += cluster.wipes
         _coverage["leader_self_removals"] += cluster.leader_self_removals
+        _coverage["transfers"] += len(cluster.transfers)
+        _coverage["transfers_completed"] += cluster.transfers_completed
         _coverage["damaged_disks"] += cluster.damages
         _coverage["repairs"] += cluster.repairs
 

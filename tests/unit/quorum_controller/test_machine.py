@@ -19,7 +19,7 @@ from controller.metadata import (
     FeatureUpdate,
     MetadataState,
 )
-from controller.quorum.errors import NotLeaderError
+from controller.quorum.errors import LeadershipTransferringError, NotLeaderError
 from controller.quorum_controller.events import (
     MODE_TRANSITIONS,
     Answer,
@@ -32,6 +32,7 @@ from controller.quorum_controller.events import (
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.ports import ControllerSettings
 from controller.raft.control import encode_leader_change
+from controller.raft.ready import TransferError
 from controller.records import decode_record
 
 ME, OTHER = 1, 2
@@ -78,6 +79,8 @@ class Node:
         self.log = log
         self.node_id = node_id
         self.reads: list[int] = []  # read ids the machine asked to confirm
+        # A leadership transfer under way (the Raft node refuses appends meanwhile).
+        self.transferring_to: int | None = None
 
     @property
     def next_offset(self) -> int:
@@ -94,7 +97,15 @@ class Node:
     def append(self, records: Sequence[bytes], origin: BatchOrigin) -> int:
         if self.leader_epoch is None:
             raise NotLeaderError(self.log.leader, self.log.epoch)
+        if self.transferring_to is not None:
+            raise LeadershipTransferringError("transferring")
         return self.log.add(records, self.log.epoch, origin=origin)
+
+    def transfer_leadership(self, target: int) -> TransferError | None:
+        if self.leader_epoch is None:
+            return TransferError.NOT_LEADER
+        self.transferring_to = target
+        return None
 
     def read_index(self, read_id: int) -> None:
         if self.leader_epoch is None:
@@ -224,6 +235,37 @@ def test_a_write_is_answered_only_once_committed() -> None:
     assert isinstance(answer, Answer) and answer.value[0].error.ok
     # The state equals a fresh replay of the committed log.
     assert h.machine.state.to_image() == replay_of(h.log.batches).to_image()
+
+
+def test_writes_during_a_leadership_transfer_are_refused_whole_and_leadership_kept() -> None:
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    h.send(h.create("before"))
+    h.commit()
+    image = h.machine.state.to_image()
+    end = h.log.end
+    assert h.machine.transfer_leadership(h.node, OTHER) is None
+    [out] = h.send(h.create("during"))
+    # "Not controller", naming nobody: the client retries elsewhere, and nothing of
+    # the write stays (not in the log, not in the state).
+    assert isinstance(out, Fail) and isinstance(out.error, NotControllerError)
+    assert out.error.leader_id is None
+    assert h.log.end == end and h.machine.state.to_image() == image
+    # The controller stays active (a transfer that fails leaves it leading).
+    assert h.machine.mode is Mode.ACTIVE
+    h.node.transferring_to = None  # the transfer was given up
+    h.send(h.create("after"))
+    [answer] = h.commit()
+    assert isinstance(answer, Answer) and answer.value[0].error.ok
+    assert h.machine.state.to_image() == replay_of(h.log.batches).to_image()
+
+
+def test_a_standby_refuses_a_leadership_transfer() -> None:
+    h = Harness()
+    h.log.elect(OTHER)
+    h.machine.leader_changed(OTHER, h.log.epoch, h.now)
+    assert h.machine.transfer_leadership(h.node, OTHER) is TransferError.NOT_LEADER
 
 
 def test_leadership_lost_with_a_write_in_flight_reverts_and_learns_its_fate() -> None:
