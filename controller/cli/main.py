@@ -18,6 +18,7 @@ from controller.cli.dev_cmd import dev
 from controller.cli.endpoint_cmd import endpoint
 from controller.cli.log_cmd import log
 from controller.cli.notebooks_cmd import notebooks
+from controller.cli.shell_cmd import shell
 from controller.cli.storage_cmd import storage
 from controller.cli.tier_cmd import tier
 
@@ -51,6 +52,7 @@ cli.add_command(notebooks)
 cli.add_command(tier)
 cli.add_command(acls)
 cli.add_command(endpoint)
+cli.add_command(shell)
 for _command in ADMIN_COMMANDS:
     cli.add_command(_command)
 
