@@ -3,8 +3,8 @@
 The services convert and validate wire messages, then call one facade method per
 RPC with the control managers' own request values (``controller.metadata``) and
 the request's ``Origin``; the facade answers with the managers' result values. The
-single-threaded controller (`quorum_controller/controller.py`) implements it; tests use
-``tests/support/local_controller.py``.
+single-threaded controller (`quorum_controller/facade.py`) implements it, in the
+daemon and (over an in-memory quorum) in the API tests.
 
 Errors the facade raises, and what they promise (the client's retry policy rests on
 these promises, so an implementation must keep them):

@@ -1,4 +1,4 @@
-"""Fixtures shared by the integration tests: a LocalController behind a real grpc.aio
+"""Fixtures shared by the integration tests: a InMemoryController behind a real grpc.aio
 server on loopback (64 KiB message limit, brokers 1-3 registered), and three real
 controller processes with brokers 0-2 registered (`cluster`; a module may define its
 own)."""
@@ -13,7 +13,7 @@ import pytest
 from controller import rpc
 from tests.support.api_server import LOCAL_CLUSTER, ApiServer, register_brokers, serving
 from tests.support.controller_processes import ControllerCluster
-from tests.support.local_controller import LocalController
+from tests.support.in_memory_controller import InMemoryController
 from tests.support.polling import wait_until
 
 # How long three controllers get to elect an active one.
@@ -21,12 +21,12 @@ START_S = 20.0
 
 
 @pytest.fixture
-def controller() -> LocalController:
-    return LocalController(cluster_id=LOCAL_CLUSTER)
+def controller() -> InMemoryController:
+    return InMemoryController(cluster_id=LOCAL_CLUSTER)
 
 
 @pytest.fixture
-def server(controller: LocalController) -> Iterator[ApiServer]:
+def server(controller: InMemoryController) -> Iterator[ApiServer]:
     with serving(controller, limits=rpc.RpcLimits(max_message_bytes=64 * 1024)) as srv:
         register_brokers(srv.address, [1, 2, 3])
         yield srv

@@ -1,8 +1,8 @@
 """The Admin and BrokerLifecycle services on a real grpc.aio server (loopback, free
-port) with a LocalController behind them, driven by the real AdminClient.
+port) with a InMemoryController behind them, driven by the real AdminClient.
 
 Every bad request (malformed, oversized, out of range) gets its error code and leaves no record behind
-(the LocalController's log length is checked); the status-code contract of
+(the InMemoryController's log length is checked); the status-code contract of
 admin.proto and the client's retry policy are checked end to end.
 """
 
@@ -50,7 +50,7 @@ from tests.support.api_server import (
     register_brokers,
     serving,
 )
-from tests.support.local_controller import LocalController
+from tests.support.in_memory_controller import InMemoryController
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
@@ -72,7 +72,7 @@ def _topic(client: AdminClient, name: str, partitions: int = 2, rf: int = 2) -> 
 # -- every RPC -------------------------------------------------------------------------
 
 
-def test_every_admin_rpc(client: AdminClient, controller: LocalController) -> None:
+def test_every_admin_rpc(client: AdminClient, controller: InMemoryController) -> None:
     (created,) = client.create_topics(
         [CreatableTopic("orders", 3, 2, configs=(("retention.ms", "1000"),))]
     )
@@ -136,6 +136,17 @@ def test_every_admin_rpc(client: AdminClient, controller: LocalController) -> No
                     client.update_raft_voter(1, "A" * 22, "127.0.0.1:2", validate_only=True)):
         assert outcome.error.code is ErrorCode.UNSUPPORTED_VERSION and outcome.offset == -1
 
+    # The answering controller's own state, never redirected.
+    node = client.describe_node()
+    assert (node.node_id, node.role, node.controller_mode) == (controller.node_id, "leader",
+                                                              "active")
+    assert node.cluster_id == CLUSTER and node.voter and node.leader_id == controller.node_id
+    assert node.applied_offset == node.high_watermark == controller.record_count
+    # Leadership transfers: to the leader itself is done already; to a non-voter refused.
+    same_leader = client.transfer_leadership(controller.node_id)
+    assert same_leader.error.ok and same_leader.leader_id == controller.node_id
+    assert client.transfer_leadership(7).error.code is ErrorCode.VOTER_NOT_FOUND
+
     register_brokers(client.leader_address or "", [4])
     assert client.unregister_broker(4).ok
     assert client.unregister_broker(4).code is ErrorCode.BROKER_ID_NOT_REGISTERED
@@ -178,7 +189,7 @@ BAD_CREATES = [
 
 @pytest.mark.parametrize(("topic", "code"), BAD_CREATES, ids=lambda v: str(v)[:30])
 def test_bad_create_gets_its_code_and_no_record(
-    client: AdminClient, controller: LocalController, topic: CreatableTopic, code: ErrorCode
+    client: AdminClient, controller: InMemoryController, topic: CreatableTopic, code: ErrorCode
 ) -> None:
     _topic(client, "existing")
     before = controller.record_count
@@ -189,7 +200,7 @@ def test_bad_create_gets_its_code_and_no_record(
 
 
 def test_other_bad_inputs_get_their_codes_and_no_record(
-    client: AdminClient, controller: LocalController, server: ApiServer
+    client: AdminClient, controller: InMemoryController, server: ApiServer
 ) -> None:
     _topic(client, "t", partitions=2)
     before = controller.record_count
@@ -261,7 +272,7 @@ def test_other_bad_inputs_get_their_codes_and_no_record(
     assert "register_broker" not in controller.calls[-3:]  # wrong cluster never reached it
 
 
-def test_items_are_independent(client: AdminClient, controller: LocalController) -> None:
+def test_items_are_independent(client: AdminClient, controller: InMemoryController) -> None:
     results = client.create_topics(
         [CreatableTopic("a", 1, 1), CreatableTopic("b/", 1, 1), CreatableTopic("c", 2, 3)]
     )
@@ -275,7 +286,7 @@ def test_items_are_independent(client: AdminClient, controller: LocalController)
     assert [r.error.code for r in deleted] == [ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 
 
-def test_validate_only_leaves_no_record(client: AdminClient, controller: LocalController) -> None:
+def test_validate_only_leaves_no_record(client: AdminClient, controller: InMemoryController) -> None:
     _topic(client, "t")
     before = controller.record_count
     (check,) = client.create_topics([CreatableTopic("new", 3, 2)], validate_only=True)
@@ -298,7 +309,7 @@ def test_validate_only_leaves_no_record(client: AdminClient, controller: LocalCo
 
 
 def test_malformed_and_oversized_requests_are_refused_and_the_server_serves_on(
-    server: ApiServer, controller: LocalController, client: AdminClient
+    server: ApiServer, controller: InMemoryController, client: AdminClient
 ) -> None:
     before = controller.record_count
     channel = rpc.create_sync_channel(server.address)
@@ -355,7 +366,7 @@ def test_malformed_and_oversized_requests_are_refused_and_the_server_serves_on(
 
 
 def test_unexpected_exception_is_internal_with_an_error_id(
-    client: AdminClient, controller: LocalController, caplog: pytest.LogCaptureFixture
+    client: AdminClient, controller: InMemoryController, caplog: pytest.LogCaptureFixture
 ) -> None:
     controller.fail_next(RuntimeError("boom"))
     with pytest.raises(RequestFailedError) as failed:
@@ -371,7 +382,7 @@ def test_unexpected_exception_is_internal_with_an_error_id(
 
 
 def test_not_controller_redirects_to_the_named_leader() -> None:
-    standby, leader = LocalController(cluster_id=CLUSTER), LocalController(cluster_id=CLUSTER)
+    standby, leader = InMemoryController(cluster_id=CLUSTER), InMemoryController(cluster_id=CLUSTER)
     with serving(leader) as lead, serving(standby) as stand:
         register_brokers(lead.address, [1])
         standby.fail_always(NotControllerError(2, lead.address))
@@ -386,7 +397,7 @@ def test_not_controller_redirects_to_the_named_leader() -> None:
 
 
 def test_unknown_leader_walks_the_bootstrap_addresses() -> None:
-    standby, leader = LocalController(cluster_id=CLUSTER), LocalController(cluster_id=CLUSTER)
+    standby, leader = InMemoryController(cluster_id=CLUSTER), InMemoryController(cluster_id=CLUSTER)
     with serving(leader) as lead, serving(standby) as stand:
         register_brokers(lead.address, [1])
         standby.fail_always(NotControllerError(None, None))
@@ -397,7 +408,7 @@ def test_unknown_leader_walks_the_bootstrap_addresses() -> None:
             assert leader.calls[-1] == "create_topics"
 
 
-def test_busy_is_retried_for_reads_only(client: AdminClient, controller: LocalController) -> None:
+def test_busy_is_retried_for_reads_only(client: AdminClient, controller: InMemoryController) -> None:
     controller.fail_next(ControllerBusyError("queue full"), times=2)
     assert client.list_topics() == ()
     assert controller.calls[-3:] == ["list_topics"] * 3
@@ -410,7 +421,7 @@ def test_busy_is_retried_for_reads_only(client: AdminClient, controller: LocalCo
 
 
 def test_a_write_without_an_answer_is_resent_under_its_request_id(
-    client: AdminClient, controller: LocalController
+    client: AdminClient, controller: InMemoryController
 ) -> None:
     controller.fail_next(ControllerTimeoutError("commit took too long"))
     assert client.create_topics([CreatableTopic("t", 1, 1)])[0].error.ok
@@ -436,7 +447,7 @@ def test_no_controller_reachable_is_reported_in_time() -> None:
 
 
 def test_a_write_after_the_leader_went_away_is_sent_to_another_controller() -> None:
-    first, second = LocalController(cluster_id=CLUSTER), LocalController(cluster_id=CLUSTER)
+    first, second = InMemoryController(cluster_id=CLUSTER), InMemoryController(cluster_id=CLUSTER)
     with serving(second) as other:
         register_brokers(other.address, [1])
         gone = ApiServer(first).start()

@@ -1,4 +1,4 @@
-"""The multiplexed ``Admin/Stream`` RPC on a real grpc.aio server with a LocalController:
+"""The multiplexed ``Admin/Stream`` RPC on a real grpc.aio server with a InMemoryController:
 each item is answered as its unary call would be, the stream's own failures (a
 malformed or oversized message, an id reused in flight, the server going away,
 a deadline) end it cleanly, and the AdminClient judges them like failed unary calls.
@@ -25,7 +25,7 @@ from controller.api.stream_client import STREAM_METHOD, AdminStream, StreamItemE
 from controller.metadata import CreatableTopic
 from controller.security.access import OPEN
 from tests.support.api_server import LOCAL_CLUSTER, ApiServer, register_brokers, serving
-from tests.support.local_controller import LocalController
+from tests.support.in_memory_controller import InMemoryController
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,7 @@ def _raw_stream(
 
 
 def test_items_are_answered_like_their_unary_calls(
-    server: ApiServer, controller: LocalController
+    server: ApiServer, controller: InMemoryController
 ) -> None:
     channel = rpc.create_sync_channel(server.address)
     stream = AdminStream(channel)
@@ -125,7 +125,7 @@ def test_items_are_answered_like_their_unary_calls(
 
 
 def test_a_malformed_message_ends_the_stream_after_what_came_before(
-    server: ApiServer, controller: LocalController
+    server: ApiServer, controller: InMemoryController
 ) -> None:
     answers, error = _raw_stream(
         server.address, [_item(1, "CreateTopics", _create("first")), b"\xff\xff\xff"]
@@ -137,7 +137,7 @@ def test_a_malformed_message_ends_the_stream_after_what_came_before(
 
 
 def test_an_id_reused_in_flight_ends_the_stream_and_the_first_is_answered(
-    server: ApiServer, controller: LocalController
+    server: ApiServer, controller: InMemoryController
 ) -> None:
     server.run(controller.hold())
     outcome: list[tuple[list[apb.StreamResponse], grpc.RpcError | None]] = []
@@ -161,7 +161,7 @@ def test_an_id_reused_in_flight_ends_the_stream_and_the_first_is_answered(
 
 
 def test_an_item_past_its_timeout_is_answered_deadline_exceeded(
-    server: ApiServer, controller: LocalController
+    server: ApiServer, controller: InMemoryController
 ) -> None:
     server.run(controller.hold())
     try:
@@ -175,7 +175,7 @@ def test_an_item_past_its_timeout_is_answered_deadline_exceeded(
 
 
 def test_an_oversized_request_is_refused_and_the_client_goes_on(
-    server: ApiServer, controller: LocalController
+    server: ApiServer, controller: InMemoryController
 ) -> None:
     with AdminClient([server.address], timeout_ms=5_000) as admin:
         assert admin.create_topics([CreatableTopic("small", 1, 1)])[0].error.ok
@@ -189,7 +189,7 @@ def test_an_oversized_request_is_refused_and_the_client_goes_on(
 
 
 def test_leader_lost_mid_stream_the_write_is_resent_elsewhere_under_its_id() -> None:
-    first, second = LocalController(cluster_id=CLUSTER), LocalController(cluster_id=CLUSTER)
+    first, second = InMemoryController(cluster_id=CLUSTER), InMemoryController(cluster_id=CLUSTER)
     with serving(second) as other:
         register_brokers(other.address, [1])
         gone = ApiServer(first).start()
@@ -278,7 +278,7 @@ class _UnaryOnlyServer(ApiServer):
         return f"127.0.0.1:{port}"
 
 
-def test_a_controller_without_stream_is_called_unary(controller: LocalController) -> None:
+def test_a_controller_without_stream_is_called_unary(controller: InMemoryController) -> None:
     with serving(controller) as helper:
         register_brokers(helper.address, [1])
     old = _UnaryOnlyServer(controller).start()

@@ -2,7 +2,8 @@
 
 The admin client is synchronous, so the server needs its own event loop: this runs
 one in a thread and hands coroutines to it. Used by the API unit and integration
-tests with a ``LocalController`` behind the services.
+tests with an ``InMemoryController`` (the real controller on an in-memory quorum)
+behind the services.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from controller.api.seam import ControllerFacade
 
 T = TypeVar("T")
 
-# The cluster id of the LocalControllers the API tests serve.
+# The cluster id of the in-memory controllers the API tests serve.
 LOCAL_CLUSTER = "local-cluster"
 
 
@@ -56,6 +57,9 @@ class ApiServer:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
     async def _start(self) -> str:
+        opener = getattr(self.facade, "open", None)
+        if opener is not None:
+            await opener()  # an InMemoryController starts on this loop
         server = rpc.create_server(self._limits)
         add_api_services(server, self.facade)
         port = rpc.bind(server, "127.0.0.1:0", None)

@@ -21,6 +21,8 @@ from controller.quorum.service import DriverStoppedError
 from controller.quorum_controller.ports import NodeAccess
 from controller.raft.control import encode_leader_change
 from controller.raft.reads import ReadState
+from controller.raft.ready import TransferError
+from controller.raft.voters import Voter, VoterChangeError, VoterChangeResult
 
 
 class FakeNode:
@@ -77,6 +79,22 @@ class _Access:
         if self.leader_epoch is None:
             raise NotLeaderError(self.known_leader_id, c.epoch)
         return c.append(tuple(records), origin)
+
+    def change_voters(self, kind: str, voter: Voter, dry_run: bool
+                      ) -> tuple[VoterChangeResult, asyncio.Future[int] | None]:
+        """The fake quorum's voters are fixed (a static quorum)."""
+        return VoterChangeResult(error=VoterChangeError.STATIC_QUORUM,
+                                 message="the voter set is static (an in-memory quorum)"), None
+
+    def transfer_leadership(self, target: int) -> TransferError | None:
+        """Done at once: `target` leads the next epoch (one process, no catching up)."""
+        c = self._node.cluster
+        if self.leader_epoch is None:
+            return TransferError.NOT_LEADER
+        if target not in c.nodes or target == self._node.node_id:
+            return TransferError.NOT_VOTER
+        asyncio.get_running_loop().call_soon(c.elect, target)
+        return None
 
     def read_index(self, read_id: int) -> None:
         """One process, no network: leadership is confirmed on the next loop turn

@@ -1,5 +1,5 @@
 """`metakraft acls add|list|remove` (click's CliRunner) against a real API server with
-a LocalController: bindings made from the kafka-acls-style options, filters, JSON
+a InMemoryController: bindings made from the kafka-acls-style options, filters, JSON
 output, usage errors, and the --command-config file."""
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from click.testing import CliRunner, Result
 from controller.cli.main import cli
 from controller.security.acl import Operation, PatternType, Permission, ResourceType
 from tests.support.api_server import ApiServer, serving
-from tests.support.local_controller import LocalController
+from tests.support.in_memory_controller import InMemoryController
 
 
 @pytest.fixture
-def controller() -> LocalController:
-    return LocalController()
+def controller() -> InMemoryController:
+    return InMemoryController()
 
 
 @pytest.fixture
-def server(controller: LocalController) -> Iterator[ApiServer]:
+def server(controller: InMemoryController) -> Iterator[ApiServer]:
     with serving(controller) as srv:
         yield srv
 
@@ -41,7 +41,7 @@ def listed(server: ApiServer, *args: str) -> list[dict[str, Any]]:
 
 
 def test_add_makes_one_binding_per_principal_operation_and_resource(
-        server: ApiServer, controller: LocalController) -> None:
+        server: ApiServer, controller: InMemoryController) -> None:
     added = run(server, "acls", "add", "--allow-principal", "User:alice",
                 "--allow-principal", "User:bob", "--operation", "read", "--operation", "WRITE",
                 "--topic", "orders-", "--resource-pattern-type", "prefixed")
@@ -72,7 +72,7 @@ def test_a_bad_binding_fails_its_item_with_exit_1(server: ApiServer) -> None:
     assert "must be User:<name>" in result.output
 
 
-def test_remove_prints_what_it_removed(server: ApiServer, controller: LocalController) -> None:
+def test_remove_prints_what_it_removed(server: ApiServer, controller: InMemoryController) -> None:
     for topic in ("a", "b"):
         assert run(server, "acls", "add", "--allow-principal", "User:alice", "--operation",
                    "READ", "--topic", topic).exit_code == 0

@@ -1,4 +1,4 @@
-"""The admin CLI (click's CliRunner) against a real API server with a LocalController:
+"""The admin CLI (click's CliRunner) against a real API server with a InMemoryController:
 tables, --output json, and the exit codes 0 / 1 / 2 / 3 / 4."""
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from controller.api.seam import ControllerTimeoutError
 from controller.cli.main import cli
 from controller.metadata.levels import LATEST_METADATA_VERSION
 from tests.support.api_server import ApiServer, dead_address, register_brokers, serving
-from tests.support.local_controller import LocalController
+from tests.support.in_memory_controller import InMemoryController
 
 
 @pytest.fixture
-def controller() -> LocalController:
-    return LocalController()
+def controller() -> InMemoryController:
+    return InMemoryController()
 
 
 @pytest.fixture
-def server(controller: LocalController) -> Iterator[ApiServer]:
+def server(controller: InMemoryController) -> Iterator[ApiServer]:
     with serving(controller) as srv:
         register_brokers(srv.address, [1, 2, 3], racks={1: "a", 2: "b", 3: "c"})
         yield srv
@@ -45,7 +45,7 @@ def run_json(server: ApiServer, *args: str) -> tuple[int, Any]:
     return result.exit_code, json.loads(result.stdout)
 
 
-def test_topics_lifecycle_tables(server: ApiServer, controller: LocalController) -> None:
+def test_topics_lifecycle_tables(server: ApiServer, controller: InMemoryController) -> None:
     created = run(
         server,
         "topics", "create", "--name", "orders", "--topic", "payments",
@@ -81,7 +81,7 @@ def test_json_output_is_machine_readable(server: ApiServer) -> None:
     assert [b["broker_id"] for b in cluster["brokers"]] == [1, 2, 3]
     assert cluster["brokers"][0]["rack"] == "a"
     code, quorum = run_json(server, "quorum", "describe")
-    assert quorum["leader_id"] == 1 and quorum["voters"][0]["replica_id"] == 1
+    assert quorum["leader_id"] == quorum["voters"][0]["replica_id"] == server.facade.node_id
     code, feats = run_json(server, "features", "describe")
     assert feats["features"][0]["name"] == "metadata.version"
     assert feats["release"] == __version__
@@ -93,7 +93,7 @@ def test_json_output_is_machine_readable(server: ApiServer) -> None:
 
 
 def test_some_items_failing_exits_1_and_prints_each_error(
-    server: ApiServer, controller: LocalController
+    server: ApiServer, controller: InMemoryController
 ) -> None:
     result = run(server, "topics", "create", "--name", "good", "--name", "bad/name")
     assert result.exit_code == 1
@@ -106,7 +106,7 @@ def test_some_items_failing_exits_1_and_prints_each_error(
     assert run(server, "brokers", "unregister", "--id", "99").exit_code == 1
 
 
-def test_validate_only_creates_nothing(server: ApiServer, controller: LocalController) -> None:
+def test_validate_only_creates_nothing(server: ApiServer, controller: InMemoryController) -> None:
     before = controller.record_count
     result = run(server, "topics", "create", "--name", "t", "--validate-only")
     assert result.exit_code == 0 and "validate only" in result.stdout
@@ -220,7 +220,7 @@ def test_no_controller_exits_3() -> None:
 
 
 def test_unknown_outcome_exits_4_with_the_request_id(
-    server: ApiServer, controller: LocalController
+    server: ApiServer, controller: InMemoryController
 ) -> None:
     # Every attempt times out until the command's deadline: the outcome stays unknown.
     controller.fail_always(ControllerTimeoutError("commit is slow"))
@@ -231,7 +231,7 @@ def test_unknown_outcome_exits_4_with_the_request_id(
 
 
 def test_an_unknown_outcome_is_retried_and_succeeds(
-    server: ApiServer, controller: LocalController
+    server: ApiServer, controller: InMemoryController
 ) -> None:
     controller.fail_next(ControllerTimeoutError("commit is slow"))
     result = run(server, "topics", "create", "--name", "t")
@@ -284,9 +284,10 @@ def test_filters_verify_and_kafka_aliases(server: ApiServer) -> None:
     assert up.exit_code == 0, up.output
     refused = run(server, "features", "upgrade", "--metadata-version", "2")
     assert refused.exit_code == 1 and "features downgrade --unsafe" in refused.stderr
-    # Nothing held needs more than 3 (no request ids, no tier here): safe to 3.
+    # The CLI's writes were remembered (request ids) at level 4: a safe downgrade to 3
+    # would lose that table, so it is refused saying why; --unsafe drops it.
     safe = run(server, "features", "downgrade", "--metadata-version", "3")
-    assert safe.exit_code == 0, safe.output
+    assert safe.exit_code == 1 and "request-result table holds" in safe.stderr, safe.output
     down = run(server, "features", "downgrade", "--metadata-version", "2", "--unsafe")
     assert down.exit_code == 0, down.output
 

@@ -13,7 +13,7 @@ from controller.api.admin_service import admin_handler
 from controller.api.handlers import register_service
 from controller.api.rpcs import ADMIN_RPCS, ADMIN_RPCS_BY_NAME
 from controller.security.access import OPEN
-from tests.support.local_controller import LocalController
+from tests.support.in_memory_controller import InMemoryController
 
 SERVICE = apb.DESCRIPTOR.services_by_name["Admin"]
 
@@ -34,7 +34,7 @@ def test_reads_and_writes_are_what_their_names_say() -> None:
 
 
 def test_a_method_without_a_handler_is_refused_at_registration() -> None:
-    handlers = {s.name: admin_handler(s, LocalController(), OPEN) for s in ADMIN_RPCS
+    handlers = {s.name: admin_handler(s, InMemoryController(), OPEN) for s in ADMIN_RPCS
                 if s.name != "DeleteAcls"}
 
     async def register() -> None:  # a grpc.aio server needs a running loop
