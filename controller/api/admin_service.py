@@ -20,6 +20,7 @@ from grpc_health.v1 import _async as health_async
 
 from controller import rpc
 from controller.api import admin_pb2 as apb
+from controller.api import rpcs
 from controller.api.audit_log import ApiMetrics, RequestAudit
 from controller.api.broker_service import BrokerLifecycleService
 from controller.api.convert import MalformedRequestError
@@ -47,9 +48,7 @@ def admin_handler(spec: AdminRpc, facade: ControllerFacade, access: Access,
             audit.principal, audit.request_id = origin.principal, origin.request_id
             if not spec.local:
                 facade.check_serves(write=spec.write, consistency=origin.consistency)
-            call = Call(caller, access, origin)
-            spec.authorize(request, call)
-            return await spec.handle(facade, request, call)
+            return await rpcs.handle(spec, facade, request, Call(caller, access, origin))
 
         return await guarded(context, spec.name, body, audit)
 

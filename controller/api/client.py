@@ -44,13 +44,12 @@ import grpc
 from google.protobuf import message_factory
 
 from controller import rpc
-from controller.api import acl_convert as acv
 from controller.api import admin_pb2 as apb
 from controller.api import admin_pb2_grpc as apb_grpc
-from controller.api import convert as cv
 from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY, READ_OFFSET_KEY
-from controller.api.rpcs import ADMIN_RPCS_BY_NAME
+from controller.api.rpcs import ADMIN_RPCS_BY_NAME, AdminRpc
 from controller.api.seam import (
+    Args,
     ClusterDescription,
     NodeDescription,
     QuorumDescription,
@@ -100,6 +99,9 @@ _RESPONSE_CLASSES = {
     for m in apb.DESCRIPTOR.services_by_name["Admin"].methods
 }
 
+
+# Every Admin RPC's row, by name (what `AdminClient.call` takes).
+_RPC = ADMIN_RPCS_BY_NAME
 
 _CONSISTENCY_TO_PB = {
     ReadConsistency.LINEARIZABLE: apb.READ_CONSISTENCY_LINEARIZABLE,
@@ -420,143 +422,122 @@ class AdminClient:
 
     # -- the RPCs ----------------------------------------------------------------------
 
-    def create_topics(
-        self, topics: Sequence[CreatableTopic], *, validate_only: bool = False
-    ) -> tuple[CreateTopicResult, ...]:
-        request = apb.CreateTopicsRequest(
-            topics=[cv.creatable_topic_to_pb(t) for t in topics], validate_only=validate_only
-        )
-        response = self._call("CreateTopics", request)
-        return tuple(cv.create_topic_result_from_pb(r) for r in response.results)
+    def call(self, rpc: AdminRpc, args: Args, *, attempt_timeout_ms: int | None = None) -> Any:
+        """Any Admin RPC by its row: `args` to the request, the response to the answer
+        (the typed methods below are this, with their arguments spelt out)."""
+        response = self._call(rpc.name, rpc.encode_request(args),
+                              attempt_timeout_ms=attempt_timeout_ms)
+        return rpc.decode_answer(response, args)
+
+    def create_topics(self, topics: Sequence[CreatableTopic], *, validate_only: bool = False
+                      ) -> tuple[CreateTopicResult, ...]:
+        answer: tuple[CreateTopicResult, ...] = self.call(
+            _RPC["CreateTopics"], Args(tuple(topics), validate_only))
+        return answer
 
     def delete_topics(self, names: Sequence[str]) -> tuple[DeleteTopicResult, ...]:
-        request = apb.DeleteTopicsRequest(names=names)
-        response = self._call("DeleteTopics", request)
-        return tuple(cv.delete_topic_result_from_pb(r) for r in response.results)
+        answer: tuple[DeleteTopicResult, ...] = self.call(_RPC["DeleteTopics"], Args(tuple(names)))
+        return answer
 
-    def create_partitions(
-        self, topics: Sequence[CreatePartitionsTopic], *, validate_only: bool = False
-    ) -> tuple[CreatePartitionsResult, ...]:
-        request = apb.CreatePartitionsRequest(
-            topics=[cv.create_partitions_topic_to_pb(t) for t in topics],
-            validate_only=validate_only,
-        )
-        response = self._call("CreatePartitions", request)
-        return tuple(cv.create_partitions_result_from_pb(r) for r in response.results)
+    def create_partitions(self, topics: Sequence[CreatePartitionsTopic], *,
+                          validate_only: bool = False) -> tuple[CreatePartitionsResult, ...]:
+        answer: tuple[CreatePartitionsResult, ...] = self.call(
+            _RPC["CreatePartitions"], Args(tuple(topics), validate_only))
+        return answer
 
     def list_topics(self) -> tuple[TopicListing, ...]:
-        response = self._call("ListTopics", apb.ListTopicsRequest())
-        return tuple(cv.topic_listing_from_pb(t) for t in response.topics)
+        answer: tuple[TopicListing, ...] = self.call(_RPC["ListTopics"], Args())
+        return answer
 
     def describe_topics(self, names: Sequence[str] | None = None) -> tuple[TopicDescription, ...]:
         """``None`` (or empty): every topic."""
-        request = apb.DescribeTopicsRequest(names=names or ())
-        response = self._call("DescribeTopics", request)
-        return tuple(cv.topic_description_from_pb(t) for t in response.topics)
+        answer: tuple[TopicDescription, ...] = self.call(
+            _RPC["DescribeTopics"], Args(tuple(names or ()) or None))
+        return answer
 
     def describe_cluster(self) -> ClusterDescription:
-        response = self._call("DescribeCluster", apb.DescribeClusterRequest())
-        return cv.cluster_from_pb(response)
+        answer: ClusterDescription = self.call(_RPC["DescribeCluster"], Args())
+        return answer
 
-    def incremental_alter_configs(
-        self, resources: Sequence[AlterConfigsResource], *, validate_only: bool = False
-    ) -> tuple[AlterConfigsResult, ...]:
-        request = apb.IncrementalAlterConfigsRequest(
-            resources=[cv.alter_configs_resource_to_pb(r) for r in resources],
-            validate_only=validate_only,
-        )
-        response = self._call("IncrementalAlterConfigs", request)
-        return tuple(cv.alter_configs_result_from_pb(r) for r in response.results)
+    def incremental_alter_configs(self, resources: Sequence[AlterConfigsResource], *,
+                                  validate_only: bool = False) -> tuple[AlterConfigsResult, ...]:
+        answer: tuple[AlterConfigsResult, ...] = self.call(
+            _RPC["IncrementalAlterConfigs"], Args(tuple(resources), validate_only))
+        return answer
 
-    def describe_configs(
-        self, resources: Sequence[ConfigResource]
-    ) -> tuple[DescribeConfigsResult, ...]:
-        request = apb.DescribeConfigsRequest(
-            resources=[cv.config_resource_to_pb(r) for r in resources]
-        )
-        response = self._call("DescribeConfigs", request)
-        return tuple(cv.describe_configs_result_from_pb(r) for r in response.results)
+    def describe_configs(self, resources: Sequence[ConfigResource]
+                         ) -> tuple[DescribeConfigsResult, ...]:
+        answer: tuple[DescribeConfigsResult, ...] = self.call(
+            _RPC["DescribeConfigs"], Args(tuple(resources)))
+        return answer
 
-    def alter_partition_reassignments(
-        self, items: Sequence[ReassignmentRequest]
-    ) -> tuple[ReassignmentResult, ...]:
-        request = apb.AlterPartitionReassignmentsRequest(
-            partitions=[cv.reassignment_request_to_pb(i) for i in items]
-        )
-        response = self._call("AlterPartitionReassignments", request)
-        return tuple(cv.reassignment_result_from_pb(r) for r in response.results)
+    def alter_partition_reassignments(self, items: Sequence[ReassignmentRequest]
+                                      ) -> tuple[ReassignmentResult, ...]:
+        answer: tuple[ReassignmentResult, ...] = self.call(
+            _RPC["AlterPartitionReassignments"], Args(tuple(items)))
+        return answer
 
-    def list_partition_reassignments(
-        self, partitions: Sequence[TopicPartition] | None = None
-    ) -> tuple[OngoingReassignment, ...]:
-        request = apb.ListPartitionReassignmentsRequest(
-            partitions=[cv.topic_partition_to_pb(p) for p in partitions or ()]
-        )
-        response = self._call("ListPartitionReassignments", request)
-        return tuple(cv.ongoing_reassignment_from_pb(r) for r in response.reassignments)
+    def list_partition_reassignments(self, partitions: Sequence[TopicPartition] | None = None
+                                     ) -> tuple[OngoingReassignment, ...]:
+        answer: tuple[OngoingReassignment, ...] = self.call(_RPC["ListPartitionReassignments"],
+                         Args(tuple(partitions or ()) or None))
+        return answer
 
-    def elect_leaders(
-        self,
-        partitions: Sequence[TopicPartition] | None,
-        election_type: ElectionType = ElectionType.PREFERRED,
-    ) -> tuple[ElectLeadersResult, ...]:
+    def elect_leaders(self, partitions: Sequence[TopicPartition] | None,
+                      election_type: ElectionType = ElectionType.PREFERRED
+                      ) -> tuple[ElectLeadersResult, ...]:
         """``None``: every partition that needs an election."""
-        request = apb.ElectLeadersRequest(
-            election_type=cv.election_type_to_pb(election_type),
-            partitions=[cv.topic_partition_to_pb(p) for p in partitions or ()],
-            all_partitions=partitions is None,
-        )
-        response = self._call("ElectLeaders", request)
-        return tuple(cv.elect_leaders_result_from_pb(r) for r in response.results)
+        items = None if partitions is None else tuple(partitions)
+        answer: tuple[ElectLeadersResult, ...] = self.call(
+            _RPC["ElectLeaders"], Args(items, extra=election_type))
+        return answer
 
     def unregister_broker(self, broker_id: int) -> ApiError:
-        request = apb.UnregisterBrokerRequest(broker_id=broker_id)
-        response = self._call("UnregisterBroker", request)
-        return cv.error_from_pb(response.error)
+        answer: ApiError = self.call(_RPC["UnregisterBroker"], Args((broker_id,)))
+        return answer
 
     def describe_quorum(self) -> QuorumDescription:
-        response = self._call("DescribeQuorum", apb.DescribeQuorumRequest())
-        return cv.quorum_from_pb(response)
+        answer: QuorumDescription = self.call(_RPC["DescribeQuorum"], Args())
+        return answer
 
     def add_raft_voter(self, node_id: int, directory_id: str, endpoint: str, *,
                        validate_only: bool = False) -> VoterChangeOutcome:
         """Make a started controller (fetching as an observer) a voter; the leader waits
         while it catches up, then until the change commits (within this client's
         timeout)."""
-        request = apb.AddRaftVoterRequest(node_id=node_id, directory_id=directory_id,
-                                          endpoint=endpoint, validate_only=validate_only,
-                                          timeout_ms=self._voter_change_timeout_ms())
-        return cv.voter_change_from_pb(self._call("AddRaftVoter", request,
-                                                  attempt_timeout_ms=self._timeout_ms))
+        return self._voter_change("AddRaftVoter", node_id, directory_id, endpoint,
+                                  validate_only)
 
     def remove_raft_voter(self, node_id: int, directory_id: str, *,
                           validate_only: bool = False) -> VoterChangeOutcome:
-        request = apb.RemoveRaftVoterRequest(node_id=node_id, directory_id=directory_id,
-                                             validate_only=validate_only,
-                                             timeout_ms=self._voter_change_timeout_ms())
-        return cv.voter_change_from_pb(self._call("RemoveRaftVoter", request,
-                                                  attempt_timeout_ms=self._timeout_ms))
+        return self._voter_change("RemoveRaftVoter", node_id, directory_id, "", validate_only)
 
     def update_raft_voter(self, node_id: int, directory_id: str, endpoint: str, *,
                           validate_only: bool = False) -> VoterChangeOutcome:
-        request = apb.UpdateRaftVoterRequest(node_id=node_id, directory_id=directory_id,
-                                             endpoint=endpoint, validate_only=validate_only,
-                                             timeout_ms=self._voter_change_timeout_ms())
-        return cv.voter_change_from_pb(self._call("UpdateRaftVoter", request,
-                                                  attempt_timeout_ms=self._timeout_ms))
+        return self._voter_change("UpdateRaftVoter", node_id, directory_id, endpoint,
+                                  validate_only)
+
+    def _voter_change(self, name: str, node_id: int, directory_id: str, endpoint: str,
+                      validate_only: bool) -> VoterChangeOutcome:
+        args = Args(validate_only=validate_only, extra=(node_id, directory_id, endpoint,
+                                                        self._voter_change_timeout_ms()))
+        answer: VoterChangeOutcome = self.call(
+            _RPC[name], args, attempt_timeout_ms=self._timeout_ms)
+        return answer
 
     def transfer_leadership(self, target_id: int) -> TransferOutcome:
         """Hand the quorum's leadership to voter `target_id`; answered once it leads
         (or the hand-over failed: the error says, and nothing was lost)."""
-        request = apb.TransferLeadershipRequest(target_id=target_id,
-                                                timeout_ms=self._voter_change_timeout_ms())
-        return cv.transfer_from_pb(self._call("TransferLeadership", request,
-                                              attempt_timeout_ms=self._timeout_ms))
+        args = Args(extra=(target_id, self._voter_change_timeout_ms()))
+        answer: TransferOutcome = self.call(_RPC["TransferLeadership"], args,
+                         attempt_timeout_ms=self._timeout_ms)
+        return answer
 
     def describe_node(self) -> NodeDescription:
         """The state of the controller this client reaches first (its first bootstrap
         address, if up): a question to that controller, never redirected."""
-        return cv.node_from_pb(self._call("DescribeNode", apb.DescribeNodeRequest()))
+        answer: NodeDescription = self.call(_RPC["DescribeNode"], Args())
+        return answer
 
     def _voter_change_timeout_ms(self) -> int:
         # The server answers a little before the client gives up, so the client gets
@@ -564,37 +545,28 @@ class AdminClient:
         return max(1, self._timeout_ms - min(1000, self._timeout_ms // 5))
 
     def describe_features(self) -> tuple[FeatureDescription, ...]:
-        response = self._call("DescribeFeatures", apb.DescribeFeaturesRequest())
-        return tuple(cv.feature_description_from_pb(f) for f in response.features)
+        answer: tuple[FeatureDescription, ...] = self.call(_RPC["DescribeFeatures"], Args())
+        return answer
 
-    def update_features(
-        self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False
-    ) -> tuple[FeatureUpdateResult, ...]:
-        request = apb.UpdateFeaturesRequest(
-            updates=[cv.feature_update_to_pb(u) for u in updates], validate_only=validate_only
-        )
-        response = self._call("UpdateFeatures", request)
-        return tuple(cv.feature_update_result_from_pb(r) for r in response.results)
+    def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False
+                        ) -> tuple[FeatureUpdateResult, ...]:
+        answer: tuple[FeatureUpdateResult, ...] = self.call(
+            _RPC["UpdateFeatures"], Args(tuple(updates), validate_only))
+        return answer
 
     def create_acls(self, bindings: Sequence[AclBinding]) -> tuple[ApiError, ...]:
-        request = apb.CreateAclsRequest(creations=[acv.binding_to_pb(b) for b in bindings])
-        response = self._call("CreateAcls", request)
-        return tuple(cv.error_from_pb(e) for e in response.results)
+        results = self.call(_RPC["CreateAcls"], Args(tuple(bindings)))
+        return tuple(r.error for r in results)
 
     def describe_acls(self, acl_filter: AclFilter) -> tuple[AclBinding, ...]:
         """The bindings `acl_filter` matches; RequestFailedError for a bad filter."""
-        response = self._call("DescribeAcls",
-                              apb.DescribeAclsRequest(filter=acv.filter_to_pb(acl_filter)))
-        error = cv.error_from_pb(response.error)
-        if not error.ok:
-            raise RequestFailedError(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        return tuple(acv.binding_from_pb(b) for b in response.bindings)
+        found = self.call(_RPC["DescribeAcls"], Args(extra=acl_filter))
+        if not found.error.ok:
+            raise RequestFailedError(grpc.StatusCode.INVALID_ARGUMENT, str(found.error))
+        return tuple(found.bindings)
 
     def delete_acls(self, filters: Sequence[AclFilter]
                     ) -> tuple[tuple[ApiError, tuple[AclBinding, ...]], ...]:
         """Per filter: its error and the bindings it matched and deleted."""
-        request = apb.DeleteAclsRequest(filters=[acv.filter_to_pb(f) for f in filters])
-        response = self._call("DeleteAcls", request)
-        return tuple((cv.error_from_pb(r.error),
-                      tuple(acv.binding_from_pb(b) for b in r.deleted))
-                     for r in response.results)
+        results = self.call(_RPC["DeleteAcls"], Args(tuple(filters)))
+        return tuple((r.error, r.deleted) for r in results)

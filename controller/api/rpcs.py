@@ -1,8 +1,16 @@
-"""Every Admin RPC, declared once: its name, whether it writes, the permission it
-needs, and its handler. Dispatch (`admin_service`), authorization and the client's
-retry policy (`client.AdminClient`) are derived from this table, and registering the
-service fails if the .proto has a method the table lacks, so no RPC can exist
-without its authorization rule.
+"""Every Admin RPC, declared once: one row holds its name, whether it writes, the
+permission it needs, its wire converters both ways (the server decodes the request
+and encodes the answer; the client the reverse; the table of recent writes keeps the
+encoded answer, so the row's converters are also the exactly-once codec), the
+answer for every item at once when a request is refused whole, and what the
+controller does: an `Operation` on the metadata (`run` for a write, `query` for a
+read), or, for what is about the quorum or this node, a `custom` facade call.
+
+Dispatch (`admin_service`), authorization, the generic write and read paths
+(`ControllerApi.write` / `read`), the client (`AdminClient.call`) and the simulation
+all work from these rows; registering the service fails if the .proto has a method
+the table lacks. Adding an RPC: the proto, one row, the manager method it calls,
+the CLI.
 
 The permissions are Kafka's: CreateTopics needs CREATE on the topic or the cluster,
 DeleteTopics DELETE, CreatePartitions ALTER, describes DESCRIBE (a listing leaves out
@@ -15,21 +23,51 @@ whole (PERMISSION_DENIED) if any one is denied: it writes nothing.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
 from google.protobuf import message as pb_message
+from google.protobuf import message_factory
 
 from controller.api import acl_convert as acv
 from controller.api import admin_pb2 as apb
 from controller.api import convert as cv
-from controller.api.seam import ControllerFacade, Origin, VoterChangeKind
+from controller.api.seam import (
+    Args,
+    ClusterDescription,
+    ControllerFacade,
+    OpContext,
+    Operation,
+    Origin,
+    Query,
+    ResultCodec,
+    Run,
+    VoterChangeKind,
+)
+from controller.metadata import (
+    AlterConfigsResult,
+    ApiError,
+    ControllerResult,
+    CreatePartitionsResult,
+    CreateTopicResult,
+    DeleteTopicResult,
+    DescribeConfigsResult,
+    ElectLeadersResult,
+    ErrorCode,
+    FeatureDescription,
+    FeatureUpdateResult,
+    ReassignmentResult,
+    TopicDescription,
+)
+from controller.metadata.acls import CreateAclResult, DeleteAclsResult, DescribeAclsResult
 from controller.metadata.config_schema import ResourceType as ConfigResourceType
 from controller.security.access import Access, Caller, cluster_action, topic_action
-from controller.security.acl import Operation
+from controller.security.acl import Operation as AclOperation
 from controller.security.authorizer import Action
+
+# The Raft layer's feature level: 1 = the voter set lives in the log (KIP-853).
+KRAFT_VERSION = "kraft.version"
 
 
 @attrs.frozen
@@ -48,8 +86,8 @@ class Call:
         return self.access.allowed(self.caller, action)
 
 
-Handler = Callable[[ControllerFacade, Any, Call], Awaitable[pb_message.Message]]
-Authorize = Callable[[Any, Call], None]
+Authorize = Callable[[Args, Call], None]
+Custom = Callable[[ControllerFacade, Args, Call], Awaitable[Any]]
 
 
 @attrs.frozen
@@ -57,277 +95,487 @@ class AdminRpc:
     name: str
     request_class: type[pb_message.Message]
     write: bool
-    # The permission in words (docs, `metakraft acls --help`).
+    # The permission in words (docs, `metakraft acls --help`), and its check.
     needs: str
     authorize: Authorize
-    handle: Handler
+    # Wire <-> values: request -> args (server), args -> request (client), answer ->
+    # response (server), response (+ the call's args) -> answer (client, a retry).
+    decode: Callable[[Any], Args]
+    encode_request: Callable[[Args], pb_message.Message]
+    encode: Callable[[Any], pb_message.Message]
+    decode_answer: Callable[[Any, Args], Any]
+    # What the controller does: an operation on the metadata, or a custom call.
+    op: Operation | None = None
+    custom: Custom | None = None
+    # The answer when the whole request is refused (too many items, too large); None:
+    # the RPC has no items (it cannot be over the limit).
+    fail_all: Callable[[Args, ApiError], Any] | None = None
+    # A listing: what the caller may not see is left out of the answer.
+    visible: Callable[[Any, Args, Call], Any] | None = None
+    # Writes remembered by request id in the table of recent writes (exactly once).
+    remembered: bool = False
     # Answered by the controller called, whatever its role (never "not controller"):
     # a question about that controller itself.
     local: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        assert (self.op is None) != (self.custom is None), self.name
+        assert self.op is None or self.op.name == self.name, self.name
+        assert self.op is None or (self.op.run is not None) == self.write, self.name
+        assert not self.remembered or (self.write and self.op is not None), self.name
+
+    @property
+    def response_class(self) -> type[pb_message.Message]:
+        method = apb.DESCRIPTOR.services_by_name["Admin"].methods_by_name[self.name]
+        return message_factory.GetMessageClass(method.output_type)
+
+    def codec(self, args: Args) -> ResultCodec:
+        """The answer of one call as bytes and back: its response message."""
+        response_class = self.response_class
+        return ResultCodec(lambda answer: self.encode(answer).SerializeToString(),
+                           lambda data: self.decode_answer(response_class.FromString(data),
+                                                           args))
 
 
 # ---------------------------------------------------------------- authorization rules
 
 
-def on_cluster(operation: Operation) -> Authorize:
-    def check(_request: Any, call: Call) -> None:
+def on_cluster(operation: AclOperation) -> Authorize:
+    def check(_args: Args, call: Call) -> None:
         call.require([cluster_action(operation)])
     return check
 
 
-def on_topics(operation: Operation, names: Callable[[Any], Iterable[str]], *,
+def on_topics(operation: AclOperation, names: Callable[[Args], Iterable[str]], *,
               or_cluster: bool = False) -> Authorize:
     """`operation` on every named topic (or, if `or_cluster`, on the cluster)."""
-    def check(request: Any, call: Call) -> None:
+    def check(args: Args, call: Call) -> None:
         if or_cluster and call.may(cluster_action(operation)):
             return
-        call.require(topic_action(operation, name) for name in dict.fromkeys(names(request)))
+        call.require(topic_action(operation, name) for name in dict.fromkeys(names(args)))
     return check
 
 
-def on_config_resources(operation: Operation) -> Authorize:
+def on_config_resources(operation: AclOperation) -> Authorize:
     """Topic configs need `operation` on the topic; broker and cluster configs on the
     cluster."""
-    def check(request: Any, call: Call) -> None:
+    def check(args: Args, call: Call) -> None:
         actions: list[Action] = []
-        for resource in request.resources:
-            item = cv.config_resource_from_pb(getattr(resource, "resource", resource))
-            actions.append(topic_action(operation, item.name)
-                           if item.type is ConfigResourceType.TOPIC
+        for item in args.items or ():
+            resource = getattr(item, "resource", item)
+            actions.append(topic_action(operation, resource.name)
+                           if resource.type is ConfigResourceType.TOPIC
                            else cluster_action(operation))
         call.require(dict.fromkeys(actions))
     return check
 
 
-def _nothing_upfront(_request: Any, _call: Call) -> None:
-    """A listing: what the caller may not see is left out by the handler."""
+def _nothing_upfront(_args: Args, _call: Call) -> None:
+    """A listing: what the caller may not see is left out by `visible`."""
 
 
-# ---------------------------------------------------------------- handlers
+def _topic_names(args: Args) -> Iterable[str]:
+    return (getattr(item, "name", item) for item in args.items or ())
 
 
-async def _create_topics(f: ControllerFacade, r: apb.CreateTopicsRequest, c: Call
-                         ) -> apb.CreateTopicsResponse:
-    results = await f.create_topics([cv.creatable_topic_from_pb(t) for t in r.topics],
-                                    validate_only=r.validate_only, origin=c.origin)
-    return apb.CreateTopicsResponse(results=[cv.create_topic_result_to_pb(x) for x in results])
+def _may_describe(topics: Sequence[Any], call: Call) -> tuple[Any, ...]:
+    return tuple(t for t in topics if call.may(topic_action(AclOperation.DESCRIBE, t.name)))
 
 
-async def _delete_topics(f: ControllerFacade, r: apb.DeleteTopicsRequest, c: Call
-                         ) -> apb.DeleteTopicsResponse:
-    results = await f.delete_topics(list(r.names), origin=c.origin)
-    return apb.DeleteTopicsResponse(results=[cv.delete_topic_result_to_pb(x) for x in results])
+# ---------------------------------------------------------------- row builders
 
 
-async def _create_partitions(f: ControllerFacade, r: apb.CreatePartitionsRequest, c: Call
-                             ) -> apb.CreatePartitionsResponse:
-    results = await f.create_partitions(
-        [cv.create_partitions_topic_from_pb(t) for t in r.topics],
-        validate_only=r.validate_only, origin=c.origin)
-    return apb.CreatePartitionsResponse(
-        results=[cv.create_partitions_result_to_pb(x) for x in results])
+def _per_item(name: str, request_class: type[pb_message.Message], field: str,
+              item_from_pb: Callable[[Any], Any], item_to_pb: Callable[[Any], Any],
+              result_to_pb: Callable[[Any], Any], result_from_pb: Callable[[Any], Any], *,
+              validate_only: bool = False) -> dict[str, Any]:
+    """The converters of an RPC whose request lists items (in `field`, maybe with
+    `validate_only`) and whose response has one `results` entry per item."""
+    def decode(r: Any) -> Args:
+        return Args(tuple(item_from_pb(x) for x in getattr(r, field)),
+                    validate_only=bool(getattr(r, "validate_only", False)))
+
+    def encode_request(a: Args) -> pb_message.Message:
+        extra = {"validate_only": a.validate_only} if validate_only else {}
+        return request_class(**{field: [item_to_pb(x) for x in a.items or ()]}, **extra)
+
+    method = apb.DESCRIPTOR.services_by_name["Admin"].methods_by_name[name]
+    response_class: Any = message_factory.GetMessageClass(method.output_type)
+
+    def encode(results: Sequence[Any]) -> pb_message.Message:
+        response: pb_message.Message = response_class(results=[result_to_pb(x) for x in results])
+        return response
+
+    def decode_answer(m: Any, _a: Args) -> tuple[Any, ...]:
+        return tuple(result_from_pb(x) for x in m.results)
+
+    return {"decode": decode, "encode_request": encode_request, "encode": encode,
+            "decode_answer": decode_answer}
 
 
-async def _list_topics(f: ControllerFacade, _r: apb.ListTopicsRequest, c: Call
-                       ) -> apb.ListTopicsResponse:
-    topics = await f.list_topics(origin=c.origin)
-    return apb.ListTopicsResponse(topics=[
-        cv.topic_listing_to_pb(t) for t in topics
-        if c.may(topic_action(Operation.DESCRIBE, t.name))])
+def _no_args(request_class: type[pb_message.Message]) -> dict[str, Any]:
+    return {"decode": lambda _r: Args(), "encode_request": lambda _a: request_class()}
 
 
-async def _describe_topics(f: ControllerFacade, r: apb.DescribeTopicsRequest, c: Call
-                           ) -> apb.DescribeTopicsResponse:
-    # Empty means every topic (documented in admin.proto): the ones the caller may see.
-    names = list(r.names) or None
-    found = await f.describe_topics(names, origin=c.origin)
-    if names is None:
-        found = tuple(d for d in found if c.may(topic_action(Operation.DESCRIBE, d.name)))
-    return apb.DescribeTopicsResponse(topics=[cv.topic_description_to_pb(d) for d in found])
+def _write(name: str, run: Run) -> Operation:
+    return Operation(name, run=run)
 
 
-async def _describe_cluster(f: ControllerFacade, _r: apb.DescribeClusterRequest, c: Call
-                            ) -> apb.DescribeClusterResponse:
-    return cv.cluster_to_pb(await f.describe_cluster(origin=c.origin))
+def _read(name: str, query: Query) -> Operation:
+    return Operation(name, query=query)
 
 
-async def _alter_configs(f: ControllerFacade, r: apb.IncrementalAlterConfigsRequest, c: Call
-                         ) -> apb.IncrementalAlterConfigsResponse:
-    results = await f.incremental_alter_configs(
-        [cv.alter_configs_resource_from_pb(x) for x in r.resources],
-        validate_only=r.validate_only, origin=c.origin)
-    return apb.IncrementalAlterConfigsResponse(
-        results=[cv.alter_configs_result_to_pb(x) for x in results])
+def _state_write(name: str, call: Callable[[OpContext, Args], ControllerResult[Any]]
+                 ) -> Operation:
+    """A write that needs neither the next offset nor the time."""
+    return Operation(name, run=lambda ctx, args, _next, _now: call(ctx, args))
 
 
-async def _describe_configs(f: ControllerFacade, r: apb.DescribeConfigsRequest, c: Call
-                            ) -> apb.DescribeConfigsResponse:
-    results = await f.describe_configs([cv.config_resource_from_pb(x) for x in r.resources],
-                                       origin=c.origin)
-    return apb.DescribeConfigsResponse(
-        results=[cv.describe_configs_result_to_pb(x) for x in results])
+def _one(args: Args) -> Any:
+    """The call's one item."""
+    assert args.items is not None and len(args.items) == 1, args
+    return args.items[0]
 
 
-async def _alter_reassignments(f: ControllerFacade, r: apb.AlterPartitionReassignmentsRequest,
-                               c: Call) -> apb.AlterPartitionReassignmentsResponse:
-    results = await f.alter_partition_reassignments(
-        [cv.reassignment_request_from_pb(p) for p in r.partitions], origin=c.origin)
-    return apb.AlterPartitionReassignmentsResponse(
-        results=[cv.reassignment_result_to_pb(x) for x in results])
+def _each(result: Callable[[Any, ApiError], Any]) -> Callable[[Args, ApiError], Any]:
+    """`fail_all` answering every item with the error."""
+    return lambda args, error: tuple(result(item, error) for item in args.items or ())
 
 
-async def _list_reassignments(f: ControllerFacade, r: apb.ListPartitionReassignmentsRequest,
-                              c: Call) -> apb.ListPartitionReassignmentsResponse:
-    wanted = [cv.topic_partition_from_pb(p) for p in r.partitions] or None
-    found = await f.list_partition_reassignments(wanted, origin=c.origin)
-    return apb.ListPartitionReassignmentsResponse(
-        reassignments=[cv.ongoing_reassignment_to_pb(x) for x in found])
+# ---------------------------------------------------------------- the reads with logic
 
 
-async def _elect_leaders(f: ControllerFacade, r: apb.ElectLeadersRequest, c: Call
-                         ) -> apb.ElectLeadersResponse:
-    kind = cv.election_type_from_pb(r.election_type)
+def _describe_cluster(ctx: OpContext, _args: Args, epoch: int) -> ClusterDescription:
+    # The active controller as the answering one knows it (a stale read on a standby
+    # names the leader it follows; -1 while there is none).
+    leader = ctx.active_controller_id()
+    return ClusterDescription(ctx.cluster_id, -1 if leader is None else leader,
+                              ctx.state.cluster.brokers(epoch))
+
+
+def _list_reassignments(ctx: OpContext, args: Args, epoch: int) -> tuple[Any, ...]:
+    ongoing = ctx.state.replication.list_reassignments(epoch)
+    if args.items is None:
+        return ongoing
+    wanted = {(p.topic, p.partition) for p in args.items}
+    return tuple(r for r in ongoing if (r.topic, r.partition) in wanted)
+
+
+def _describe_features(ctx: OpContext, _args: Args, epoch: int) -> tuple[Any, ...]:
+    # The Raft layer's own feature: 1 when the voter set lives in the log (voter
+    # changes allowed), 0 for a static quorum. Set when the quorum is formatted.
+    return (*ctx.state.features.describe(epoch),
+            FeatureDescription(KRAFT_VERSION, int(ctx.quorum_is_dynamic()), 0, 1))
+
+
+def _update_features(ctx: OpContext, args: Args) -> ControllerResult[Any]:
+    items = args.items or ()
+    if any(u.name == KRAFT_VERSION for u in items):
+        error = ApiError(ErrorCode.UNSUPPORTED_VERSION, (
+            f"{KRAFT_VERSION} is chosen when the controllers are formatted: 1 with "
+            "--initial-controllers (a dynamic quorum), else 0; a static quorum cannot "
+            "be upgraded online"))
+        return ControllerResult((), tuple(FeatureUpdateResult(u.name, error) for u in items))
+    return ctx.state.features.update_features(items, validate_only=args.validate_only,
+                                              controllers=ctx.voter_versions())
+
+
+def _elect_leaders_args(r: apb.ElectLeadersRequest) -> Args:
     if r.all_partitions and r.partitions:
         raise cv.MalformedRequestError("give either all_partitions or a list of partitions, "
                                        "not both")
-    partitions = None if r.all_partitions else [cv.topic_partition_from_pb(p)
-                                                 for p in r.partitions]
-    results = await f.elect_leaders(partitions, kind, origin=c.origin)
-    return apb.ElectLeadersResponse(results=[cv.elect_leaders_result_to_pb(x) for x in results])
+    items = None if r.all_partitions else tuple(cv.topic_partition_from_pb(p)
+                                                 for p in r.partitions)
+    return Args(items, extra=cv.election_type_from_pb(r.election_type))
 
 
-async def _unregister_broker(f: ControllerFacade, r: apb.UnregisterBrokerRequest, c: Call
-                             ) -> apb.UnregisterBrokerResponse:
-    error = await f.unregister_broker(r.broker_id, origin=c.origin)
-    return apb.UnregisterBrokerResponse(error=cv.error_to_pb(error))
+# ---------------------------------------------------------------- the custom calls
 
 
-async def _describe_quorum(f: ControllerFacade, _r: apb.DescribeQuorumRequest, c: Call
-                           ) -> apb.DescribeQuorumResponse:
-    return cv.quorum_to_pb(await f.describe_quorum(origin=c.origin))
+async def _describe_quorum(f: ControllerFacade, _a: Args, c: Call) -> Any:
+    return await f.describe_quorum(origin=c.origin)
 
 
-async def _change_voters(kind: VoterChangeKind, f: ControllerFacade, r: Any, c: Call
-                         ) -> apb.RaftVoterChangeResponse:
-    endpoint = getattr(r, "endpoint", "")
-    outcome = await f.change_raft_voters(kind, r.node_id, r.directory_id, endpoint,
-                                         validate_only=r.validate_only,
-                                         timeout_ms=r.timeout_ms, origin=c.origin)
-    return cv.voter_change_to_pb(outcome)
+def _voter_change(kind: VoterChangeKind) -> Custom:
+    async def change(f: ControllerFacade, a: Args, c: Call) -> Any:
+        node_id, directory_id, endpoint, timeout_ms = a.extra
+        return await f.change_raft_voters(kind, node_id, directory_id, endpoint,
+                                          validate_only=a.validate_only,
+                                          timeout_ms=timeout_ms, origin=c.origin)
+    return change
 
 
-async def _transfer_leadership(f: ControllerFacade, r: apb.TransferLeadershipRequest, c: Call
-                               ) -> apb.TransferLeadershipResponse:
-    outcome = await f.transfer_leadership(r.target_id, timeout_ms=r.timeout_ms, origin=c.origin)
-    return cv.transfer_to_pb(outcome)
+def _voter_rpc(name: str, request_class: Any, kind: VoterChangeKind) -> AdminRpc:
+    has_endpoint = kind is not VoterChangeKind.REMOVE
+
+    def decode(r: Any) -> Args:
+        return Args(validate_only=r.validate_only,
+                    extra=(r.node_id, r.directory_id, r.endpoint if has_endpoint else "",
+                           r.timeout_ms))
+
+    def encode_request(a: Args) -> pb_message.Message:
+        node_id, directory_id, endpoint, timeout_ms = a.extra
+        fields = {"node_id": node_id, "directory_id": directory_id,
+                  "validate_only": a.validate_only, "timeout_ms": timeout_ms}
+        if has_endpoint:
+            fields["endpoint"] = endpoint
+        return request_class(**fields)  # type: ignore[no-any-return]
+
+    # Raft-level writes, without the table of recent writes: a client resends one only
+    # after a transport failure, and a resent change that went through the first time
+    # is refused as such (DUPLICATE_VOTER, VOTER_NOT_FOUND), changing nothing.
+    return AdminRpc(name, request_class, True, "ALTER on the cluster",
+                    on_cluster(AclOperation.ALTER), decode, encode_request,
+                    cv.voter_change_to_pb, lambda m, _a: cv.voter_change_from_pb(m),
+                    custom=_voter_change(kind))
 
 
-async def _describe_node(f: ControllerFacade, _r: apb.DescribeNodeRequest, c: Call
-                         ) -> apb.DescribeNodeResponse:
-    return cv.node_to_pb(await f.describe_node(origin=c.origin))
+async def _transfer_leadership(f: ControllerFacade, a: Args, c: Call) -> Any:
+    target_id, timeout_ms = a.extra
+    return await f.transfer_leadership(target_id, timeout_ms=timeout_ms, origin=c.origin)
 
 
-async def _describe_features(f: ControllerFacade, _r: apb.DescribeFeaturesRequest, c: Call
-                             ) -> apb.DescribeFeaturesResponse:
-    found = await f.describe_features(origin=c.origin)
-    return apb.DescribeFeaturesResponse(features=[cv.feature_description_to_pb(x)
-                                                  for x in found])
+async def _describe_node(f: ControllerFacade, _a: Args, c: Call) -> Any:
+    return await f.describe_node(origin=c.origin)
 
 
-async def _update_features(f: ControllerFacade, r: apb.UpdateFeaturesRequest, c: Call
-                           ) -> apb.UpdateFeaturesResponse:
-    results = await f.update_features([cv.feature_update_from_pb(u) for u in r.updates],
-                                      validate_only=r.validate_only, origin=c.origin)
-    return apb.UpdateFeaturesResponse(results=[cv.feature_update_result_to_pb(x)
-                                               for x in results])
+# ---------------------------------------------------------------- the table
 
-
-async def _create_acls(f: ControllerFacade, r: apb.CreateAclsRequest, c: Call
-                       ) -> apb.CreateAclsResponse:
-    results = await f.create_acls([acv.binding_from_pb(b) for b in r.creations],
-                                  origin=c.origin)
-    return apb.CreateAclsResponse(results=[cv.error_to_pb(x.error) for x in results])
-
-
-async def _describe_acls(f: ControllerFacade, r: apb.DescribeAclsRequest, c: Call
-                         ) -> apb.DescribeAclsResponse:
-    found = await f.describe_acls(acv.filter_from_pb(r.filter), origin=c.origin)
-    return apb.DescribeAclsResponse(error=cv.error_to_pb(found.error),
-                                    bindings=[acv.binding_to_pb(b) for b in found.bindings])
-
-
-async def _delete_acls(f: ControllerFacade, r: apb.DeleteAclsRequest, c: Call
-                       ) -> apb.DeleteAclsResponse:
-    results = await f.delete_acls([acv.filter_from_pb(x) for x in r.filters], origin=c.origin)
-    return apb.DeleteAclsResponse(results=[
-        apb.DeleteAclsFilterResult(error=cv.error_to_pb(x.error),
-                                   deleted=[acv.binding_to_pb(b) for b in x.deleted])
-        for x in results])
-
-
-def _topic_names(request: Any) -> Iterable[str]:
-    items = getattr(request, "topics", None)
-    if items is not None:
-        return (t.name for t in items)
-    return request.names  # type: ignore[no-any-return]
-
+_CREATE_ACLS_DECODE = _per_item("CreateAcls", apb.CreateAclsRequest, "creations",
+                                acv.binding_from_pb, acv.binding_to_pb,
+                                lambda r: cv.error_to_pb(r.error), cv.error_from_pb)
+_DELETE_ACLS = _per_item(
+    "DeleteAcls", apb.DeleteAclsRequest, "filters", acv.filter_from_pb, acv.filter_to_pb,
+    lambda r: apb.DeleteAclsFilterResult(error=cv.error_to_pb(r.error),
+                                         deleted=[acv.binding_to_pb(b) for b in r.deleted]),
+    lambda m: m)
 
 ADMIN_RPCS: tuple[AdminRpc, ...] = (
     AdminRpc("CreateTopics", apb.CreateTopicsRequest, True,
              "CREATE on each topic, or CREATE on the cluster",
-             on_topics(Operation.CREATE, _topic_names, or_cluster=True), _create_topics),
+             on_topics(AclOperation.CREATE, _topic_names, or_cluster=True),
+             **_per_item("CreateTopics", apb.CreateTopicsRequest, "topics",
+                         cv.creatable_topic_from_pb, cv.creatable_topic_to_pb,
+                         cv.create_topic_result_to_pb, cv.create_topic_result_from_pb,
+                         validate_only=True),
+             op=_state_write("CreateTopics", lambda ctx, a: ctx.state.replication.create_topics(
+                 a.items or (), validate_only=a.validate_only)),
+             fail_all=_each(lambda t, e: CreateTopicResult(t.name, e)), remembered=True),
     AdminRpc("DeleteTopics", apb.DeleteTopicsRequest, True, "DELETE on each topic",
-             on_topics(Operation.DELETE, _topic_names), _delete_topics),
+             on_topics(AclOperation.DELETE, _topic_names),
+             **_per_item("DeleteTopics", apb.DeleteTopicsRequest, "names", str, str,
+                         cv.delete_topic_result_to_pb, cv.delete_topic_result_from_pb),
+             op=_state_write("DeleteTopics", lambda ctx, a: ctx.state.replication.delete_topics(
+                 a.items or ())),
+             fail_all=_each(DeleteTopicResult), remembered=True),
     AdminRpc("CreatePartitions", apb.CreatePartitionsRequest, True, "ALTER on each topic",
-             on_topics(Operation.ALTER, _topic_names), _create_partitions),
+             on_topics(AclOperation.ALTER, _topic_names),
+             **_per_item("CreatePartitions", apb.CreatePartitionsRequest, "topics",
+                         cv.create_partitions_topic_from_pb, cv.create_partitions_topic_to_pb,
+                         cv.create_partitions_result_to_pb, cv.create_partitions_result_from_pb,
+                         validate_only=True),
+             op=_state_write("CreatePartitions",
+                             lambda ctx, a: ctx.state.replication.create_partitions(
+                                 a.items or (), validate_only=a.validate_only)),
+             fail_all=_each(lambda t, e: CreatePartitionsResult(t.name, e)), remembered=True),
     AdminRpc("ListTopics", apb.ListTopicsRequest, False,
-             "DESCRIBE on a topic to see it listed", _nothing_upfront, _list_topics),
+             "DESCRIBE on a topic to see it listed", _nothing_upfront,
+             **_no_args(apb.ListTopicsRequest),
+             encode=lambda found: apb.ListTopicsResponse(
+                 topics=[cv.topic_listing_to_pb(t) for t in found]),
+             decode_answer=lambda m, _a: tuple(cv.topic_listing_from_pb(t) for t in m.topics),
+             op=_read("ListTopics", lambda ctx, _a, epoch: ctx.state.replication.list_topics(
+                 epoch)),
+             fail_all=lambda _a, _e: (),
+             visible=lambda found, _a, call: _may_describe(found, call)),
     AdminRpc("DescribeTopics", apb.DescribeTopicsRequest, False,
              "DESCRIBE on each named topic (all topics: the ones the caller may describe)",
-             on_topics(Operation.DESCRIBE, lambda r: r.names), _describe_topics),
+             on_topics(AclOperation.DESCRIBE, _topic_names),
+             # Empty means every topic (documented in admin.proto).
+             decode=lambda r: Args(tuple(r.names) or None),
+             encode_request=lambda a: apb.DescribeTopicsRequest(names=a.items or ()),
+             encode=lambda found: apb.DescribeTopicsResponse(
+                 topics=[cv.topic_description_to_pb(d) for d in found]),
+             decode_answer=lambda m, _a: tuple(cv.topic_description_from_pb(t)
+                                               for t in m.topics),
+             op=_read("DescribeTopics", lambda ctx, a, epoch:
+                      ctx.state.replication.describe_topics(a.items, epoch)),
+             fail_all=_each(TopicDescription),
+             visible=lambda found, a, call: found if a.items is not None
+             else _may_describe(found, call)),
     AdminRpc("DescribeCluster", apb.DescribeClusterRequest, False, "DESCRIBE on the cluster",
-             on_cluster(Operation.DESCRIBE), _describe_cluster),
+             on_cluster(AclOperation.DESCRIBE), **_no_args(apb.DescribeClusterRequest),
+             encode=cv.cluster_to_pb, decode_answer=lambda m, _a: cv.cluster_from_pb(m),
+             op=_read("DescribeCluster", _describe_cluster)),
     AdminRpc("IncrementalAlterConfigs", apb.IncrementalAlterConfigsRequest, True,
              "ALTER_CONFIGS on each topic (the cluster for broker and cluster configs)",
-             on_config_resources(Operation.ALTER_CONFIGS), _alter_configs),
+             on_config_resources(AclOperation.ALTER_CONFIGS),
+             **_per_item("IncrementalAlterConfigs", apb.IncrementalAlterConfigsRequest,
+                         "resources", cv.alter_configs_resource_from_pb,
+                         cv.alter_configs_resource_to_pb, cv.alter_configs_result_to_pb,
+                         cv.alter_configs_result_from_pb, validate_only=True),
+             op=_state_write("IncrementalAlterConfigs",
+                             lambda ctx, a: ctx.state.configs.incremental_alter_configs(
+                                 a.items or (), validate_only=a.validate_only)),
+             fail_all=_each(lambda r, e: AlterConfigsResult(r.resource, e)), remembered=True),
     AdminRpc("DescribeConfigs", apb.DescribeConfigsRequest, False,
              "DESCRIBE_CONFIGS on each topic (the cluster for broker and cluster configs)",
-             on_config_resources(Operation.DESCRIBE_CONFIGS), _describe_configs),
+             on_config_resources(AclOperation.DESCRIBE_CONFIGS),
+             **_per_item("DescribeConfigs", apb.DescribeConfigsRequest, "resources",
+                         cv.config_resource_from_pb, cv.config_resource_to_pb,
+                         cv.describe_configs_result_to_pb, cv.describe_configs_result_from_pb),
+             op=_read("DescribeConfigs", lambda ctx, a, epoch:
+                      ctx.state.configs.describe_configs(a.items or (), epoch)),
+             fail_all=_each(DescribeConfigsResult)),
     AdminRpc("AlterPartitionReassignments", apb.AlterPartitionReassignmentsRequest, True,
-             "ALTER on the cluster", on_cluster(Operation.ALTER), _alter_reassignments),
+             "ALTER on the cluster", on_cluster(AclOperation.ALTER),
+             **_per_item("AlterPartitionReassignments", apb.AlterPartitionReassignmentsRequest,
+                         "partitions", cv.reassignment_request_from_pb,
+                         cv.reassignment_request_to_pb, cv.reassignment_result_to_pb,
+                         cv.reassignment_result_from_pb),
+             op=_state_write("AlterPartitionReassignments",
+                             lambda ctx, a: ctx.state.replication.alter_partition_reassignments(
+                                 a.items or ())),
+             fail_all=_each(lambda r, e: ReassignmentResult(r.topic, r.partition, e)),
+             remembered=True),
     AdminRpc("ListPartitionReassignments", apb.ListPartitionReassignmentsRequest, False,
-             "DESCRIBE on the cluster", on_cluster(Operation.DESCRIBE), _list_reassignments),
+             "DESCRIBE on the cluster", on_cluster(AclOperation.DESCRIBE),
+             decode=lambda r: Args(tuple(cv.topic_partition_from_pb(p)
+                                         for p in r.partitions) or None),
+             encode_request=lambda a: apb.ListPartitionReassignmentsRequest(
+                 partitions=[cv.topic_partition_to_pb(p) for p in a.items or ()]),
+             encode=lambda found: apb.ListPartitionReassignmentsResponse(
+                 reassignments=[cv.ongoing_reassignment_to_pb(x) for x in found]),
+             decode_answer=lambda m, _a: tuple(cv.ongoing_reassignment_from_pb(r)
+                                               for r in m.reassignments),
+             op=_read("ListPartitionReassignments", _list_reassignments),
+             fail_all=lambda _a, _e: ()),
     AdminRpc("ElectLeaders", apb.ElectLeadersRequest, True, "ALTER on the cluster",
-             on_cluster(Operation.ALTER), _elect_leaders),
+             on_cluster(AclOperation.ALTER), decode=_elect_leaders_args,
+             encode_request=lambda a: apb.ElectLeadersRequest(
+                 election_type=cv.election_type_to_pb(a.extra),
+                 partitions=[cv.topic_partition_to_pb(p) for p in a.items or ()],
+                 all_partitions=a.items is None),
+             encode=lambda results: apb.ElectLeadersResponse(
+                 results=[cv.elect_leaders_result_to_pb(x) for x in results]),
+             decode_answer=lambda m, _a: tuple(cv.elect_leaders_result_from_pb(r)
+                                               for r in m.results),
+             op=_state_write("ElectLeaders", lambda ctx, a: ctx.state.replication.elect_leaders(
+                 a.items, a.extra)),
+             fail_all=_each(lambda p, e: ElectLeadersResult(p.topic, p.partition, e)),
+             remembered=True),
     AdminRpc("UnregisterBroker", apb.UnregisterBrokerRequest, True, "ALTER on the cluster",
-             on_cluster(Operation.ALTER), _unregister_broker),
+             on_cluster(AclOperation.ALTER),
+             decode=lambda r: Args((r.broker_id,)),
+             encode_request=lambda a: apb.UnregisterBrokerRequest(broker_id=_one(a)),
+             encode=lambda error: apb.UnregisterBrokerResponse(error=cv.error_to_pb(error)),
+             decode_answer=lambda m, _a: cv.error_from_pb(m.error),
+             op=_state_write("UnregisterBroker",
+                             lambda ctx, a: ctx.state.cluster.unregister_broker(_one(a))),
+             fail_all=lambda _a, error: error, remembered=True),
     AdminRpc("DescribeQuorum", apb.DescribeQuorumRequest, False, "DESCRIBE on the cluster",
-             on_cluster(Operation.DESCRIBE), _describe_quorum),
-    # Raft-level writes, without the table of recent writes: a client resends one only
-    # after a transport failure, and a resent change that went through the first time
-    # is refused as such (DUPLICATE_VOTER, VOTER_NOT_FOUND), changing nothing.
-    AdminRpc("AddRaftVoter", apb.AddRaftVoterRequest, True, "ALTER on the cluster",
-             on_cluster(Operation.ALTER), functools.partial(_change_voters, VoterChangeKind.ADD)),
-    AdminRpc("RemoveRaftVoter", apb.RemoveRaftVoterRequest, True, "ALTER on the cluster",
-             on_cluster(Operation.ALTER),
-             functools.partial(_change_voters, VoterChangeKind.REMOVE)),
-    AdminRpc("UpdateRaftVoter", apb.UpdateRaftVoterRequest, True, "ALTER on the cluster",
-             on_cluster(Operation.ALTER),
-             functools.partial(_change_voters, VoterChangeKind.UPDATE)),
+             on_cluster(AclOperation.DESCRIBE), **_no_args(apb.DescribeQuorumRequest),
+             encode=cv.quorum_to_pb, decode_answer=lambda m, _a: cv.quorum_from_pb(m),
+             custom=_describe_quorum),
+    _voter_rpc("AddRaftVoter", apb.AddRaftVoterRequest, VoterChangeKind.ADD),
+    _voter_rpc("RemoveRaftVoter", apb.RemoveRaftVoterRequest, VoterChangeKind.REMOVE),
+    _voter_rpc("UpdateRaftVoter", apb.UpdateRaftVoterRequest, VoterChangeKind.UPDATE),
     # Not remembered either: a resent transfer whose target already leads succeeds.
     AdminRpc("TransferLeadership", apb.TransferLeadershipRequest, True, "ALTER on the cluster",
-             on_cluster(Operation.ALTER), _transfer_leadership),
+             on_cluster(AclOperation.ALTER),
+             decode=lambda r: Args(extra=(r.target_id, r.timeout_ms)),
+             encode_request=lambda a: apb.TransferLeadershipRequest(target_id=a.extra[0],
+                                                                    timeout_ms=a.extra[1]),
+             encode=cv.transfer_to_pb, decode_answer=lambda m, _a: cv.transfer_from_pb(m),
+             custom=_transfer_leadership),
     AdminRpc("DescribeNode", apb.DescribeNodeRequest, False, "DESCRIBE on the cluster",
-             on_cluster(Operation.DESCRIBE), _describe_node, local=True),
+             on_cluster(AclOperation.DESCRIBE), **_no_args(apb.DescribeNodeRequest),
+             encode=cv.node_to_pb, decode_answer=lambda m, _a: cv.node_from_pb(m),
+             custom=_describe_node, local=True),
     AdminRpc("DescribeFeatures", apb.DescribeFeaturesRequest, False, "DESCRIBE on the cluster",
-             on_cluster(Operation.DESCRIBE), _describe_features),
+             on_cluster(AclOperation.DESCRIBE), **_no_args(apb.DescribeFeaturesRequest),
+             encode=lambda found: apb.DescribeFeaturesResponse(
+                 features=[cv.feature_description_to_pb(x) for x in found]),
+             decode_answer=lambda m, _a: tuple(cv.feature_description_from_pb(f)
+                                               for f in m.features),
+             op=_read("DescribeFeatures", _describe_features), fail_all=lambda _a, _e: ()),
     AdminRpc("UpdateFeatures", apb.UpdateFeaturesRequest, True, "ALTER on the cluster",
-             on_cluster(Operation.ALTER), _update_features),
+             on_cluster(AclOperation.ALTER),
+             **_per_item("UpdateFeatures", apb.UpdateFeaturesRequest, "updates",
+                         cv.feature_update_from_pb, cv.feature_update_to_pb,
+                         cv.feature_update_result_to_pb, cv.feature_update_result_from_pb,
+                         validate_only=True),
+             op=_state_write("UpdateFeatures", _update_features),
+             fail_all=_each(lambda u, e: FeatureUpdateResult(u.name, e)), remembered=True),
     AdminRpc("CreateAcls", apb.CreateAclsRequest, True, "ALTER on the cluster",
-             on_cluster(Operation.ALTER), _create_acls),
+             on_cluster(AclOperation.ALTER),
+             decode=_CREATE_ACLS_DECODE["decode"],
+             encode_request=_CREATE_ACLS_DECODE["encode_request"],
+             encode=_CREATE_ACLS_DECODE["encode"],
+             # The response carries errors only: each answer's binding is the call's.
+             decode_answer=lambda m, a: tuple(
+                 CreateAclResult(b, cv.error_from_pb(e))
+                 for b, e in zip(a.items or (), m.results, strict=True)),
+             op=_state_write("CreateAcls", lambda ctx, a: ctx.state.access.create_acls(
+                 a.items or ())),
+             fail_all=_each(CreateAclResult), remembered=True),
     AdminRpc("DescribeAcls", apb.DescribeAclsRequest, False, "DESCRIBE on the cluster",
-             on_cluster(Operation.DESCRIBE), _describe_acls),
+             on_cluster(AclOperation.DESCRIBE),
+             decode=lambda r: Args(extra=acv.filter_from_pb(r.filter)),
+             encode_request=lambda a: apb.DescribeAclsRequest(filter=acv.filter_to_pb(a.extra)),
+             encode=lambda found: apb.DescribeAclsResponse(
+                 error=cv.error_to_pb(found.error),
+                 bindings=[acv.binding_to_pb(b) for b in found.bindings]),
+             decode_answer=lambda m, _a: DescribeAclsResult(
+                 cv.error_from_pb(m.error), tuple(acv.binding_from_pb(b) for b in m.bindings)),
+             op=_read("DescribeAcls", lambda ctx, a, epoch: ctx.state.access.describe_acls(
+                 a.extra, epoch))),
     AdminRpc("DeleteAcls", apb.DeleteAclsRequest, True, "ALTER on the cluster",
-             on_cluster(Operation.ALTER), _delete_acls),
+             on_cluster(AclOperation.ALTER),
+             decode=_DELETE_ACLS["decode"], encode_request=_DELETE_ACLS["encode_request"],
+             encode=_DELETE_ACLS["encode"],
+             # Each answer's filter is the call's.
+             decode_answer=lambda m, a: tuple(
+                 DeleteAclsResult(f, cv.error_from_pb(r.error),
+                                  tuple(acv.binding_from_pb(b) for b in r.deleted))
+                 for f, r in zip(a.items or (), m.results, strict=True)),
+             op=_state_write("DeleteAcls", lambda ctx, a: ctx.state.access.delete_acls(
+                 a.items or ())),
+             fail_all=_each(DeleteAclsResult), remembered=True),
 )
 ADMIN_RPCS_BY_NAME = {rpc.name: rpc for rpc in ADMIN_RPCS}
+
+
+def _itemless(rpc: AdminRpc) -> Callable[[Args, ApiError], Any]:
+    def fail(args: Args, error: ApiError) -> Any:
+        raise AssertionError(f"{rpc.name} has no items, yet was refused whole: {error}")
+    return fail
+
+
+async def run(rpc: AdminRpc, facade: ControllerFacade, args: Args, origin: Origin) -> Any:
+    """The answer to one call of an RPC that is an operation on the metadata: the
+    facade's one write path or one read path."""
+    assert rpc.op is not None, f"{rpc.name} is a custom call"
+    fail_all = rpc.fail_all or _itemless(rpc)
+    if rpc.write:
+        return await facade.write(rpc.op, args, origin=origin, fail_all=fail_all,
+                                  codec=rpc.codec(args) if rpc.remembered else None)
+    return await facade.read(rpc.op, args, origin=origin, fail_all=fail_all)
+
+
+async def handle(rpc: AdminRpc, facade: ControllerFacade, request: Any, call: Call
+                 ) -> pb_message.Message:
+    """One Admin call, after its request decoded: authorize, run, answer."""
+    args = rpc.decode(request)
+    rpc.authorize(args, call)
+    if rpc.custom is not None:
+        answer = await rpc.custom(facade, args, call)
+    else:
+        answer = await run(rpc, facade, args, call.origin)
+    if rpc.visible is not None:
+        answer = rpc.visible(answer, args, call)
+    return rpc.encode(answer)
+
+
+__all__ = ["ADMIN_RPCS", "ADMIN_RPCS_BY_NAME", "KRAFT_VERSION", "AdminRpc", "Call", "handle",
+           "run"]

@@ -24,43 +24,22 @@ from __future__ import annotations
 
 import contextvars
 import enum
-from collections.abc import Sequence
-from typing import Protocol
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import attrs
 
 from controller.metadata import (
-    AlterConfigsResource,
-    AlterConfigsResult,
     ApiError,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
     BrokerRegistrationReply,
     BrokerRegistrationRequest,
-    ConfigResource,
-    CreatableTopic,
-    CreateAclResult,
-    CreatePartitionsResult,
-    CreatePartitionsTopic,
-    CreateTopicResult,
-    DeleteAclsResult,
-    DeleteTopicResult,
-    DescribeAclsResult,
-    DescribeConfigsResult,
-    ElectionType,
-    ElectLeadersResult,
-    FeatureDescription,
-    FeatureUpdate,
-    FeatureUpdateResult,
-    OngoingReassignment,
-    ReassignmentRequest,
-    ReassignmentResult,
-    TopicDescription,
-    TopicListing,
-    TopicPartition,
+    ControllerResult,
+    MetadataState,
 )
 from controller.records.domain import BrokerRegistration
-from controller.security.acl import AclBinding, AclFilter
 
 # -- values the managers do not have -------------------------------------------------
 
@@ -231,9 +210,89 @@ class ControllerTimeoutError(Exception):
 # -- the seam ------------------------------------------------------------------------
 
 
+@attrs.frozen
+class ResultCodec:
+    """A write's answer as bytes and back: kept in the replicated table of recent
+    writes, so a retry (maybe to the next leader) gets the original answer."""
+
+    encode: Callable[[Any], bytes]
+    decode: Callable[[bytes], Any]
+
+
+@attrs.frozen
+class Args:
+    """One call's arguments as the control managers take them: its items (topics,
+    names, resources, partitions, bindings, filters ...; None: "all of them") and
+    flags. Item limits count `items`."""
+
+    items: tuple[Any, ...] | None = ()
+    validate_only: bool = False
+    # The call's one other argument (an election type, an ACL filter, a broker's
+    # registration or heartbeat, a voter change ...).
+    extra: Any = None
+
+    @property
+    def count(self) -> int:
+        return len(self.items or ())
+
+
+class OpContext(Protocol):
+    """What an operation reads beside its arguments: the metadata state and a few
+    facts about the quorum (the facade gives its own; the simulation its own)."""
+
+    @property
+    def state(self) -> MetadataState: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    def active_controller_id(self) -> int | None:
+        """The active controller this node knows (itself when active)."""
+        ...
+
+    def quorum_is_dynamic(self) -> bool:
+        """Whether the voter set lives in the log (kraft.version 1)."""
+        ...
+
+    def voter_versions(self) -> Mapping[int, tuple[int, int]] | None:
+        """Each voter's supported metadata.version range, as its fetches told this
+        leader (None: not leading)."""
+        ...
+
+
+# A write: (context, args, next offset, now in ms) -> records and the answer.
+Run = Callable[[OpContext, Args, int, int], ControllerResult[Any]]
+# A read at a committed offset: (context, args, read epoch) -> the answer.
+Query = Callable[[OpContext, Args, int], Any]
+
+
+@attrs.frozen
+class Operation:
+    """What the controller does for one kind of request: a write (`run`: its records
+    and answer from the latest state) or a read (`query`, at a committed offset).
+    `name` is the one name of the operation in metrics, logs and the simulation (an
+    Admin RPC's name, e.g. CreateTopics)."""
+
+    name: str
+    run: Run | None = None
+    query: Query | None = None
+
+    def __attrs_post_init__(self) -> None:
+        assert (self.run is None) != (self.query is None), self.name
+
+    @property
+    def stored_name(self) -> str:
+        """The name the table of recent writes stores with an answer (and compares a
+        retry's with): snake_case, as every release has stored it, so a retry across
+        an upgrade still matches (CreateTopics -> create_topics)."""
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.name).lower()
+
+
 class ControllerFacade(Protocol):
-    """One async method per RPC. Reads answer at the committed offset; writes answer
-    once their records are committed. Batch methods answer per item, in order."""
+    """The controller as the services see it: a generic write and read for every
+    Admin RPC that is an operation on the metadata (controller/api/rpcs.py), and a
+    method for each that is about the quorum or this node. Reads answer at the
+    committed offset; writes answer once their records are committed."""
 
     @property
     def cluster_id(self) -> str: ...
@@ -244,57 +303,18 @@ class ControllerFacade(Protocol):
         a standby's ACLs are as of its committed offset, which may lag the active
         controller's, and a request it would not serve must be redirected, not denied."""
 
-    async def create_topics(
-        self, topics: Sequence[CreatableTopic], *, validate_only: bool, origin: Origin
-    ) -> tuple[CreateTopicResult, ...]: ...
-
-    async def delete_topics(
-        self, names: Sequence[str], *, origin: Origin
-    ) -> tuple[DeleteTopicResult, ...]: ...
-
-    async def create_partitions(
-        self, topics: Sequence[CreatePartitionsTopic], *, validate_only: bool, origin: Origin
-    ) -> tuple[CreatePartitionsResult, ...]: ...
-
-    async def list_topics(self, *, origin: Origin) -> tuple[TopicListing, ...]: ...
-
-    async def describe_topics(
-        self, names: Sequence[str] | None, *, origin: Origin
-    ) -> tuple[TopicDescription, ...]:
-        """``None``: every topic."""
+    async def write(self, op: Operation, args: Args, *, origin: Origin,
+                    fail_all: Callable[[Args, ApiError], Any],
+                    codec: ResultCodec | None = None) -> Any:
+        """Run write `op` once its records commit. Over the item limit, or too large
+        for one batch: `fail_all(args, error)`, nothing applied. With a `codec` and a
+        request id, a retry gets the first answer."""
         ...
 
-    async def describe_cluster(self, *, origin: Origin) -> ClusterDescription: ...
-
-    async def incremental_alter_configs(
-        self, resources: Sequence[AlterConfigsResource], *, validate_only: bool, origin: Origin
-    ) -> tuple[AlterConfigsResult, ...]: ...
-
-    async def describe_configs(
-        self, resources: Sequence[ConfigResource], *, origin: Origin
-    ) -> tuple[DescribeConfigsResult, ...]: ...
-
-    async def alter_partition_reassignments(
-        self, items: Sequence[ReassignmentRequest], *, origin: Origin
-    ) -> tuple[ReassignmentResult, ...]: ...
-
-    async def list_partition_reassignments(
-        self, partitions: Sequence[TopicPartition] | None, *, origin: Origin
-    ) -> tuple[OngoingReassignment, ...]:
-        """``None``: every ongoing reassignment."""
+    async def read(self, op: Operation, args: Args, *, origin: Origin,
+                   fail_all: Callable[[Args, ApiError], Any]) -> Any:
+        """Run read `op` at a committed offset (`origin.consistency`)."""
         ...
-
-    async def elect_leaders(
-        self,
-        partitions: Sequence[TopicPartition] | None,
-        election_type: ElectionType,
-        *,
-        origin: Origin,
-    ) -> tuple[ElectLeadersResult, ...]:
-        """``None``: every partition that needs an election."""
-        ...
-
-    async def unregister_broker(self, broker_id: int, *, origin: Origin) -> ApiError: ...
 
     async def describe_quorum(self, *, origin: Origin) -> QuorumDescription: ...
 
@@ -314,23 +334,6 @@ class ControllerFacade(Protocol):
     async def describe_node(self, *, origin: Origin) -> NodeDescription:
         """This controller's own state, whatever its role."""
         ...
-
-    async def describe_features(self, *, origin: Origin) -> tuple[FeatureDescription, ...]: ...
-
-    async def update_features(
-        self, updates: Sequence[FeatureUpdate], *, validate_only: bool, origin: Origin
-    ) -> tuple[FeatureUpdateResult, ...]: ...
-
-    async def create_acls(
-        self, bindings: Sequence[AclBinding], *, origin: Origin
-    ) -> tuple[CreateAclResult, ...]: ...
-
-    async def describe_acls(self, acl_filter: AclFilter, *, origin: Origin
-                            ) -> DescribeAclsResult: ...
-
-    async def delete_acls(
-        self, filters: Sequence[AclFilter], *, origin: Origin
-    ) -> tuple[DeleteAclsResult, ...]: ...
 
     async def register_broker(
         self, request: BrokerRegistrationRequest, *, origin: Origin

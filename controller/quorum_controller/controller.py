@@ -19,16 +19,19 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from controller.api.seam import (
     READ_OFFSET,
+    Args,
     ControllerBusyError,
     ControllerTimeoutError,
     NotControllerError,
+    Operation,
     ReadConsistency,
+    ResultCodec,
 )
 from controller.logformat import SnapshotId
 from controller.logformat.batch import BatchOrigin, RecordBatch
@@ -36,14 +39,7 @@ from controller.metadata import MetadataState
 from controller.metadata.placement import RandomSource
 from controller.quorum.contracts import CommitListener
 from controller.quorum.service import DriverStoppedError
-from controller.quorum_controller.events import (
-    Answer,
-    Generate,
-    Mode,
-    Query,
-    Request,
-    ResponseCodec,
-)
+from controller.quorum_controller.events import Answer, Mode, Request
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.metrics import ControllerMetrics, StateCounts
 from controller.quorum_controller.ports import ControllerSettings, NodeAccess, QuorumPort
@@ -183,6 +179,26 @@ class QuorumController(CommitListener):
     def leader_id(self) -> int | None:
         return self.machine.leader_id
 
+    # -- OpContext: what an operation reads beside the state -------------------------
+
+    @property
+    def cluster_id(self) -> str:
+        return self.settings.cluster_id
+
+    def active_controller_id(self) -> int | None:
+        return self.leader_id
+
+    def quorum_is_dynamic(self) -> bool:
+        assert self._quorum is not None, "attach() first"
+        return self._quorum.status().voters.dynamic
+
+    def voter_versions(self) -> Mapping[int, tuple[int, int]] | None:
+        # Each voter's supported range, as its fetches told this leader (None when not
+        # leading: a write is refused as NOT_CONTROLLER anyway).
+        assert self._quorum is not None, "attach() first"
+        replicas = self._quorum.status().replicas
+        return {r.replica_id: r.supported_versions for r in replicas if r.is_voter} or None
+
     @property
     def activations(self) -> int:
         return self.machine.activations
@@ -197,20 +213,22 @@ class QuorumController(CommitListener):
 
     # ------------------------------------------------------------------ requests
 
-    async def write(self, name: str, generate: Generate, origin: BatchOrigin,
-                    codec: ResponseCodec | None = None) -> Any:
-        """Run a write on the active controller; its response once committed. With a
+    async def write(self, op: Operation, args: Args, origin: BatchOrigin,
+                    codec: ResultCodec | None = None) -> Any:
+        """Run write `op` on the active controller; its answer once committed. With a
         `codec` and a request id in `origin`, a retry gets the first answer."""
-        answer = await self._submit(Request(next(self._ids), name, self._clock_ms(),
-                                            generate=generate, origin=origin, codec=codec))
+        assert op.run is not None, op.name
+        answer = await self._submit(Request(next(self._ids), op, args, self, self._clock_ms(),
+                                            origin=origin, codec=codec))
         return answer.value
 
-    async def read(self, name: str, query: Query,
+    async def read(self, op: Operation, args: Args,
                    consistency: ReadConsistency = ReadConsistency.LINEARIZABLE) -> Any:
-        """Run a read at a committed offset: linearizable on the active controller
+        """Run read `op` at a committed offset: linearizable on the active controller
         (ReadIndex), or stale on this one at once. Sets `READ_OFFSET` to the offset."""
-        answer = await self._submit(Request(next(self._ids), name, self._clock_ms(),
-                                            query=query, consistency=consistency))
+        assert op.query is not None, op.name
+        answer = await self._submit(Request(next(self._ids), op, args, self, self._clock_ms(),
+                                            consistency=consistency))
         READ_OFFSET.set(answer.read_offset)
         return answer.value
 
@@ -288,7 +306,7 @@ class QuorumController(CommitListener):
         except TimeoutError:
             raise ControllerTimeoutError(
                 f"{req.name}: no answer within {self.settings.request_timeout_ms} ms"
-                + ("; the write may still be applied" if req.generate else "")) from None
+                + ("; the write may still be applied" if req.is_write else "")) from None
         finally:
             if self._waiting.pop(req.id, None) is not None:
                 self.machine.forget(req.id)  # gave up: a parked request never runs
@@ -323,7 +341,7 @@ class QuorumController(CommitListener):
         """Run one queued request (an `RequestQueue` turn calls this)."""
         now = self._clock_ms()
         if self.metrics is not None:
-            self.metrics.queue_time.labels(request=req.name).observe(
+            self.metrics.queue_time.labels(method=req.name).observe(
                 max(0, now - req.enqueued_ms) / 1e3)
         future = self._waiting.get(req.id)
         if future is None or future.done():
@@ -336,7 +354,7 @@ class QuorumController(CommitListener):
             # go in the coming ticks, the first at once rather than at the next timer.
             self.request_tick()
         if self.metrics is not None:
-            self.metrics.processing_time.labels(request=req.name).observe(
+            self.metrics.processing_time.labels(method=req.name).observe(
                 time.perf_counter() - began_s)
 
     # ------------------------------------------------------- driver callbacks

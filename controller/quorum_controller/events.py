@@ -4,30 +4,12 @@ transition table, a request, and the instructions it emits."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
-from controller.api.seam import ReadConsistency
+from controller.api.seam import Args, OpContext, Operation, ReadConsistency, ResultCodec
 from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin
-from controller.metadata import ControllerResult
-
-# Generates a write's records and response: (next offset, now in ms) -> result.
-Generate = Callable[[int, int], ControllerResult[Any]]
-# Answers a read at a committed offset (a live registry snapshot).
-Query = Callable[[int], Any]
-
-
-class ResponseCodec(Protocol):
-    """A write's answer as bytes and back (`controller.api.results`): kept in the
-    replicated table of recent writes so a retry gets the original answer."""
-
-    @property
-    def encode(self) -> Callable[[Any], bytes]: ...
-
-    @property
-    def decode(self) -> Callable[[bytes], Any]: ...
 
 
 class RequestTooLargeError(Exception):
@@ -53,22 +35,28 @@ MODE_TRANSITIONS: dict[Mode, frozenset[Mode]] = {
 
 @attrs.define(slots=True)
 class Request:
-    """One admin request for the machine: a write (`generate`) or a read (`query`)."""
+    """One request for the machine: operation `op` on `args` (a write runs
+    `op.run`, a read `op.query`), with `ctx`, what the operation reads besides."""
 
     id: int
-    name: str
+    op: Operation
+    args: Args
+    ctx: OpContext
     enqueued_ms: int
-    generate: Generate | None = None
-    query: Query | None = None
     origin: BatchOrigin = EMPTY_ORIGIN
     consistency: ReadConsistency = ReadConsistency.LINEARIZABLE
     # Writes with a request id in `origin` and a codec are remembered (exactly once).
-    codec: ResponseCodec | None = None
+    codec: ResultCodec | None = None
     # Set while parked waiting for this node to become active.
     deadline_ms: int = 0
 
-    def __attrs_post_init__(self) -> None:
-        assert (self.generate is None) != (self.query is None), self.name
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def is_write(self) -> bool:
+        return self.op.run is not None
 
 
 @attrs.frozen(slots=True)
@@ -93,5 +81,5 @@ class Fail:
 
 Instruction = Answer | Fail
 
-__all__ = ["MODE_TRANSITIONS", "Answer", "Fail", "Generate", "Instruction", "Mode", "Query",
-           "ReadConsistency", "Request", "RequestTooLargeError", "ResponseCodec"]
+__all__ = ["MODE_TRANSITIONS", "Answer", "Fail", "Instruction", "Mode", "ReadConsistency",
+           "Request", "RequestTooLargeError"]

@@ -1,25 +1,29 @@
 """`ControllerApi`: the `ControllerFacade` the gRPC services call, on a `QuorumController`.
 
-Each method bounds the request's size, then queues one event: writes generate with
-the managers (`controller.metadata`) and answer once committed; reads answer at the
-committed offset. A request too large for one batch (or with too many items) gets
-REQUEST_TOO_LARGE on every item and changes nothing.
+Every Admin RPC that is an operation on the metadata goes through one write path and
+one read path (`write`, `read`: the RPC's row in controller/api/rpcs.py says what
+runs): the request's size is bounded (too many items: the row's `fail_all` answer,
+nothing queued), then one event is queued; a write answers once committed (a
+request too large for one batch gets REQUEST_TOO_LARGE on every item and changes
+nothing), a read at the committed offset. What is about the quorum or this node has
+a method of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from controller.api.results import REMEMBERED_WRITES, codec_for
 from controller.api.seam import (
-    ClusterDescription,
+    Args,
     NodeDescription,
+    Operation,
     Origin,
     QuorumDescription,
     ReadConsistency,
     ReplicaState,
+    ResultCodec,
     TransferOutcome,
     VoterChangeKind,
     VoterChangeOutcome,
@@ -27,36 +31,12 @@ from controller.api.seam import (
 from controller.log import get_logger
 from controller.logformat.batch import BatchOrigin
 from controller.metadata import (
-    AlterConfigsResource,
-    AlterConfigsResult,
     ApiError,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
     BrokerRegistrationReply,
     BrokerRegistrationRequest,
-    ConfigResource,
-    ControllerResult,
-    CreatableTopic,
-    CreateAclResult,
-    CreatePartitionsResult,
-    CreatePartitionsTopic,
-    CreateTopicResult,
-    DeleteAclsResult,
-    DeleteTopicResult,
-    DescribeAclsResult,
-    DescribeConfigsResult,
-    ElectionType,
-    ElectLeadersResult,
     ErrorCode,
-    FeatureDescription,
-    FeatureUpdate,
-    FeatureUpdateResult,
-    OngoingReassignment,
-    ReassignmentRequest,
-    ReassignmentResult,
-    TopicDescription,
-    TopicListing,
-    TopicPartition,
 )
 from controller.quorum.proposals import ProposalLostError
 from controller.quorum_controller import member_status
@@ -65,9 +45,8 @@ from controller.quorum_controller.events import RequestTooLargeError
 from controller.quorum_controller.member_status import MAX_TRANSFER_WAIT_MS
 from controller.quorum_controller.ports import QuorumPort
 from controller.raft.voters import Voter, VoterChangeError
-from controller.security.acl import AclBinding, AclFilter
+from controller.security.acl import AclBinding
 
-T = TypeVar("T")
 # Origin fields are stored in every batch header; keep them small.
 MAX_ORIGIN_FIELD_CHARS = 256
 
@@ -80,9 +59,6 @@ def batch_origin(origin: Origin) -> BatchOrigin:
                        clip(origin.request_id))
 
 
-# The Raft layer's feature level: 1 = the voter set lives in the log (KIP-853).
-KRAFT_VERSION = "kraft.version"
-
 # The longest a voter change may wait (the new voter catching up, then the commit).
 _MAX_VOTER_CHANGE_MS = 10 * 60 * 1000
 
@@ -94,6 +70,14 @@ _VOTER_ERROR_CODES = {
     VoterChangeError.DUPLICATE_VOTER: ErrorCode.DUPLICATE_VOTER,
     VoterChangeError.UNKNOWN_VOTER: ErrorCode.VOTER_NOT_FOUND,
 }
+
+# The broker lifecycle's two writes (BrokerLifecycle service; `extra` is the request).
+REGISTER_BROKER = Operation(
+    "RegisterBroker", run=lambda ctx, args, next_offset, now_ms:
+    ctx.state.cluster.register_broker(args.extra, next_offset=next_offset, now_ms=now_ms))
+BROKER_HEARTBEAT = Operation(
+    "BrokerHeartbeat", run=lambda ctx, args, _next, now_ms:
+    ctx.state.cluster.process_heartbeat(args.extra, now_ms=now_ms))
 
 
 log = get_logger(__name__)
@@ -108,7 +92,6 @@ class ControllerApi:
                  data_dir: Path | None = None) -> None:
         self.controller = controller
         self._quorum = quorum
-        self._state = controller.state
         # This controller's data directory (its size is part of DescribeNode).
         self._data_dir = data_dir
 
@@ -121,94 +104,33 @@ class ControllerApi:
         if machine.refuses(write=write, consistency=consistency):
             raise machine.not_controller()
 
-    # ---------------------------------------------------------------- helpers
+    # ---------------------------------------------------------------- the two paths
 
-    def _count_error(self, count: int) -> ApiError | None:
+    def _count_error(self, args: Args) -> ApiError | None:
         limit = self.controller.settings.max_items_per_request
-        if count > limit:
-            return _too_large(f"{count} items in one request (limit {limit}); split it")
+        if args.count > limit:
+            return _too_large(f"{args.count} items in one request (limit {limit}); split it")
         return None
 
-    async def _write(self, name: str, count: int, generate: Callable[[int, int], ControllerResult[Any]],
-                     origin: Origin, fail_all: Callable[[ApiError], T],
-                     items: Sequence[Any] = ()) -> T:
-        error = self._count_error(count)
+    async def write(self, op: Operation, args: Args, *, origin: Origin,
+                    fail_all: Callable[[Args, ApiError], Any],
+                    codec: ResultCodec | None = None) -> Any:
+        error = self._count_error(args)
         if error is not None:
-            return fail_all(error)
-        # Admin writes are remembered by request id (a retry gets the first answer).
-        codec = codec_for(name, items) if name in REMEMBERED_WRITES else None
+            return fail_all(args, error)
         try:
-            result: T = await self.controller.write(name, generate, batch_origin(origin), codec)
+            return await self.controller.write(op, args, batch_origin(origin), codec)
         except RequestTooLargeError as exc:
-            return fail_all(_too_large(str(exc)))
-        return result
+            return fail_all(args, _too_large(str(exc)))
 
-    # ---------------------------------------------------------------- topics
-
-    async def create_topics(self, topics: Sequence[CreatableTopic], *, validate_only: bool,
-                            origin: Origin) -> tuple[CreateTopicResult, ...]:
-        items = tuple(topics)
-        return await self._write(
-            "create_topics", len(items),
-            lambda _next, _now: self._state.replication.create_topics(
-                items, validate_only=validate_only),
-            origin, lambda err: tuple(CreateTopicResult(t.name, err) for t in items))
-
-    async def delete_topics(self, names: Sequence[str], *,
-                            origin: Origin) -> tuple[DeleteTopicResult, ...]:
-        items = tuple(names)
-        return await self._write(
-            "delete_topics", len(items),
-            lambda _next, _now: self._state.replication.delete_topics(items),
-            origin, lambda err: tuple(DeleteTopicResult(n, err) for n in items))
-
-    async def create_partitions(self, topics: Sequence[CreatePartitionsTopic], *,
-                                validate_only: bool,
-                                origin: Origin) -> tuple[CreatePartitionsResult, ...]:
-        items = tuple(topics)
-        return await self._write(
-            "create_partitions", len(items),
-            lambda _next, _now: self._state.replication.create_partitions(
-                items, validate_only=validate_only),
-            origin, lambda err: tuple(CreatePartitionsResult(t.name, err) for t in items))
-
-    async def list_topics(self, *, origin: Origin) -> tuple[TopicListing, ...]:
-        result: tuple[TopicListing, ...] = await self.controller.read(
-            "list_topics", lambda epoch: self._state.replication.list_topics(epoch),
-            origin.consistency)
-        return result
-
-    async def describe_topics(self, names: Sequence[str] | None, *,
-                              origin: Origin) -> tuple[TopicDescription, ...]:
-        items = None if names is None else tuple(names)
-        error = self._count_error(0 if items is None else len(items))
+    async def read(self, op: Operation, args: Args, *, origin: Origin,
+                   fail_all: Callable[[Args, ApiError], Any]) -> Any:
+        error = self._count_error(args)
         if error is not None:
-            assert items is not None
-            return tuple(TopicDescription(n, error) for n in items)
-        result: tuple[TopicDescription, ...] = await self.controller.read(
-            "describe_topics", lambda epoch: self._state.replication.describe_topics(items, epoch),
-            origin.consistency)
-        return result
+            return fail_all(args, error)
+        return await self.controller.read(op, args, origin.consistency)
 
-    # ---------------------------------------------------------------- cluster
-
-    async def describe_cluster(self, *, origin: Origin) -> ClusterDescription:
-        def describe(epoch: int) -> ClusterDescription:
-            # The active controller as the answering one knows it (a stale read on a
-            # standby names the leader it follows; -1 while there is none).
-            leader = self.controller.leader_id
-            return ClusterDescription(self.cluster_id, -1 if leader is None else leader,
-                                      self._state.cluster.brokers(epoch))
-
-        result: ClusterDescription = await self.controller.read(
-            "describe_cluster", describe, origin.consistency)
-        return result
-
-    async def unregister_broker(self, broker_id: int, *, origin: Origin) -> ApiError:
-        return await self._write(
-            "unregister_broker", 1,
-            lambda _next, _now: self._state.cluster.unregister_broker(broker_id),
-            origin, lambda err: err)
+    # ---------------------------------------------------------------- quorum and node
 
     async def describe_quorum(self, *, origin: Origin) -> QuorumDescription:
         def describe(_epoch: int) -> QuorumDescription:
@@ -251,7 +173,8 @@ class ControllerApi:
                 tuple(states[p.replica_id] for p in status.replicas if not p.is_voter), *me)
 
         result: QuorumDescription = await self.controller.read(
-            "describe_quorum", describe, origin.consistency)
+            Operation("DescribeQuorum", query=lambda _ctx, _args, epoch: describe(epoch)),
+            Args(), origin.consistency)
         return result
 
     async def transfer_leadership(self, target_id: int, *, timeout_ms: int,
@@ -270,8 +193,9 @@ class ControllerApi:
             return member_status.describe_node(self.controller, self._quorum.status(),
                                                self._data_dir)
 
-        result: NodeDescription = await self.controller.read("describe_node", describe,
-                                                             ReadConsistency.STALE)
+        result: NodeDescription = await self.controller.read(
+            Operation("DescribeNode", query=lambda _ctx, _args, epoch: describe(epoch)),
+            Args(), ReadConsistency.STALE)
         return result
 
     async def change_raft_voters(self, kind: VoterChangeKind, node_id: int, directory_id: str,
@@ -311,135 +235,21 @@ class ControllerApi:
         code = _VOTER_ERROR_CODES.get(result.error, ErrorCode.INVALID_REQUEST)
         return VoterChangeOutcome(ApiError(code, result.message), -1, voters)
 
-    # ---------------------------------------------------------------- configs
-
-    async def incremental_alter_configs(self, resources: Sequence[AlterConfigsResource], *,
-                                        validate_only: bool,
-                                        origin: Origin) -> tuple[AlterConfigsResult, ...]:
-        items = tuple(resources)
-        return await self._write(
-            "incremental_alter_configs", len(items),
-            lambda _next, _now: self._state.configs.incremental_alter_configs(
-                items, validate_only=validate_only),
-            origin, lambda err: tuple(AlterConfigsResult(r.resource, err) for r in items))
-
-    async def describe_configs(self, resources: Sequence[ConfigResource], *,
-                               origin: Origin) -> tuple[DescribeConfigsResult, ...]:
-        items = tuple(resources)
-        error = self._count_error(len(items))
-        if error is not None:
-            return tuple(DescribeConfigsResult(r, error) for r in items)
-        result: tuple[DescribeConfigsResult, ...] = await self.controller.read(
-            "describe_configs", lambda epoch: self._state.configs.describe_configs(items, epoch),
-            origin.consistency)
-        return result
-
-    # ---------------------------------------------------------------- partitions
-
-    async def alter_partition_reassignments(self, items: Sequence[ReassignmentRequest], *,
-                                            origin: Origin) -> tuple[ReassignmentResult, ...]:
-        reqs = tuple(items)
-        return await self._write(
-            "alter_partition_reassignments", len(reqs),
-            lambda _next, _now: self._state.replication.alter_partition_reassignments(reqs),
-            origin, lambda err: tuple(ReassignmentResult(r.topic, r.partition, err)
-                                      for r in reqs))
-
-    async def list_partition_reassignments(self, partitions: Sequence[TopicPartition] | None, *,
-                                           origin: Origin) -> tuple[OngoingReassignment, ...]:
-        wanted = None if partitions is None else {(p.topic, p.partition) for p in partitions}
-
-        def query(epoch: int) -> tuple[OngoingReassignment, ...]:
-            ongoing = self._state.replication.list_reassignments(epoch)
-            return tuple(r for r in ongoing
-                         if wanted is None or (r.topic, r.partition) in wanted)
-
-        result: tuple[OngoingReassignment, ...] = await self.controller.read(
-            "list_partition_reassignments", query, origin.consistency)
-        return result
-
-    async def elect_leaders(self, partitions: Sequence[TopicPartition] | None,
-                            election_type: ElectionType, *,
-                            origin: Origin) -> tuple[ElectLeadersResult, ...]:
-        items = None if partitions is None else tuple(partitions)
-        return await self._write(
-            "elect_leaders", 0 if items is None else len(items),
-            lambda _next, _now: self._state.replication.elect_leaders(items, election_type),
-            origin, lambda err: tuple(ElectLeadersResult(p.topic, p.partition, err)
-                                      for p in items or ()))
-
-    # ---------------------------------------------------------------- features
-
-    async def describe_features(self, *, origin: Origin) -> tuple[FeatureDescription, ...]:
-        result: tuple[FeatureDescription, ...] = await self.controller.read(
-            "describe_features", lambda epoch: self._state.features.describe(epoch),
-            origin.consistency)
-        # The Raft layer's own feature: 1 when the voter set lives in the log (voter
-        # changes allowed), 0 for a static quorum. Set when the quorum is formatted.
-        dynamic = self._quorum.status().voters.dynamic
-        return (*result, FeatureDescription(KRAFT_VERSION, int(dynamic), 0, 1))
-
-    async def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool,
-                              origin: Origin) -> tuple[FeatureUpdateResult, ...]:
-        items = tuple(updates)
-        if any(u.name == KRAFT_VERSION for u in items):
-            error = ApiError(ErrorCode.UNSUPPORTED_VERSION, (
-                f"{KRAFT_VERSION} is chosen when the controllers are formatted: 1 with "
-                "--initial-controllers (a dynamic quorum), else 0; a static quorum cannot "
-                "be upgraded online"))
-            return tuple(FeatureUpdateResult(u.name, error) for u in items)
-        # Each voter's supported range, as its fetches told this leader (none when not
-        # leading: the write is refused as NOT_CONTROLLER anyway).
-        replicas = self._quorum.status().replicas
-        controllers = {r.replica_id: r.supported_versions for r in replicas
-                       if r.is_voter} or None
-        return await self._write(
-            "update_features", len(items),
-            lambda _next, _now: self._state.features.update_features(
-                items, validate_only=validate_only, controllers=controllers),
-            origin, lambda err: tuple(FeatureUpdateResult(u.name, err) for u in items))
-
-    # ---------------------------------------------------------------- ACLs
-
-    async def create_acls(self, bindings: Sequence[AclBinding], *,
-                          origin: Origin) -> tuple[CreateAclResult, ...]:
-        items = tuple(bindings)
-        return await self._write(
-            "create_acls", len(items),
-            lambda _next, _now: self._state.access.create_acls(items),
-            origin, lambda err: tuple(CreateAclResult(b, err) for b in items), items)
-
-    async def describe_acls(self, acl_filter: AclFilter, *, origin: Origin
-                            ) -> DescribeAclsResult:
-        result: DescribeAclsResult = await self.controller.read(
-            "describe_acls", lambda epoch: self._state.access.describe_acls(acl_filter, epoch),
-            origin.consistency)
-        return result
-
-    async def delete_acls(self, filters: Sequence[AclFilter], *,
-                          origin: Origin) -> tuple[DeleteAclsResult, ...]:
-        items = tuple(filters)
-        return await self._write(
-            "delete_acls", len(items),
-            lambda _next, _now: self._state.access.delete_acls(items),
-            origin, lambda err: tuple(DeleteAclsResult(f, err) for f in items), items)
-
     # ---------------------------------------------------------------- brokers
 
     async def register_broker(self, request: BrokerRegistrationRequest, *,
                               origin: Origin) -> BrokerRegistrationReply:
-        return await self._write(
-            "register_broker", 1,
-            lambda next_offset, now_ms: self._state.cluster.register_broker(
-                request, next_offset=next_offset, now_ms=now_ms),
-            origin, BrokerRegistrationReply)
+        reply: BrokerRegistrationReply = await self.write(
+            REGISTER_BROKER, Args((request.broker_id,), extra=request), origin=origin,
+            fail_all=lambda _args, error: BrokerRegistrationReply(error))
+        return reply
 
     async def broker_heartbeat(self, request: BrokerHeartbeatRequest, *,
                                origin: Origin) -> BrokerHeartbeatReply:
-        return await self._write(
-            "broker_heartbeat", 1,
-            lambda _next, now_ms: self._state.cluster.process_heartbeat(request, now_ms=now_ms),
-            origin, BrokerHeartbeatReply)
+        reply: BrokerHeartbeatReply = await self.write(
+            BROKER_HEARTBEAT, Args((request.broker_id,), extra=request), origin=origin,
+            fail_all=lambda _args, error: BrokerHeartbeatReply(error))
+        return reply
 
 
 class CommittedAcls:

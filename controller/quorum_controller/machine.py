@@ -261,7 +261,7 @@ class ControllerMachine:
     def request(self, req: Request, node: NodeAccess, now_ms: int) -> None:
         """An admin request, run now (on the Raft node's turn)."""
         self._sync_leadership(node, now_ms)
-        if req.query is not None and req.consistency is ReadConsistency.STALE:
+        if not req.is_write and req.consistency is ReadConsistency.STALE:
             self._serve_read(req)  # from our committed state, whatever our mode
             return
         if self._mode is Mode.ACTIVE:
@@ -441,10 +441,11 @@ class ControllerMachine:
     # ------------------------------------------------------------------ writes
 
     def _dispatch(self, req: Request, node: NodeAccess, now_ms: int) -> None:
-        if req.query is not None:
+        if not req.is_write:
             self._start_read(req, node, now_ms)
             return
-        assert req.generate is not None
+        run = req.op.run
+        assert run is not None
         # The request-result table is a metadata.version 4 feature (levels.py): below
         # it, a retried write is not recognised (at-least-once, as before 0.3.0).
         remember = req.codec is not None and bool(req.origin.request_id) and enabled(
@@ -452,12 +453,12 @@ class ControllerMachine:
         if remember and self._answer_retry(req):
             return
         try:
-            generated = req.generate(node.next_offset, now_ms)
+            generated = run(req.ctx, req.args, node.next_offset, now_ms)
             records, encoded = generated.records, generated.encoded
             if remember and records:
                 assert req.codec is not None
                 result = self.state.requests.result_record(
-                    req.origin.principal, req.origin.request_id, req.name, now_ms,
+                    req.origin.principal, req.origin.request_id, req.op.stored_name, now_ms,
                     req.codec.encode(generated.response))
                 records = (*records, result)
                 if encoded is not None:
@@ -476,7 +477,7 @@ class ControllerMachine:
         if seen is None:
             return False
         assert req.codec is not None
-        if seen.method != req.name:
+        if seen.method != req.op.stored_name:
             self._fail(req.id, RequestIdReusedError(
                 f"request id {req.origin.request_id!r} was used by a {seen.method} request; "
                 "a request id names one write"))
@@ -605,10 +606,11 @@ class ControllerMachine:
     def _serve_read(self, req: Request) -> None:
         """Answer a read from the committed state (a registry snapshot exists at
         `committed_next - 1`: the invariant of `__init__`)."""
-        assert req.query is not None
+        query = req.op.query
+        assert query is not None
         offset = self._committed_next
         try:
-            result = req.query(offset - 1)
+            result = query(req.ctx, req.args, offset - 1)
         except Exception as exc:
             log.exception("read_failed", name=req.name)
             self._fail(req.id, exc)

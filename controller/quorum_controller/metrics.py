@@ -74,11 +74,11 @@ class ControllerMetrics:
         self.queue_time = Histogram(
             "metakraft_controller_event_queue_time_seconds",
             "From queueing a request to the controller running it, by request type.",
-            ["request"], registry=r, buckets=LATENCY_BUCKETS_S)
+            ["method"], registry=r, buckets=LATENCY_BUCKETS_S)
         self.processing_time = Histogram(
             "metakraft_controller_event_queue_processing_time_seconds",
             "Time the controller's loop spent running a request, by request type.",
-            ["request"], registry=r, buckets=LATENCY_BUCKETS_S)
+            ["method"], registry=r, buckets=LATENCY_BUCKETS_S)
         self.queue_depth = Gauge("metakraft_controller_event_queue_depth",
                                  "Requests queued or parked for the controller.", registry=r)
         self.waiting = Gauge("metakraft_controller_purgatory_size",

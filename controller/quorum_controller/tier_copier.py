@@ -33,7 +33,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from controller.api.seam import ControllerBusyError, ControllerTimeoutError, NotControllerError
+from controller.api.seam import (
+    Args,
+    ControllerBusyError,
+    ControllerTimeoutError,
+    NotControllerError,
+    OpContext,
+    Operation,
+)
 from controller.backoff import Backoff
 from controller.log import get_logger
 from controller.logformat.batch import EMPTY_ORIGIN, decode_batch, peek_batch_header
@@ -170,7 +177,8 @@ class TierCopier:
                      generate: Callable[[], list[MetadataRecord]]) -> None:
         state = self._controller.state
 
-        def run(_next_offset: int, _now_ms: int) -> ControllerResult[Any]:
+        def run(_ctx: OpContext, _args: Args, _next_offset: int, _now_ms: int
+                ) -> ControllerResult[Any]:
             # Asked where the records are generated: the level cannot move in between.
             level = state.features.finalized_level(METADATA_VERSION)
             if not enabled(Feature.REMOTE_TIER, level):
@@ -181,7 +189,7 @@ class TierCopier:
             except TierStateError as exc:
                 return ControllerResult((), exc)
 
-        error = await self._controller.write(name, run, EMPTY_ORIGIN)
+        error = await self._controller.write(Operation(name, run=run), Args(), EMPTY_ORIGIN)
         if isinstance(error, TierStateError):
             raise error
 
@@ -192,7 +200,8 @@ class TierCopier:
         """Move `obj` (as it was when the round began) on to `state`."""
         tier = self._controller.state.tier
         epoch, now = self._epoch(), self._clock_ms()
-        await self._write(f"tier_{state.name.lower()}", lambda: tier.state_change_records(
+        name = "Tier" + "".join(word.title() for word in state.name.split("_"))
+        await self._write(name, lambda: tier.state_change_records(
             obj.segment_id, state, copier_id=self._node_id, copier_epoch=epoch, now_ms=now))
 
     async def _delete_objects(self, obj: RemoteObject) -> None:
@@ -299,7 +308,7 @@ class TierCopier:
 
     async def _upload(self, obj: RemoteObject, manifest: Manifest, data: bytes) -> None:
         tier = self._controller.state.tier
-        await self._write("tier_copy_started", lambda: tier.copy_started_records(obj))
+        await self._write("TierCopyStarted", lambda: tier.copy_started_records(obj))
         kind = obj.kind.name.lower()
         log.info("tier_copy_started", id=obj.segment_id, kind=kind, start_offset=obj.start_offset,
                  end_offset=obj.end_offset, bytes=len(data))

@@ -50,6 +50,7 @@ from controller.records import decode_record, encode_record
 from controller.records.domain import Listener
 from controller.storage.log import LogConfig, SegmentedLog
 from controller.storage.snapshot_file import SnapshotWriter
+from tests.support.admin_calls import AdminCalls
 from tests.support.controller_fake_quorum import FakeQuorum
 
 CLUSTER_ID = "audit-test-cluster"
@@ -117,7 +118,7 @@ class Script:
             ctrl.attach(node)
             node.listener = ctrl
             self.ctrl[node_id] = ctrl
-            self.api[node_id] = ControllerApi(ctrl, node)
+            self.api[node_id] = AdminCalls(ControllerApi(ctrl, node))
         self.leader = C1
         self.alive: set[int] = set()
         self.known = Known()

@@ -391,9 +391,9 @@ def test_not_controller_redirects_to_the_named_leader() -> None:
             (result,) = admin.create_topics([CreatableTopic("t", 1, 1)])
             assert result.error.ok
             assert admin.leader_address == lead.address and admin.leader_id == 2
-            assert standby.calls == ["create_topics"] and standby.record_count == before
+            assert standby.calls == ["CreateTopics"] and standby.record_count == before
             assert [t.name for t in admin.list_topics()] == ["t"]
-            assert standby.calls == ["create_topics"]  # the client stays on the leader
+            assert standby.calls == ["CreateTopics"]  # the client stays on the leader
 
 
 def test_unknown_leader_walks_the_bootstrap_addresses() -> None:
@@ -405,18 +405,18 @@ def test_unknown_leader_walks_the_bootstrap_addresses() -> None:
         with AdminClient(bootstrap, timeout_ms=5_000, sleep=lambda _: None) as admin:
             (result,) = admin.create_topics([CreatableTopic("t", 1, 1)])
             assert result.error.ok and admin.leader_address == lead.address
-            assert leader.calls[-1] == "create_topics"
+            assert leader.calls[-1] == "CreateTopics"
 
 
 def test_busy_is_retried_for_reads_only(client: AdminClient, controller: InMemoryController) -> None:
     controller.fail_next(ControllerBusyError("queue full"), times=2)
     assert client.list_topics() == ()
-    assert controller.calls[-3:] == ["list_topics"] * 3
+    assert controller.calls[-3:] == ["ListTopics"] * 3
     before = controller.record_count
     controller.fail_next(ControllerBusyError("queue full"))
     with pytest.raises(ControllerOverloadedError, match="not applied"):
         client.create_topics([CreatableTopic("t", 1, 1)])
-    assert controller.calls[-1] == "create_topics" and controller.calls.count("create_topics") == 1
+    assert controller.calls[-1] == "CreateTopics" and controller.calls.count("CreateTopics") == 1
     assert controller.record_count == before
 
 
@@ -425,7 +425,7 @@ def test_a_write_without_an_answer_is_resent_under_its_request_id(
 ) -> None:
     controller.fail_next(ControllerTimeoutError("commit took too long"))
     assert client.create_topics([CreatableTopic("t", 1, 1)])[0].error.ok
-    assert controller.calls.count("create_topics") == 2
+    assert controller.calls.count("CreateTopics") == 2
     assert client.outcome_unknown_retries == 1
     # Unknown until the deadline: OutcomeUnknownError with the one request id.
     controller.fail_always(ControllerTimeoutError("commit took too long"))

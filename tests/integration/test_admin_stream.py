@@ -150,7 +150,7 @@ def test_an_id_reused_in_flight_ends_the_stream_and_the_first_is_answered(
         )
     )
     sender.start()
-    wait_until(lambda: "create_topics" in controller.calls, 10, "the first item in the facade")
+    wait_until(lambda: "CreateTopics" in controller.calls, 10, "the first item in the facade")
     server.run(controller.release())
     sender.join(10)
     ((answers, error),) = outcome
@@ -207,7 +207,7 @@ def test_leader_lost_mid_stream_the_write_is_resent_elsewhere_under_its_id() -> 
 
             writer = threading.Thread(target=write)
             writer.start()
-            wait_until(lambda: first.calls.count("create_topics") == 2, 10, "b in the facade")
+            wait_until(lambda: first.calls.count("CreateTopics") == 2, 10, "b in the facade")
             gone.stop()  # the held write never applies, but the client cannot know that
             writer.join(15)
             assert not writer.is_alive()
@@ -286,6 +286,6 @@ def test_a_controller_without_stream_is_called_unary(controller: InMemoryControl
         with AdminClient([old.address], timeout_ms=5_000) as admin:
             assert admin.create_topics([CreatableTopic("t", 1, 1)])[0].error.ok
             assert [t.name for t in admin.list_topics()] == ["t"]
-        assert controller.calls.count("create_topics") == 1
+        assert controller.calls.count("CreateTopics") == 1
     finally:
         old.stop()

@@ -13,7 +13,8 @@ import pytest
 from controller.api import admin_pb2 as apb
 from controller.api import admin_pb2_grpc as apb_grpc
 from controller.api.client import AdminClient
-from controller.api.results import codec_for
+from controller.api.rpcs import ADMIN_RPCS_BY_NAME
+from controller.api.seam import Args
 from controller.metadata import CreatableTopic, ErrorCode
 from controller.rpc import create_sync_channel
 from tests.support.controller_processes import ControllerCluster
@@ -57,7 +58,7 @@ def _create(cluster: ControllerCluster, name: str, request_id: str) -> apb.Creat
 
 
 def _code(response: apb.CreateTopicsResponse) -> ErrorCode:
-    (result,) = codec_for("create_topics").decode(response.SerializeToString())
+    (result,) = ADMIN_RPCS_BY_NAME["CreateTopics"].decode_answer(response, Args())
     return result.error.code  # type: ignore[no-any-return]
 
 

@@ -10,6 +10,7 @@ import json
 import queue
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,13 @@ def test_shell_shows_what_topics_describe_does_from_every_source(tmp_path: Path)
         cluster.close()
 
 
+def _next_line(lines: queue.Queue[str], deadline: float, seen: list[str]) -> str:
+    try:
+        return lines.get(timeout=max(0.01, deadline - time.monotonic())).strip()
+    except queue.Empty:
+        raise AssertionError(f"the live shell stopped answering (so far: {seen})") from None
+
+
 def follow_live(cluster: ControllerCluster, live: tuple[str, ...]) -> None:
     """A live shell reading commands from a pipe sees a topic created after it started."""
     assert cluster.pki is not None
@@ -150,15 +158,16 @@ def follow_live(cluster: ControllerCluster, live: tuple[str, ...]) -> None:
     assert proc.stdin is not None
     try:
         def sees(name: str) -> bool:
+            """Whether `ls /topics` lists `name`; a `pwd` after it ("/") marks the end of
+            its answer (the first answer waits for the shell to start and catch up)."""
             assert proc.stdin is not None
-            proc.stdin.write("ls /topics\n")
+            proc.stdin.write("ls /topics\npwd\n")
             proc.stdin.flush()
-            seen = []
-            while True:
-                try:
-                    seen.append(lines.get(timeout=0.5).strip())
-                except queue.Empty:
-                    return f"{name}/" in seen
+            seen: list[str] = []
+            deadline = time.monotonic() + 60
+            while (line := _next_line(lines, deadline, seen)) != "/":
+                seen.append(line)
+            return f"{name}/" in seen
 
         assert sees("orders")
         assert not sees("fresh")

@@ -39,7 +39,8 @@ from broker_agent.reconciler import (
     plan_full,
     replica_dir_name,
 )
-from controller.api.results import codec_for
+from controller.api.rpcs import ADMIN_RPCS_BY_NAME, AdminRpc
+from controller.api.seam import Args, Operation, ResultCodec
 from controller.logformat import BatchOrigin, RecordBatch, SnapshotId
 from controller.metadata import (
     AlterConfigOp,
@@ -49,6 +50,7 @@ from controller.metadata import (
     ConfigResource,
     CreatableTopic,
     CreatePartitionsTopic,
+    ElectionType,
     MetadataImage,
     MetadataState,
     OpType,
@@ -58,6 +60,7 @@ from controller.metadata import (
 )
 from controller.quorum.errors import NotLeaderError, ProposalRejectedError
 from controller.quorum_controller.events import Answer, Fail, Mode, ReadConsistency, Request
+from controller.quorum_controller.facade import BROKER_HEARTBEAT, REGISTER_BROKER
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.ports import ControllerSettings
 from controller.quorum_controller.snapshots import iter_image_chunks
@@ -72,15 +75,18 @@ from controller.records.domain import Listener
 from tests.simulation.cluster import Cluster
 from tests.simulation.invariants import InvariantViolation
 from tests.simulation.nodes import CLUSTER_ID, SimNode, StateMachine
+from tests.support.op_context import StateContext
 
 SESSION_TIMEOUT_MS = 600
 HEARTBEAT_MS = 100
 BROKERS = (101, 102, 103)  # not Raft node ids: a broker may not take a controller's
 TOPICS = tuple(f"t{i}" for i in range(6))
 # The Admin method each simulated write kind is (its name in the table of writes).
-WRITE_METHODS = {"create": "create_topics", "delete": "delete_topics",
-                 "partitions": "create_partitions", "config": "incremental_alter_configs",
-                 "reassign": "alter_partition_reassignments", "elect": "elect_leaders"}
+# The client's requests, each an Admin RPC's row (what the API would run).
+RPCS = {"create": "CreateTopics", "delete": "DeleteTopics", "partitions": "CreatePartitions",
+        "config": "IncrementalAlterConfigs", "reassign": "AlterPartitionReassignments",
+        "elect": "ElectLeaders", "describe": "DescribeTopics", "list": "ListTopics",
+        "configs": "DescribeConfigs"}
 
 
 def _encode_snapshot(records: list[bytes]) -> bytes:
@@ -334,9 +340,9 @@ class SystemCluster(Cluster):
         self.next_request = 0
         # Machine request id -> (kind, node, the request id in its batch origin).
         self.pending: dict[int, tuple[str, int, str]] = {}
-        # Exactly once: admin writes by origin request id -> (kind, how to generate it
-        # on a state, retries left); those applied; the first answer after applying.
-        self.writes: dict[str, tuple[str, Callable[[MetadataState], Any], int]] = {}
+        # Exactly once: admin writes by origin request id -> (kind, its arguments,
+        # retries left); those applied; the first answer after applying.
+        self.writes: dict[str, tuple[str, Args, int]] = {}
         self.applied_ids: set[str] = set()
         self.first_answers: dict[str, Any] = {}
         # Attempts (machine request ids) the client stopped waiting for.
@@ -359,7 +365,7 @@ class SystemCluster(Cluster):
         # answered at, and per read sent: (its query on any state, the least end
         # offset it may be answered at, whether it must be linearizable).
         self.max_read_offset = 0
-        self.reads: dict[int, tuple[Callable[[MetadataState], Any], int, bool]] = {}
+        self.reads: dict[int, tuple[AdminRpc, Args, int, bool]] = {}
         self.snapshots_written = 0
         self.snapshots_lost = 0
         # Their own generator: the base class's draws (and so its seeds) stay as they were.
@@ -593,21 +599,21 @@ class SystemCluster(Cluster):
         node = self._pick_controller()
         if node is None:
             return
-        kind, make_generate, read = self._random_request(node)
-        if make_generate is None:
-            self._send_read(node, kind, read)
+        kind, args = self._random_request()
+        if not ADMIN_RPCS_BY_NAME[RPCS[kind]].write:
+            self._send_read(node, kind, args)
         else:
             rid = f"w{self.next_request + 1}"
-            self.writes[rid] = (kind, make_generate, 3)
+            self.writes[rid] = (kind, args, 3)
             self._send_write(node, rid)
 
     def _send_write(self, node: SimNode, rid: str) -> None:
         """An admin write as the API sends it: with its request id and answer codec."""
         machine = self._controller(node)
         assert machine is not None
-        kind, make_generate, _ = self.writes[rid]
-        self._send_request(node, kind, make_generate(machine.state), None, origin_id=rid,
-                           codec=codec_for(WRITE_METHODS[kind]))
+        kind, args, _ = self.writes[rid]
+        rpc = ADMIN_RPCS_BY_NAME[RPCS[kind]]
+        self._send_request(node, kind, rpc, args, origin_id=rid, codec=rpc.codec(args))
         # The client's per-attempt deadline: no answer by then, it tries elsewhere
         # (the first attempt may still be applied: the retry must not apply it again).
         self._at(self.now_ms + self.rng.randint(100, 700), "attempt_timeout",
@@ -640,22 +646,15 @@ class SystemCluster(Cluster):
             machine = self._controller(node)
             assert machine is not None
             if action is Action.REGISTER:
-                kind = f"register:{broker_id}"
-
-                def generate(offset: int, now: int, m: ControllerMachine = machine) -> Any:
-                    return m.state.cluster.register_broker(BrokerRegistrationRequest(
-                        broker_id=broker_id, cluster_id=CLUSTER_ID,
-                        incarnation_id=f"inc-{broker_id}",
-                        listeners=(Listener("PLAINTEXT", "b", 9092, "PLAINTEXT"),)),
-                        next_offset=offset, now_ms=now)
+                kind, op = f"register:{broker_id}", REGISTER_BROKER
+                extra: Any = BrokerRegistrationRequest(
+                    broker_id=broker_id, cluster_id=CLUSTER_ID,
+                    incarnation_id=f"inc-{broker_id}",
+                    listeners=(Listener("PLAINTEXT", "b", 9092, "PLAINTEXT"),))
             else:
-                kind = f"heartbeat:{broker_id}"
-                epoch = life.broker_epoch
-
-                def generate(offset: int, now: int, m: ControllerMachine = machine) -> Any:
-                    return m.state.cluster.process_heartbeat(
-                        BrokerHeartbeatRequest(broker_id, epoch, 1 << 40), now_ms=now)
-            self._send_request(node, kind, generate, None)
+                kind, op = f"heartbeat:{broker_id}", BROKER_HEARTBEAT
+                extra = BrokerHeartbeatRequest(broker_id, life.broker_epoch, 1 << 40)
+            self._send_request(node, kind, op, Args((broker_id,), extra=extra))
         self._at(self.now_ms + max(1, int(life.wait_s * 1000)), "broker", broker_id)
 
     # ------------------------------------------------------------ clients
@@ -669,66 +668,49 @@ class SystemCluster(Cluster):
         pool = leaders if leaders and self.rng.random() < 0.85 else up
         return self.rng.choice(pool) if pool else None
 
-    def _random_request(self, node: SimNode) -> tuple[str, Any, Any]:
-        """(kind, state -> generate for a write, state -> query for a read)."""
+    def _random_request(self) -> tuple[str, Args]:
+        """A random admin request: its kind (`RPCS`) and arguments."""
         topic = self.rng.choice(TOPICS)
         kind = self.rng.choice(("create", "create", "delete", "partitions", "config",
                                 "reassign", "elect", "describe", "list", "configs"))
         if kind == "create":
-            item = CreatableTopic(topic, self.rng.randint(1, 3), self.rng.randint(1, 3))
-            return kind, lambda s: lambda _o, _n: s.replication.create_topics(
-                [item], validate_only=False), None
+            return kind, Args((CreatableTopic(topic, self.rng.randint(1, 3),
+                                              self.rng.randint(1, 3)),))
         if kind == "delete":
-            return kind, lambda s: lambda _o, _n: s.replication.delete_topics([topic]), None
+            return kind, Args((topic,))
         if kind == "partitions":
-            count = self.rng.randint(2, 5)
-            return kind, lambda s: lambda _o, _n: s.replication.create_partitions(
-                [CreatePartitionsTopic(topic, count)], validate_only=False), None
+            return kind, Args((CreatePartitionsTopic(topic, self.rng.randint(2, 5)),))
         if kind == "config":
             value = str(self.rng.randint(1, 10) * 1000)
-            resource = AlterConfigsResource(ConfigResource(ResourceType.TOPIC, topic), (
-                AlterConfigOp("retention.ms", OpType.SET, value),))
-            return kind, lambda s: lambda _o, _n: s.configs.incremental_alter_configs(
-                [resource], validate_only=False), None
+            return kind, Args((AlterConfigsResource(ConfigResource(ResourceType.TOPIC, topic), (
+                AlterConfigOp("retention.ms", OpType.SET, value),)),))
         if kind == "reassign":
             target = tuple(self.rng.sample(BROKERS, self.rng.randint(1, len(BROKERS))))
-            move = ReassignmentRequest(topic, 0, None if self.rng.random() < 0.2 else target)
-            return kind, lambda s: lambda _o, _n: s.replication.alter_partition_reassignments(
-                [move]), None
+            return kind, Args((ReassignmentRequest(
+                topic, 0, None if self.rng.random() < 0.2 else target),))
         if kind == "elect":
-            return kind, lambda s: lambda _o, _n: s.replication.elect_leaders(
-                [TopicPartition(topic, 0)]), None
-        read: Callable[[MetadataState], Any]
+            return kind, Args((TopicPartition(topic, 0),), extra=ElectionType.PREFERRED)
         if kind == "describe":
-            def read(s: MetadataState) -> Any:
-                return lambda epoch: s.replication.describe_topics([topic], epoch)
-        elif kind == "configs":
-            resource = ConfigResource(ResourceType.TOPIC, topic)
+            return kind, Args((topic,))
+        if kind == "configs":
+            return kind, Args((ConfigResource(ResourceType.TOPIC, topic),))
+        return kind, Args()
 
-            def read(s: MetadataState) -> Any:
-                return lambda epoch: s.configs.describe_configs([resource], epoch)
-        else:
-            def read(s: MetadataState) -> Any:
-                return lambda epoch: s.replication.list_topics(epoch)
-        return kind, None, read
-
-    def _send_read(self, node: SimNode, kind: str, read: Callable[[MetadataState], Any]) -> None:
+    def _send_read(self, node: SimNode, kind: str, args: Args) -> None:
         """A read: linearizable (the default) or, one in five, stale."""
-        machine = self._controller(node)
-        assert machine is not None
         stale = self.rng.random() < 0.2
         floor = 0 if stale else max(self.max_acked_offset + 1, self.max_read_offset)
-        self.reads[self.next_request + 1] = (read, floor, not stale)
+        rpc = ADMIN_RPCS_BY_NAME[RPCS[kind]]
+        self.reads[self.next_request + 1] = (rpc, args, floor, not stale)
         consistency = ReadConsistency.STALE if stale else ReadConsistency.LINEARIZABLE
-        self._send_request(node, f"{kind}:stale" if stale else kind, None, read(machine.state),
-                           consistency)
+        self._send_request(node, f"{kind}:stale" if stale else kind, rpc, args, consistency)
 
     def _check_read_answer(self, node: SimNode, answer: Answer) -> None:
         """A read's answer is the oracle's at the offset it names, a committed one; a
         linearizable read's offset covers every write acknowledged and every
         linearizable read answered before it was sent (the log order is the
         linearization order, so this is the whole check)."""
-        read, floor, linearizable = self.reads.pop(answer.request_id)
+        rpc, args, floor, linearizable = self.reads.pop(answer.request_id)
         offset = answer.read_offset
         if offset is None or offset > self.history.committed_end:
             raise InvariantViolation(f"node {node.id} answered read {answer.request_id} at "
@@ -738,7 +720,8 @@ class SystemCluster(Cluster):
                 f"node {node.id} answered read {answer.request_id} at offset {offset}, below "
                 f"{floor} (acknowledged or read before it was sent): a stale read, not "
                 "linearizable")
-        if answer.value != read(self.oracle)(offset - 1):
+        assert rpc.op is not None and rpc.op.query is not None
+        if answer.value != rpc.op.query(StateContext(self.oracle), args, offset - 1):
             raise InvariantViolation(f"node {node.id} answered read {answer.request_id} at "
                                      f"{offset} unlike the committed log there")
         if linearizable:
@@ -747,9 +730,9 @@ class SystemCluster(Cluster):
         else:
             self.outcomes["stale_reads"] += 1
 
-    def _send_request(self, node: SimNode, kind: str, generate: Any, query: Any,
+    def _send_request(self, node: SimNode, kind: str, op: AdminRpc | Operation, args: Args,
                       consistency: ReadConsistency = ReadConsistency.LINEARIZABLE,
-                      origin_id: str | None = None, codec: Any = None) -> None:
+                      origin_id: str | None = None, codec: ResultCodec | None = None) -> None:
         machine = self._controller(node)
         assert machine is not None and node.raft is not None
         self.next_request += 1
@@ -758,10 +741,11 @@ class SystemCluster(Cluster):
         self.pending[rid] = (kind, node.id, origin_id)
         # A retry's invocation is the first send: its floor stays the first one's.
         self.acked_before_send.setdefault(origin_id, self.max_acked_offset)
-        name = WRITE_METHODS.get(kind, kind) if generate is not None else kind
+        operation = op.op if isinstance(op, AdminRpc) else op
+        assert operation is not None
         # The client address names the attempt (the dedupe key is principal + id), so
         # an answer is checked against the batch of its own attempt.
-        machine.request(Request(rid, name, self.now_ms, generate=generate, query=query,
+        machine.request(Request(rid, operation, args, StateContext(machine.state), self.now_ms,
                                 origin=BatchOrigin("User:sim", f"attempt-{rid}", origin_id),
                                 consistency=consistency, codec=codec),
                         SimAccess(self, node), self.now_ms)
@@ -827,8 +811,8 @@ class SystemCluster(Cluster):
         entry = self.writes.get(origin_id)
         if entry is None or entry[2] == 0 or self.rng.random() < 0.3:
             return
-        kind, make_generate, left = entry
-        self.writes[origin_id] = (kind, make_generate, left - 1)
+        kind, args, left = entry
+        self.writes[origin_id] = (kind, args, left - 1)
         self.outcomes["retries_sent"] += 1
         self._at(self.now_ms + self.rng.randint(10, 200), "retry", origin_id)
 

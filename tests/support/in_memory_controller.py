@@ -9,7 +9,8 @@ the log grows only by what a test does.
 
 Test hooks, applied at the facade (before the controller sees a call):
 `fail_next(exc)` makes the next call raise `exc` (`fail_always` every call);
-`hold` / `release` stall calls; `calls` lists the facade methods called; `batches`
+`hold` / `release` stall calls; `calls` lists the calls (an Admin RPC's name, or
+the facade method: register_broker ...); `batches`
 is the log (each batch with its origin and decoded records); `record_count` its
 length in records (a request that failed must leave it unchanged).
 """
@@ -139,7 +140,8 @@ class InMemoryController:
     def _hooked(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
         async def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
+            # The generic paths are named by their operation (CreateTopics ...).
+            self.calls.append(args[0].name if name in ("write", "read") else name)
             fault = self._faults.popleft() if self._faults else self.standing_fault
             if fault is not None:
                 raise fault

@@ -227,7 +227,7 @@ def test_unknown_outcome_exits_4_with_the_request_id(
     result = run(server, "topics", "create", "--name", "t", "--timeout-ms", "600")
     assert result.exit_code == 4
     assert "outcome unknown" in result.stderr and "request id" in result.stderr
-    assert controller.calls.count("create_topics") >= 2, "resent within the deadline"
+    assert controller.calls.count("CreateTopics") >= 2, "resent within the deadline"
 
 
 def test_an_unknown_outcome_is_retried_and_succeeds(
@@ -236,7 +236,7 @@ def test_an_unknown_outcome_is_retried_and_succeeds(
     controller.fail_next(ControllerTimeoutError("commit is slow"))
     result = run(server, "topics", "create", "--name", "t")
     assert result.exit_code == 0, result.stderr
-    assert controller.calls.count("create_topics") == 2
+    assert controller.calls.count("CreateTopics") == 2
 
 
 def fence(address: str, broker_id: int, epoch: int) -> None:

@@ -12,9 +12,11 @@ import attrs
 import pytest
 
 from controller.api.seam import (
+    Args,
     ControllerBusyError,
     ControllerTimeoutError,
     NotControllerError,
+    Operation,
     Origin,
 )
 from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch
@@ -32,6 +34,7 @@ from controller.quorum_controller.ports import ControllerSettings
 from controller.quorum_controller.snapshots import SnapshotScheduler, iter_image_chunks
 from controller.records import decode_record, encode_record
 from controller.records.domain import Listener
+from tests.support.admin_calls import AdminCalls
 from tests.support.controller_fake_quorum import FakeQuorum
 
 T = TypeVar("T")
@@ -56,7 +59,7 @@ class Env:
         self.quorum = FakeQuorum(list(range(1, nodes + 1)), auto_commit=auto_commit)
         self.clock = Clock()
         self.ctrl: dict[int, QuorumController] = {}
-        self.api: dict[int, ControllerApi] = {}
+        self.api: dict[int, AdminCalls] = {}
         for node_id, node in self.quorum.nodes.items():
             config = ControllerSettings(node_id=node_id, cluster_id=CLUSTER_ID,
                                         voter_addresses=VOTERS, **settings)
@@ -64,7 +67,7 @@ class Env:
             ctrl.attach(node)
             node.listener = ctrl
             self.ctrl[node_id] = ctrl
-            self.api[node_id] = ControllerApi(ctrl, node)
+            self.api[node_id] = AdminCalls(ControllerApi(ctrl, node))
 
     async def elect(self, node_id: int, *, keep_uncommitted: bool = False) -> None:
         self.quorum.elect(node_id, keep_uncommitted=keep_uncommitted)
@@ -684,7 +687,8 @@ def test_replay_failure_in_one_coalesced_request_fails_only_that_request() -> No
 
         good1 = spawn(env.api[1].create_topics([topic("g1")], validate_only=False,
                                                origin=attrs.evolve(ORIGIN, request_id="r1")))
-        broken = spawn(ctrl.write("bad", bad, BatchOrigin("mallory", "x", "req-bad")))
+        broken = spawn(ctrl.write(Operation("Bad", run=lambda _ctx, _args, n, t: bad(n, t)),
+                                  Args(), BatchOrigin("mallory", "x", "req-bad")))
         good2 = spawn(env.api[1].create_topics([topic("g2")], validate_only=False,
                                                origin=attrs.evolve(ORIGIN, request_id="r2")))
         await asyncio.wait([good1, broken, good2])

@@ -7,10 +7,17 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+import attrs
 import pytest
 
-from controller.api.results import codec_for
-from controller.api.seam import ControllerTimeoutError, NotControllerError, RequestIdReusedError
+from controller.api.rpcs import ADMIN_RPCS_BY_NAME
+from controller.api.seam import (
+    Args,
+    ControllerTimeoutError,
+    NotControllerError,
+    Operation,
+    RequestIdReusedError,
+)
 from controller.logformat.batch import EMPTY_ORIGIN, BatchOrigin, RecordBatch
 from controller.metadata import (
     LATEST_METADATA_VERSION,
@@ -29,13 +36,17 @@ from controller.quorum_controller.events import (
     ReadConsistency,
     Request,
 )
+from controller.quorum_controller.facade import BROKER_HEARTBEAT, REGISTER_BROKER
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.ports import ControllerSettings
 from controller.raft.control import encode_leader_change
 from controller.raft.ready import TransferError
 from controller.records import decode_record
+from tests.support.op_context import StateContext
 
 ME, OTHER = 1, 2
+_OPS = {rpc.name: rpc.op for rpc in ADMIN_RPCS_BY_NAME.values() if rpc.op is not None}
+CREATE_TOPICS, UPDATE_FEATURES = _OPS["CreateTopics"], _OPS["UpdateFeatures"]
 ORIGIN = BatchOrigin("User:test", "test", "req")
 
 
@@ -144,9 +155,8 @@ class Harness:
     def create(self, name: str) -> Request:
         self.ids += 1
         state = self.machine.state
-        return Request(self.ids, "create_topics", self.now, origin=ORIGIN,
-                       generate=lambda _o, _n: state.replication.create_topics(
-                           [CreatableTopic(name, 1, 1)], validate_only=False))
+        return Request(self.ids, CREATE_TOPICS, Args((CreatableTopic(name, 1, 1),)),
+                       StateContext(state), self.now, origin=ORIGIN)
 
     def send(self, req: Request) -> list[Instruction]:
         self.machine.request(req, self.node, self.now)
@@ -158,31 +168,34 @@ class Harness:
 
         self.ids += 1
         state = self.machine.state
-        req = Request(self.ids, "register", self.now, generate=lambda o, n: (
-            state.cluster.register_broker(BrokerRegistrationRequest(
-                broker_id=7, cluster_id="c", incarnation_id="i",
-                listeners=(Listener("PLAINTEXT", "h", 9092, "PLAINTEXT"),),
-                # As a broker agent says it (lifecycle.py).
-                features=(FeatureRange(METADATA_VERSION, 1, LATEST_METADATA_VERSION),)),
-                next_offset=o, now_ms=n)))
-        self.send(req)
+        registration = BrokerRegistrationRequest(
+            broker_id=7, cluster_id="c", incarnation_id="i",
+            listeners=(Listener("PLAINTEXT", "h", 9092, "PLAINTEXT"),),
+            # As a broker agent says it (lifecycle.py).
+            features=(FeatureRange(METADATA_VERSION, 1, LATEST_METADATA_VERSION),))
+        self.send(Request(self.ids, REGISTER_BROKER, Args((7,), extra=registration),
+                          StateContext(state), self.now))
         self.commit()
         from controller.metadata import BrokerHeartbeatRequest
 
         epoch = state.cluster.broker(7).broker_epoch  # type: ignore[union-attr]
         self.ids += 1
-        self.send(Request(self.ids, "heartbeat", self.now, generate=lambda _o, n: (
-            state.cluster.process_heartbeat(BrokerHeartbeatRequest(7, epoch, 1 << 40),
-                                            now_ms=n))))
+        self.send(Request(self.ids, BROKER_HEARTBEAT,
+                          Args((7,), extra=BrokerHeartbeatRequest(7, epoch, 1 << 40)),
+                          StateContext(state), self.now))
         self.commit()
 
 
 def list_topics(h: Harness, consistency: ReadConsistency = ReadConsistency.LINEARIZABLE
                 ) -> Request:
     h.ids += 1
-    state = h.machine.state
-    return Request(h.ids, "list_topics", h.now, consistency=consistency,
-                   query=lambda epoch: tuple(t.name for t in state.replication.list_topics(epoch)))
+    return Request(h.ids, LIST_TOPIC_NAMES, Args(), StateContext(h.machine.state), h.now,
+                   consistency=consistency)
+
+
+# A read answering the topics' names only (what these tests compare).
+LIST_TOPIC_NAMES = Operation("ListTopicNames", query=lambda ctx, _args, epoch: tuple(
+    t.name for t in ctx.state.replication.list_topics(epoch)))
 
 
 def replay_of(batches: Sequence[RecordBatch]) -> MetadataState:
@@ -393,15 +406,15 @@ def test_a_stale_read_is_answered_at_once_by_a_standby_with_its_offset() -> None
 # ---------------------------------------------------------------- exactly-once writes
 
 def remembered_create(h: Harness, name: str, request_id: str,
-                      method: str = "create_topics") -> Request:
-    """A create as the API sends it: with a request id and the answer's codec."""
+                      method: str = "CreateTopics") -> Request:
+    """A create as the API sends it: with a request id and the answer's codec (named
+    `method`: a create under another RPC's name reuses the id for another method)."""
     h.ids += 1
-    state = h.machine.state
-    return Request(h.ids, method, h.now,
+    args = Args((CreatableTopic(name, 1, 1),))
+    return Request(h.ids, attrs.evolve(CREATE_TOPICS, name=method), args,
+                   StateContext(h.machine.state), h.now,
                    origin=BatchOrigin("User:test", "test", request_id),
-                   codec=codec_for("create_topics"),
-                   generate=lambda _o, _n: state.replication.create_topics(
-                       [CreatableTopic(name, 1, 1)], validate_only=False))
+                   codec=ADMIN_RPCS_BY_NAME["CreateTopics"].codec(args))
 
 
 def test_a_retry_of_a_committed_write_gets_the_first_answer_and_does_nothing() -> None:
@@ -471,8 +484,8 @@ def test_below_metadata_version_4_no_request_result_is_written() -> None:
     # Raised to 4, the table is on.
     state = h.machine.state
     h.ids += 1
-    h.send(Request(h.ids, "update_features", h.now, generate=lambda _o, _n: (
-        state.features.update_features([FeatureUpdate(METADATA_VERSION, 4)]))))
+    h.send(Request(h.ids, UPDATE_FEATURES, Args((FeatureUpdate(METADATA_VERSION, 4),)),
+                   StateContext(state), h.now))
     h.commit()
     h.send(remembered_create(h, "b", "req-b"))
     h.commit()
@@ -514,7 +527,7 @@ def test_a_request_id_reused_by_another_method_is_refused() -> None:
     h.register_broker()
     h.send(remembered_create(h, "a", "req-a"))
     h.commit()
-    [refused] = h.send(remembered_create(h, "b", "req-a", method="delete_topics"))
+    [refused] = h.send(remembered_create(h, "b", "req-a", method="DeleteTopics"))
     assert isinstance(refused, Fail) and isinstance(refused.error, RequestIdReusedError)
 
 
@@ -554,8 +567,7 @@ def test_an_unsafe_downgrade_is_followed_by_a_snapshot_at_once() -> None:
     assert snapshots.started == []  # raising or setting a level is no reason
     state = h.machine.state
     h.ids += 1
-    h.send(Request(h.ids, "update_features", h.now, generate=lambda _o, _n: (
-        state.features.update_features([FeatureUpdate(METADATA_VERSION, 3,
-                                                      UpgradeType.UNSAFE_DOWNGRADE)]))))
+    h.send(Request(h.ids, UPDATE_FEATURES, Args((FeatureUpdate(
+        METADATA_VERSION, 3, UpgradeType.UNSAFE_DOWNGRADE),)), StateContext(state), h.now))
     h.commit()
     assert snapshots.started == [h.log.end - 1]

@@ -36,9 +36,9 @@ def test_metrics_follow_the_controller_and_are_served() -> None:
         assert value("metakraft_controller_last_applied_offset") == committed
         assert value("metakraft_raft_commit_latency_seconds_count") == 9
         assert value("metakraft_controller_event_queue_time_seconds_count",
-                     request="create_topics") == 3
+                     method="CreateTopics") == 3
         assert value("metakraft_controller_event_queue_processing_time_seconds_count",
-                     request="create_topics") == 3
+                     method="CreateTopics") == 3
         assert value("metakraft_controller_leader_changes_total") == 1
         assert value("metakraft_controller_under_replicated_partitions") == 0
         assert value("metakraft_controller_preferred_replica_imbalance") == 0

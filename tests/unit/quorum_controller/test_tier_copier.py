@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import pytest
 
-from controller.api.seam import Origin
+from controller.api.seam import Args, Operation, Origin
 from controller.logformat.batch import EMPTY_ORIGIN
 from controller.metadata import BrokerHeartbeatRequest, BrokerRegistrationRequest, CreatableTopic
 from controller.metadata.errors import ControllerResult
@@ -35,6 +35,7 @@ from controller.tier.config import TierConfig
 from controller.tier.history import list_tier, plan_history
 from controller.tier.objects import data_key
 from controller.tier.remote import DirectoryStore, TierUnavailableError
+from tests.support.admin_calls import AdminCalls
 
 ORIGIN = Origin("unit", "local", "")
 
@@ -93,7 +94,7 @@ def run(tmp_path: Path, body: Callable[[Rig], Awaitable[None]], **tier: Any) -> 
         config = TierConfig(url=store.url, local_retention_ms=0, **tier)
         copier = TierCopier(controller=ctrl, driver=driver, store=store, config=config,
                             clock_ms=clock)
-        api = ControllerApi(ctrl, driver)
+        api = AdminCalls(ControllerApi(ctrl, driver))
         reg = await api.register_broker(BrokerRegistrationRequest(0, "inc", cluster_id, listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)),
                                         origin=ORIGIN)
         await api.broker_heartbeat(BrokerHeartbeatRequest(0, reg.broker_epoch, 1 << 40),
@@ -136,13 +137,14 @@ async def _announce(rig: Rig, obj: RemoteObject, then: SegmentState | None = Non
     """Write a predecessor's tier records as if another leader had (epoch 99)."""
     tier = rig.ctrl.state.tier
 
-    def gen(records: Callable[[], list[Any]]) -> Callable[[int, int], ControllerResult[None]]:
-        return lambda _o, _n: ControllerResult(tuple(records()), None)
+    def gen(records: Callable[[], list[Any]]) -> Operation:
+        return Operation("Predecessor", run=lambda _ctx, _args, _o, _n: ControllerResult(
+            tuple(records()), None))
 
-    await rig.ctrl.write("test", gen(lambda: tier.copy_started_records(obj)), EMPTY_ORIGIN)
+    await rig.ctrl.write(gen(lambda: tier.copy_started_records(obj)), Args(), EMPTY_ORIGIN)
     if then is not None:
-        await rig.ctrl.write("test", gen(lambda: tier.state_change_records(
-            obj.segment_id, then, copier_id=7, copier_epoch=99, now_ms=0)), EMPTY_ORIGIN)
+        await rig.ctrl.write(gen(lambda: tier.state_change_records(
+            obj.segment_id, then, copier_id=7, copier_epoch=99, now_ms=0)), Args(), EMPTY_ORIGIN)
 
 
 def test_a_predecessors_half_done_copy_and_delete_are_cleaned_up(tmp_path: Path,

@@ -19,6 +19,7 @@ from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
 from controller.records.domain import Listener
 from controller.storage.meta_properties import format_data_dir, random_cluster_id
+from tests.support.admin_calls import AdminCalls
 
 ORIGIN = Origin("unit", "local", "")
 
@@ -43,7 +44,7 @@ async def start(data_dir: Path, cluster_id: str, *, snapshot_interval_bytes: int
     while ctrl.mode is not Mode.ACTIVE:
         assert time.monotonic() < deadline, "never became active"
         await asyncio.sleep(0.02)
-    return driver, ctrl, ControllerApi(ctrl, driver)
+    return driver, ctrl, AdminCalls(ControllerApi(ctrl, driver))
 
 
 async def stop(driver: RaftDriver, ctrl: QuorumController) -> None:
