@@ -12,7 +12,7 @@ from typing import Generic, TypeVar
 
 import attrs
 
-from controller.records import MetadataRecord
+from controller.records import MetadataRecord, decode_record, encode_record
 
 
 class ErrorCode(enum.StrEnum):
@@ -70,17 +70,50 @@ OK = ApiError(ErrorCode.NONE)
 R = TypeVar("R")
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class ControllerResult(Generic[R]):
     """What a control manager's write operation produces: records to append, and the
     response to give once they commit. Generating a result changes no durable state;
-    only replaying ``records`` does."""
+    only replaying the records does.
 
-    records: tuple[MetadataRecord, ...]
+    A manager gives its records as values, or (where it writes them faster as bytes:
+    new partitions) as their bytes, never both: `records` decodes bytes and `encoded`
+    encodes values when asked (tests, tools); the controller takes what was given
+    (`given_bytes`)."""
+
     response: R
-    # The records' bytes when the manager wrote those first (``encode_record`` of each,
-    # exactly), so the controller need not encode them again; None: not given.
-    encoded: tuple[bytes, ...] | None = attrs.field(default=None, eq=False, repr=False)
+    _records: tuple[MetadataRecord, ...] | None
+    _encoded: tuple[bytes, ...] | None
+
+    def __init__(self, records: tuple[MetadataRecord, ...] = (), response: R = None,  # type: ignore[assignment]
+                 *, encoded: tuple[bytes, ...] | None = None) -> None:
+        assert encoded is None or not records, "records or their bytes, not both"
+        object.__setattr__(self, "response", response)
+        object.__setattr__(self, "_records", None if encoded is not None else tuple(records))
+        object.__setattr__(self, "_encoded", None if encoded is None else tuple(encoded))
+
+    @property
+    def given_bytes(self) -> tuple[bytes, ...] | None:
+        """The records' bytes if the manager gave bytes (None: it gave values)."""
+        return self._encoded
+
+    @property
+    def records(self) -> tuple[MetadataRecord, ...]:
+        if self._records is not None:
+            return self._records
+        assert self._encoded is not None
+        return tuple(decode_record(data) for data in self._encoded)
+
+    @property
+    def encoded(self) -> tuple[bytes, ...]:
+        if self._encoded is not None:
+            return self._encoded
+        assert self._records is not None
+        return tuple(encode_record(record) for record in self._records)
+
+    def __len__(self) -> int:
+        """How many records."""
+        return len(self._records if self._records is not None else self._encoded or ())
 
 
 class MetadataReplayError(ValueError):

@@ -286,16 +286,16 @@ def _check_replication_factor(cluster: ClusterControlManager, factor: int) -> Ap
     return OK
 
 
-def _partition_records(
+def _partition_bytes(
     topic_id: str,
     first_id: int,
     assignments: Sequence[tuple[int, ...]],
     cluster: ClusterControlManager,
-) -> tuple[list[MetadataRecord], list[bytes]]:
-    """New PartitionRecords numbered from ``first_id`` and their bytes: the ISR is the
+) -> list[bytes]:
+    """New PartitionRecords numbered from ``first_id``, as bytes: the ISR is the
     usable replicas, the first of them leads. This runs for every partition of every
-    topic created: the bytes are written directly (``encode_new_partitions``) and
-    the records parsed from them, which costs less than building each message."""
+    topic created: the bytes are written directly (``encode_new_partitions``), which
+    costs less than building each message."""
     usable = frozenset(cluster.usable_broker_ids())
     placements: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
     for replicas in assignments:
@@ -303,9 +303,7 @@ def _partition_records(
             r for r in replicas if r in usable)
         assert isr, "assignments were checked to have a usable replica"
         placements.append((replicas, isr))
-    encoded = encode_new_partitions(topic_id, first_id, placements)
-    parse = MetadataRecord.FromString
-    return [parse(data) for data in encoded], encoded
+    return encode_new_partitions(topic_id, first_id, placements)
 
 
 def _counts(names: Sequence[str]) -> dict[str, int]:
@@ -332,7 +330,6 @@ def create_topics(
     used_ids: set[str] = set()
     # Collision key -> name, for topics created earlier in this request.
     created: dict[str, str] = {}
-    records: list[MetadataRecord] = []
     encoded: list[bytes] = []
     results: list[CreateTopicResult] = []
     for topic in topics:
@@ -348,27 +345,25 @@ def create_topics(
             )
             results.append(CreateTopicResult(topic.name, error))
             continue
-        result, topic_records, topic_bytes = _create_one(manager, topic, used_ids)
+        result, topic_bytes = _create_one(manager, topic, used_ids)
         results.append(result)
         if result.error.ok:
             created[collision_key(topic.name)] = topic.name
-        records += topic_records
         encoded += topic_bytes
     if validate_only:
         return ControllerResult((), tuple(results))
-    return ControllerResult(tuple(records), tuple(results), tuple(encoded))
+    # Bytes only: a million partitions are written without building their messages.
+    return ControllerResult(response=tuple(results), encoded=tuple(encoded))
 
 
 def _create_one(
     manager: ReplicationView, topic: CreatableTopic, used_ids: set[str]
-) -> tuple[CreateTopicResult, list[MetadataRecord], list[bytes]]:
-    """The result of creating ``topic``, its records and their bytes."""
+) -> tuple[CreateTopicResult, list[bytes]]:
+    """The result of creating ``topic`` and its records' bytes."""
     cluster = manager.cluster
 
-    def failed(
-        error: ApiError,
-    ) -> tuple[CreateTopicResult, list[MetadataRecord], list[bytes]]:
-        return CreateTopicResult(topic.name, error), [], []
+    def failed(error: ApiError) -> tuple[CreateTopicResult, list[bytes]]:
+        return CreateTopicResult(topic.name, error), []
 
     error = topic_name_error(topic.name)
     if not error.ok:
@@ -436,11 +431,9 @@ def _create_one(
     used_ids.add(topic_id)
     records = [make_record(TopicRecord(name=topic.name, topic_id=topic_id)), *config_records]
     encoded = [encode_record(r) for r in records]
-    partition_records, partition_bytes = _partition_records(topic_id, 0, assignments, cluster)
-    records += partition_records
-    encoded += partition_bytes
+    encoded += _partition_bytes(topic_id, 0, assignments, cluster)
     result = CreateTopicResult(topic.name, OK, topic_id, len(assignments), len(assignments[0]))
-    return result, records, encoded
+    return result, encoded
 
 
 def delete_topics(
@@ -533,6 +526,7 @@ def _create_partitions_one(
             rng=manager.rng,
             first_partition=current,
         )
-    records, _ = _partition_records(topic_id, current, assignments, cluster)
+    parse = MetadataRecord.FromString
+    records = [parse(data) for data in _partition_bytes(topic_id, current, assignments, cluster)]
     assert len(records) == added and all(r.partition.leader != NO_LEADER for r in records)
     return OK, records

@@ -454,21 +454,20 @@ class ControllerMachine:
             return
         try:
             generated = run(req.ctx, req.args, node.next_offset, now_ms)
-            records, encoded = generated.records, generated.encoded
-            if remember and records:
+            # The records' bytes: as the manager wrote them, or encoded now.
+            encoded = generated.encoded
+            if remember and encoded:
                 assert req.codec is not None
                 result = self.state.requests.result_record(
                     req.origin.principal, req.origin.request_id, req.op.stored_name, now_ms,
                     req.codec.encode(generated.response))
-                records = (*records, result)
-                if encoded is not None:
-                    encoded = (*encoded, encode_record(result))
+                encoded = (*encoded, encode_record(result))
         except Exception as exc:
             # A bug in a manager; nothing was replayed or appended.
             log.exception("generate_failed", name=req.name)
             self._fail(req.id, exc)
             return
-        self._append(records, generated.response, req.origin, node, req.id, now_ms, encoded)
+        self._append_encoded(encoded, generated.response, req.origin, node, req.id, now_ms)
 
     def _answer_retry(self, req: Request) -> bool:
         """If `req` repeats a remembered write, answer it as the original was (once
@@ -500,14 +499,10 @@ class ControllerMachine:
         return True
 
     def _append(self, records: Sequence[MetadataRecord], response: Any, origin: BatchOrigin,
-                node: NodeAccess, request_id: int | None, now_ms: int,
-                encoded: Sequence[bytes] | None = None) -> None:
-        """Replay and append `records` (`encoded`: their bytes, if the manager wrote
-        those already); `request_id` None: nobody waits for the answer."""
-        if encoded is None:
-            encoded = [encode_record(r) for r in records]
-        assert len(encoded) == len(records)
-        self._append_encoded(encoded, response, origin, node, request_id, now_ms)
+                node: NodeAccess, request_id: int | None, now_ms: int) -> None:
+        """Replay and append `records`; `request_id` None: nobody waits for the answer."""
+        self._append_encoded([encode_record(r) for r in records], response, origin, node,
+                             request_id, now_ms)
 
     def _append_encoded(self, encoded: Sequence[bytes], response: Any, origin: BatchOrigin,
                         node: NodeAccess, request_id: int | None, now_ms: int) -> None:

@@ -44,9 +44,9 @@ class Harness:
 
     def apply(self, result: ControllerResult[R]) -> R:
         assert self.state.to_image() == self._image, "generating records changed the state"
-        if result.encoded is not None:
+        if result.given_bytes is not None:
             # Bytes a manager wrote itself are exactly the records' encoding.
-            assert list(result.encoded) == [encode_record(r) for r in result.records]
+            assert list(result.given_bytes) == [encode_record(r) for r in result.records]
         for record in result.records:
             # Every record must survive the wire format.
             record = decode_record(encode_record(record))
