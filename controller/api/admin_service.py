@@ -22,10 +22,11 @@ from controller import rpc
 from controller.api import admin_pb2 as apb
 from controller.api import rpcs
 from controller.api.audit_log import ApiMetrics, RequestAudit
+from controller.api.authorization import Call
 from controller.api.broker_service import BrokerLifecycleService
 from controller.api.convert import MalformedRequestError
 from controller.api.handlers import guarded, register_service, servicer_handlers
-from controller.api.rpcs import ADMIN_RPCS, AdminRpc, Call
+from controller.api.rpcs import ADMIN_RPCS, AdminRpc
 from controller.api.seam import ControllerFacade, Origin, ReadConsistency
 from controller.api.stream import Context, RawHandler
 from controller.security.access import OPEN, Access

@@ -23,7 +23,7 @@ whole (PERMISSION_DENIED) if any one is denied: it writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -33,6 +33,16 @@ from google.protobuf import message_factory
 from controller.api import acl_convert as acv
 from controller.api import admin_pb2 as apb
 from controller.api import convert as cv
+from controller.api.authorization import (
+    Authorize,
+    Call,
+    nothing_upfront,
+    on_cluster,
+    on_config_resources,
+    on_topics,
+    topic_names,
+    visible_topics,
+)
 from controller.api.seam import (
     Args,
     ClusterDescription,
@@ -61,32 +71,12 @@ from controller.metadata import (
     TopicDescription,
 )
 from controller.metadata.acls import CreateAclResult, DeleteAclsResult, DescribeAclsResult
-from controller.metadata.config_schema import ResourceType as ConfigResourceType
-from controller.security.access import Access, Caller, cluster_action, topic_action
 from controller.security.acl import Operation as AclOperation
-from controller.security.authorizer import Action
 
 # The Raft layer's feature level: 1 = the voter set lives in the log (KIP-853).
 KRAFT_VERSION = "kraft.version"
 
 
-@attrs.frozen
-class Call:
-    """One request's caller, the gate, and the origin its records will carry."""
-
-    caller: Caller
-    access: Access
-    origin: Origin
-
-    def require(self, actions: Iterable[Action]) -> None:
-        for action in actions:
-            self.access.require(self.caller, action)
-
-    def may(self, action: Action) -> bool:
-        return self.access.allowed(self.caller, action)
-
-
-Authorize = Callable[[Args, Call], None]
 Custom = Callable[[ControllerFacade, Args, Call], Awaitable[Any]]
 
 
@@ -135,51 +125,6 @@ class AdminRpc:
         return ResultCodec(lambda answer: self.encode(answer).SerializeToString(),
                            lambda data: self.decode_answer(response_class.FromString(data),
                                                            args))
-
-
-# ---------------------------------------------------------------- authorization rules
-
-
-def on_cluster(operation: AclOperation) -> Authorize:
-    def check(_args: Args, call: Call) -> None:
-        call.require([cluster_action(operation)])
-    return check
-
-
-def on_topics(operation: AclOperation, names: Callable[[Args], Iterable[str]], *,
-              or_cluster: bool = False) -> Authorize:
-    """`operation` on every named topic (or, if `or_cluster`, on the cluster)."""
-    def check(args: Args, call: Call) -> None:
-        if or_cluster and call.may(cluster_action(operation)):
-            return
-        call.require(topic_action(operation, name) for name in dict.fromkeys(names(args)))
-    return check
-
-
-def on_config_resources(operation: AclOperation) -> Authorize:
-    """Topic configs need `operation` on the topic; broker and cluster configs on the
-    cluster."""
-    def check(args: Args, call: Call) -> None:
-        actions: list[Action] = []
-        for item in args.items or ():
-            resource = getattr(item, "resource", item)
-            actions.append(topic_action(operation, resource.name)
-                           if resource.type is ConfigResourceType.TOPIC
-                           else cluster_action(operation))
-        call.require(dict.fromkeys(actions))
-    return check
-
-
-def _nothing_upfront(_args: Args, _call: Call) -> None:
-    """A listing: what the caller may not see is left out by `visible`."""
-
-
-def _topic_names(args: Args) -> Iterable[str]:
-    return (getattr(item, "name", item) for item in args.items or ())
-
-
-def _may_describe(topics: Sequence[Any], call: Call) -> tuple[Any, ...]:
-    return tuple(t for t in topics if call.may(topic_action(AclOperation.DESCRIBE, t.name)))
 
 
 # ---------------------------------------------------------------- row builders
@@ -353,7 +298,7 @@ _DELETE_ACLS = _per_item(
 ADMIN_RPCS: tuple[AdminRpc, ...] = (
     AdminRpc("CreateTopics", apb.CreateTopicsRequest, True,
              "CREATE on each topic, or CREATE on the cluster",
-             on_topics(AclOperation.CREATE, _topic_names, or_cluster=True),
+             on_topics(AclOperation.CREATE, topic_names, or_cluster=True),
              **_per_item("CreateTopics", apb.CreateTopicsRequest, "topics",
                          cv.creatable_topic_from_pb, cv.creatable_topic_to_pb,
                          cv.create_topic_result_to_pb, cv.create_topic_result_from_pb,
@@ -362,14 +307,14 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                  a.items or (), validate_only=a.validate_only)),
              fail_all=_each(lambda t, e: CreateTopicResult(t.name, e)), remembered=True),
     AdminRpc("DeleteTopics", apb.DeleteTopicsRequest, True, "DELETE on each topic",
-             on_topics(AclOperation.DELETE, _topic_names),
+             on_topics(AclOperation.DELETE, topic_names),
              **_per_item("DeleteTopics", apb.DeleteTopicsRequest, "names", str, str,
                          cv.delete_topic_result_to_pb, cv.delete_topic_result_from_pb),
              op=_state_write("DeleteTopics", lambda ctx, a: ctx.state.replication.delete_topics(
                  a.items or ())),
              fail_all=_each(DeleteTopicResult), remembered=True),
     AdminRpc("CreatePartitions", apb.CreatePartitionsRequest, True, "ALTER on each topic",
-             on_topics(AclOperation.ALTER, _topic_names),
+             on_topics(AclOperation.ALTER, topic_names),
              **_per_item("CreatePartitions", apb.CreatePartitionsRequest, "topics",
                          cv.create_partitions_topic_from_pb, cv.create_partitions_topic_to_pb,
                          cv.create_partitions_result_to_pb, cv.create_partitions_result_from_pb,
@@ -379,7 +324,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                                  a.items or (), validate_only=a.validate_only)),
              fail_all=_each(lambda t, e: CreatePartitionsResult(t.name, e)), remembered=True),
     AdminRpc("ListTopics", apb.ListTopicsRequest, False,
-             "DESCRIBE on a topic to see it listed", _nothing_upfront,
+             "DESCRIBE on a topic to see it listed", nothing_upfront,
              **_no_args(apb.ListTopicsRequest),
              encode=lambda found: apb.ListTopicsResponse(
                  topics=[cv.topic_listing_to_pb(t) for t in found]),
@@ -387,10 +332,10 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
              op=_read("ListTopics", lambda ctx, _a, epoch: ctx.state.replication.list_topics(
                  epoch)),
              fail_all=lambda _a, _e: (),
-             visible=lambda found, _a, call: _may_describe(found, call)),
+             visible=lambda found, _a, call: visible_topics(found, call)),
     AdminRpc("DescribeTopics", apb.DescribeTopicsRequest, False,
              "DESCRIBE on each named topic (all topics: the ones the caller may describe)",
-             on_topics(AclOperation.DESCRIBE, _topic_names),
+             on_topics(AclOperation.DESCRIBE, topic_names),
              # Empty means every topic (documented in admin.proto).
              decode=lambda r: Args(tuple(r.names) or None),
              encode_request=lambda a: apb.DescribeTopicsRequest(names=a.items or ()),
@@ -402,7 +347,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                       ctx.state.replication.describe_topics(a.items, epoch)),
              fail_all=_each(TopicDescription),
              visible=lambda found, a, call: found if a.items is not None
-             else _may_describe(found, call)),
+             else visible_topics(found, call)),
     AdminRpc("DescribeCluster", apb.DescribeClusterRequest, False, "DESCRIBE on the cluster",
              on_cluster(AclOperation.DESCRIBE), **_no_args(apb.DescribeClusterRequest),
              encode=cv.cluster_to_pb, decode_answer=lambda m, _a: cv.cluster_from_pb(m),
