@@ -94,8 +94,10 @@ class AdminRpc:
     encode_request: Callable[[Args], pb_message.Message]
     encode: Callable[[Any], pb_message.Message]
     decode_answer: Callable[[Any, Args], Any]
-    # What the controller does: an operation on the metadata, or a custom call.
-    op: Operation | None = None
+    # What the controller does: a write (`run`) or a read (`query`) on the metadata,
+    # made the RPC's `op`; or a custom call.
+    run: Run | None = None
+    query: Query | None = None
     custom: Custom | None = None
     # The answer when the whole request is refused (too many items, too large); None:
     # the RPC has no items (it cannot be over the limit).
@@ -108,11 +110,17 @@ class AdminRpc:
     # a question about that controller itself.
     local: bool = False
 
+    # The Operation the controller runs (None: a custom call), named as the RPC.
+    op: Operation | None = attrs.field(init=False, default=None)
+
     def __attrs_post_init__(self) -> None:
-        assert (self.op is None) != (self.custom is None), self.name
-        assert self.op is None or self.op.name == self.name, self.name
-        assert self.op is None or (self.op.run is not None) == self.write, self.name
-        assert not self.remembered or (self.write and self.op is not None), self.name
+        operation = None
+        if self.run is not None or self.query is not None:
+            operation = Operation(self.name, run=self.run, query=self.query)
+        object.__setattr__(self, "op", operation)
+        assert (operation is None) != (self.custom is None), self.name
+        assert operation is None or (self.run is not None) == self.write, self.name
+        assert not self.remembered or (self.write and operation is not None), self.name
 
     @property
     def response_class(self) -> type[pb_message.Message]:
@@ -162,18 +170,9 @@ def _no_args(request_class: type[pb_message.Message]) -> dict[str, Any]:
     return {"decode": lambda _r: Args(), "encode_request": lambda _a: request_class()}
 
 
-def _write(name: str, run: Run) -> Operation:
-    return Operation(name, run=run)
-
-
-def _read(name: str, query: Query) -> Operation:
-    return Operation(name, query=query)
-
-
-def _state_write(name: str, call: Callable[[OpContext, Args], ControllerResult[Any]]
-                 ) -> Operation:
+def _state(call: Callable[[OpContext, Args], ControllerResult[Any]]) -> Run:
     """A write that needs neither the next offset nor the time."""
-    return Operation(name, run=lambda ctx, args, _next, _now: call(ctx, args))
+    return lambda ctx, args, _next, _now: call(ctx, args)
 
 
 def _one(args: Args) -> Any:
@@ -303,14 +302,14 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                          cv.creatable_topic_from_pb, cv.creatable_topic_to_pb,
                          cv.create_topic_result_to_pb, cv.create_topic_result_from_pb,
                          validate_only=True),
-             op=_state_write("CreateTopics", lambda ctx, a: ctx.state.replication.create_topics(
+             run=_state(lambda ctx, a: ctx.state.replication.create_topics(
                  a.items or (), validate_only=a.validate_only)),
              fail_all=_each(lambda t, e: CreateTopicResult(t.name, e)), remembered=True),
     AdminRpc("DeleteTopics", apb.DeleteTopicsRequest, True, "DELETE on each topic",
              on_topics(AclOperation.DELETE, topic_names),
              **_per_item("DeleteTopics", apb.DeleteTopicsRequest, "names", str, str,
                          cv.delete_topic_result_to_pb, cv.delete_topic_result_from_pb),
-             op=_state_write("DeleteTopics", lambda ctx, a: ctx.state.replication.delete_topics(
+             run=_state(lambda ctx, a: ctx.state.replication.delete_topics(
                  a.items or ())),
              fail_all=_each(DeleteTopicResult), remembered=True),
     AdminRpc("CreatePartitions", apb.CreatePartitionsRequest, True, "ALTER on each topic",
@@ -319,8 +318,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                          cv.create_partitions_topic_from_pb, cv.create_partitions_topic_to_pb,
                          cv.create_partitions_result_to_pb, cv.create_partitions_result_from_pb,
                          validate_only=True),
-             op=_state_write("CreatePartitions",
-                             lambda ctx, a: ctx.state.replication.create_partitions(
+             run=_state(lambda ctx, a: ctx.state.replication.create_partitions(
                                  a.items or (), validate_only=a.validate_only)),
              fail_all=_each(lambda t, e: CreatePartitionsResult(t.name, e)), remembered=True),
     AdminRpc("ListTopics", apb.ListTopicsRequest, False,
@@ -329,8 +327,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
              encode=lambda found: apb.ListTopicsResponse(
                  topics=[cv.topic_listing_to_pb(t) for t in found]),
              decode_answer=lambda m, _a: tuple(cv.topic_listing_from_pb(t) for t in m.topics),
-             op=_read("ListTopics", lambda ctx, _a, epoch: ctx.state.replication.list_topics(
-                 epoch)),
+             query=lambda ctx, _a, epoch: ctx.state.replication.list_topics(epoch),
              fail_all=lambda _a, _e: (),
              visible=lambda found, _a, call: visible_topics(found, call)),
     AdminRpc("DescribeTopics", apb.DescribeTopicsRequest, False,
@@ -343,15 +340,14 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                  topics=[cv.topic_description_to_pb(d) for d in found]),
              decode_answer=lambda m, _a: tuple(cv.topic_description_from_pb(t)
                                                for t in m.topics),
-             op=_read("DescribeTopics", lambda ctx, a, epoch:
-                      ctx.state.replication.describe_topics(a.items, epoch)),
+             query=lambda ctx, a, epoch: ctx.state.replication.describe_topics(a.items, epoch),
              fail_all=_each(TopicDescription),
              visible=lambda found, a, call: found if a.items is not None
              else visible_topics(found, call)),
     AdminRpc("DescribeCluster", apb.DescribeClusterRequest, False, "DESCRIBE on the cluster",
              on_cluster(AclOperation.DESCRIBE), **_no_args(apb.DescribeClusterRequest),
              encode=cv.cluster_to_pb, decode_answer=lambda m, _a: cv.cluster_from_pb(m),
-             op=_read("DescribeCluster", _describe_cluster)),
+             query=_describe_cluster),
     AdminRpc("IncrementalAlterConfigs", apb.IncrementalAlterConfigsRequest, True,
              "ALTER_CONFIGS on each topic (the cluster for broker and cluster configs)",
              on_config_resources(AclOperation.ALTER_CONFIGS),
@@ -359,8 +355,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                          "resources", cv.alter_configs_resource_from_pb,
                          cv.alter_configs_resource_to_pb, cv.alter_configs_result_to_pb,
                          cv.alter_configs_result_from_pb, validate_only=True),
-             op=_state_write("IncrementalAlterConfigs",
-                             lambda ctx, a: ctx.state.configs.incremental_alter_configs(
+             run=_state(lambda ctx, a: ctx.state.configs.incremental_alter_configs(
                                  a.items or (), validate_only=a.validate_only)),
              fail_all=_each(lambda r, e: AlterConfigsResult(r.resource, e)), remembered=True),
     AdminRpc("DescribeConfigs", apb.DescribeConfigsRequest, False,
@@ -369,8 +364,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
              **_per_item("DescribeConfigs", apb.DescribeConfigsRequest, "resources",
                          cv.config_resource_from_pb, cv.config_resource_to_pb,
                          cv.describe_configs_result_to_pb, cv.describe_configs_result_from_pb),
-             op=_read("DescribeConfigs", lambda ctx, a, epoch:
-                      ctx.state.configs.describe_configs(a.items or (), epoch)),
+             query=lambda ctx, a, epoch: ctx.state.configs.describe_configs(a.items or (), epoch),
              fail_all=_each(DescribeConfigsResult)),
     AdminRpc("AlterPartitionReassignments", apb.AlterPartitionReassignmentsRequest, True,
              "ALTER on the cluster", on_cluster(AclOperation.ALTER),
@@ -378,8 +372,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                          "partitions", cv.reassignment_request_from_pb,
                          cv.reassignment_request_to_pb, cv.reassignment_result_to_pb,
                          cv.reassignment_result_from_pb),
-             op=_state_write("AlterPartitionReassignments",
-                             lambda ctx, a: ctx.state.replication.alter_partition_reassignments(
+             run=_state(lambda ctx, a: ctx.state.replication.alter_partition_reassignments(
                                  a.items or ())),
              fail_all=_each(lambda r, e: ReassignmentResult(r.topic, r.partition, e)),
              remembered=True),
@@ -393,7 +386,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                  reassignments=[cv.ongoing_reassignment_to_pb(x) for x in found]),
              decode_answer=lambda m, _a: tuple(cv.ongoing_reassignment_from_pb(r)
                                                for r in m.reassignments),
-             op=_read("ListPartitionReassignments", _list_reassignments),
+             query=_list_reassignments,
              fail_all=lambda _a, _e: ()),
     AdminRpc("ElectLeaders", apb.ElectLeadersRequest, True, "ALTER on the cluster",
              on_cluster(AclOperation.ALTER), decode=_elect_leaders_args,
@@ -405,7 +398,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                  results=[cv.elect_leaders_result_to_pb(x) for x in results]),
              decode_answer=lambda m, _a: tuple(cv.elect_leaders_result_from_pb(r)
                                                for r in m.results),
-             op=_state_write("ElectLeaders", lambda ctx, a: ctx.state.replication.elect_leaders(
+             run=_state(lambda ctx, a: ctx.state.replication.elect_leaders(
                  a.items, a.extra)),
              fail_all=_each(lambda p, e: ElectLeadersResult(p.topic, p.partition, e)),
              remembered=True),
@@ -415,8 +408,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
              encode_request=lambda a: apb.UnregisterBrokerRequest(broker_id=_one(a)),
              encode=lambda error: apb.UnregisterBrokerResponse(error=cv.error_to_pb(error)),
              decode_answer=lambda m, _a: cv.error_from_pb(m.error),
-             op=_state_write("UnregisterBroker",
-                             lambda ctx, a: ctx.state.cluster.unregister_broker(_one(a))),
+             run=_state(lambda ctx, a: ctx.state.cluster.unregister_broker(_one(a))),
              fail_all=lambda _a, error: error, remembered=True),
     AdminRpc("DescribeQuorum", apb.DescribeQuorumRequest, False, "DESCRIBE on the cluster",
              on_cluster(AclOperation.DESCRIBE), **_no_args(apb.DescribeQuorumRequest),
@@ -443,14 +435,14 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                  features=[cv.feature_description_to_pb(x) for x in found]),
              decode_answer=lambda m, _a: tuple(cv.feature_description_from_pb(f)
                                                for f in m.features),
-             op=_read("DescribeFeatures", _describe_features), fail_all=lambda _a, _e: ()),
+             query=_describe_features, fail_all=lambda _a, _e: ()),
     AdminRpc("UpdateFeatures", apb.UpdateFeaturesRequest, True, "ALTER on the cluster",
              on_cluster(AclOperation.ALTER),
              **_per_item("UpdateFeatures", apb.UpdateFeaturesRequest, "updates",
                          cv.feature_update_from_pb, cv.feature_update_to_pb,
                          cv.feature_update_result_to_pb, cv.feature_update_result_from_pb,
                          validate_only=True),
-             op=_state_write("UpdateFeatures", _update_features),
+             run=_state(_update_features),
              fail_all=_each(lambda u, e: FeatureUpdateResult(u.name, e)), remembered=True),
     AdminRpc("CreateAcls", apb.CreateAclsRequest, True, "ALTER on the cluster",
              on_cluster(AclOperation.ALTER),
@@ -461,7 +453,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
              decode_answer=lambda m, a: tuple(
                  CreateAclResult(b, cv.error_from_pb(e))
                  for b, e in zip(a.items or (), m.results, strict=True)),
-             op=_state_write("CreateAcls", lambda ctx, a: ctx.state.access.create_acls(
+             run=_state(lambda ctx, a: ctx.state.access.create_acls(
                  a.items or ())),
              fail_all=_each(CreateAclResult), remembered=True),
     AdminRpc("DescribeAcls", apb.DescribeAclsRequest, False, "DESCRIBE on the cluster",
@@ -473,8 +465,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                  bindings=[acv.binding_to_pb(b) for b in found.bindings]),
              decode_answer=lambda m, _a: DescribeAclsResult(
                  cv.error_from_pb(m.error), tuple(acv.binding_from_pb(b) for b in m.bindings)),
-             op=_read("DescribeAcls", lambda ctx, a, epoch: ctx.state.access.describe_acls(
-                 a.extra, epoch))),
+             query=lambda ctx, a, epoch: ctx.state.access.describe_acls(a.extra, epoch)),
     AdminRpc("DeleteAcls", apb.DeleteAclsRequest, True, "ALTER on the cluster",
              on_cluster(AclOperation.ALTER),
              decode=_DELETE_ACLS["decode"], encode_request=_DELETE_ACLS["encode_request"],
@@ -484,7 +475,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                  DeleteAclsResult(f, cv.error_from_pb(r.error),
                                   tuple(acv.binding_from_pb(b) for b in r.deleted))
                  for f, r in zip(a.items or (), m.results, strict=True)),
-             op=_state_write("DeleteAcls", lambda ctx, a: ctx.state.access.delete_acls(
+             run=_state(lambda ctx, a: ctx.state.access.delete_acls(
                  a.items or ())),
              fail_all=_each(DeleteAclsResult), remembered=True),
 )
