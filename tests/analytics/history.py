@@ -108,7 +108,7 @@ class Script:
         self.clock = [START_MS]
         self.quorum = StampedQuorum(self.clock, [C1, C2, C3])
         self.ctrl: dict[int, QuorumController] = {}
-        self.api: dict[int, ControllerApi] = {}
+        self.api: dict[int, AdminCalls] = {}
         for node_id, node in self.quorum.nodes.items():
             settings = ControllerSettings(node_id=node_id, cluster_id=CLUSTER_ID,
                                           voter_addresses=VOTERS, session_timeout_ms=SESSION_MS)
@@ -219,8 +219,8 @@ class Script:
             await self.step()
         self.alive.add(3)
         await self.step()
-        res3 = await api().elect_leaders([TopicPartition("fragile", 0)], ElectionType.UNCLEAN,
-                                         origin=req(ALICE, 6))
+        res3 = await api().elect_leaders([TopicPartition("fragile", 0)],
+                                         extra=ElectionType.UNCLEAN, origin=req(ALICE, 6))
         assert res3[0].error.ok, res3
         self.alive.add(1)
         await self.step()

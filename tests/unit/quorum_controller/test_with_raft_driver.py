@@ -25,7 +25,7 @@ ORIGIN = Origin("unit", "local", "")
 
 
 async def start(data_dir: Path, cluster_id: str, *, snapshot_interval_bytes: int = 1 << 30,
-                ) -> tuple[RaftDriver, QuorumController, ControllerApi]:
+                ) -> tuple[RaftDriver, QuorumController, AdminCalls]:
     """Assembled as the daemon does it."""
     voters = {1: "127.0.0.1:1"}  # a single voter never dials anyone
     clock = SteadyWallClock()
