@@ -309,8 +309,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
              on_topics(AclOperation.DELETE, topic_names),
              **_per_item("DeleteTopics", apb.DeleteTopicsRequest, "names", str, str,
                          cv.delete_topic_result_to_pb, cv.delete_topic_result_from_pb),
-             run=_state(lambda ctx, a: ctx.state.replication.delete_topics(
-                 a.items or ())),
+             run=_state(lambda ctx, a: ctx.state.replication.delete_topics(a.items or ())),
              fail_all=_each(DeleteTopicResult), remembered=True),
     AdminRpc("CreatePartitions", apb.CreatePartitionsRequest, True, "ALTER on each topic",
              on_topics(AclOperation.ALTER, topic_names),
@@ -319,7 +318,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                          cv.create_partitions_result_to_pb, cv.create_partitions_result_from_pb,
                          validate_only=True),
              run=_state(lambda ctx, a: ctx.state.replication.create_partitions(
-                                 a.items or (), validate_only=a.validate_only)),
+                 a.items or (), validate_only=a.validate_only)),
              fail_all=_each(lambda t, e: CreatePartitionsResult(t.name, e)), remembered=True),
     AdminRpc("ListTopics", apb.ListTopicsRequest, False,
              "DESCRIBE on a topic to see it listed", nothing_upfront,
@@ -356,7 +355,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                          cv.alter_configs_resource_to_pb, cv.alter_configs_result_to_pb,
                          cv.alter_configs_result_from_pb, validate_only=True),
              run=_state(lambda ctx, a: ctx.state.configs.incremental_alter_configs(
-                                 a.items or (), validate_only=a.validate_only)),
+                 a.items or (), validate_only=a.validate_only)),
              fail_all=_each(lambda r, e: AlterConfigsResult(r.resource, e)), remembered=True),
     AdminRpc("DescribeConfigs", apb.DescribeConfigsRequest, False,
              "DESCRIBE_CONFIGS on each topic (the cluster for broker and cluster configs)",
@@ -373,7 +372,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                          cv.reassignment_request_to_pb, cv.reassignment_result_to_pb,
                          cv.reassignment_result_from_pb),
              run=_state(lambda ctx, a: ctx.state.replication.alter_partition_reassignments(
-                                 a.items or ())),
+                 a.items or ())),
              fail_all=_each(lambda r, e: ReassignmentResult(r.topic, r.partition, e)),
              remembered=True),
     AdminRpc("ListPartitionReassignments", apb.ListPartitionReassignmentsRequest, False,
