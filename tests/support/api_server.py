@@ -9,7 +9,6 @@ behind the services.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from controller.api import broker_pb2 as bpb
 from controller.api import broker_pb2_grpc as bpb_grpc
 from controller.api.admin_service import add_api_services
 from controller.api.seam import ControllerFacade
+from tests.support.ports import free_ports
 
 T = TypeVar("T")
 
@@ -131,8 +131,8 @@ def register_brokers(
 
 
 def dead_address() -> str:
-    """A loopback address nothing listens on (a port just released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"127.0.0.1:{port}"
+    """A loopback address nothing listens on: a free port of this test process's own
+    block, below the ephemeral range (a port released by a `bind(0)` could be taken by
+    any server or connection on the machine at once: a CI run once found a test
+    server there, and a write to the "dead" address timed out instead of failing)."""
+    return f"127.0.0.1:{free_ports(1)[0]}"
