@@ -3,8 +3,8 @@
 For each request: decode (malformed → INVALID_ARGUMENT), find the caller (the
 principal from its certificate), redirect what a standby would not serve
 (FAILED_PRECONDITION with the leader, before authorizing: a standby's ACLs may lag),
-authorize it by the RPC's rule (PERMISSION_DENIED, nothing written), then one facade
-call, converted back. The status-code contract is
+authorize it by the RPC's rule (PERMISSION_DENIED, nothing written), then the RPC's
+operation through the facade (`rpcs.handle`), converted back. The status-code contract is
 in admin.proto's header; ``handlers.guarded`` implements it. ``add_api_services``
 registers Admin, BrokerLifecycle, health and reflection.
 """

@@ -1,10 +1,12 @@
 """The seam between the gRPC services and the controller: ``ControllerFacade``.
 
-The services convert and validate wire messages, then call one facade method per
-RPC with the control managers' own request values (``controller.metadata``) and
-the request's ``Origin``; the facade answers with the managers' result values. The
-single-threaded controller (`quorum_controller/facade.py`) implements it, in the
-daemon and (over an in-memory quorum) in the API tests.
+The services convert and validate wire messages into the control managers' own
+values (``Args``: ``controller.metadata`` items and flags), then call the facade:
+its one write path or one read path with the RPC's ``Operation``
+(``controller/api/rpcs.py``), or its method for a call about the quorum or this
+node; the facade answers with the managers' result values. The single-threaded
+controller (`quorum_controller/facade.py`) implements it, in the daemon and (over
+an in-memory quorum) in the API tests.
 
 Errors the facade raises, and what they promise (the client's retry policy rests on
 these promises, so an implementation must keep them):
