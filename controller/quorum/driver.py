@@ -37,11 +37,7 @@ from controller.logformat import EMPTY_ORIGIN, BatchOrigin, RecordBatch, Snapsho
 from controller.quorum.bootstrap import snapshot_voters, starting_voters
 from controller.quorum.contracts import CommitListener, DriverStatus, LocalLogView
 from controller.quorum.driver_config import DriverConfig
-from controller.quorum.errors import (
-    LeadershipTransferringError,
-    NotLeaderError,
-    ProposalRejectedError,
-)
+from controller.quorum.errors import NotLeaderError, ProposalRejectedError, proposal_refused
 from controller.quorum.log_adapter import DurableRaftLog, FileSnapshotStore
 from controller.quorum.peers import PeerClients
 from controller.quorum.proposals import PendingProposals, ProposalLostError
@@ -122,7 +118,7 @@ class NodeTaskAccess:
             leader = result.leader
             raise NotLeaderError(leader.leader_id if leader else None, result.epoch)
         if result.error is not None:
-            raise _rejected(result.error)
+            raise proposal_refused(result.error)
         assert result.base_offset is not None
         return result.base_offset
 
@@ -164,13 +160,6 @@ class NodeTaskAccess:
             raise NotLeaderError(node.advertised_leader_id(), node.epoch)
         if error is not None:
             raise ProposalRejectedError(f"read refused: {error.value} (too many reads waiting)")
-
-
-def _rejected(error: ProposeError) -> ProposalRejectedError:
-    if error is ProposeError.TRANSFERRING:
-        return LeadershipTransferringError("leadership is being transferred; retry on the "
-                                           "next leader")
-    return ProposalRejectedError(f"proposal refused: {error.value}")
 
 
 # Inbox events. Tuples keep the hot path cheap.
@@ -614,7 +603,7 @@ class RaftDriver:
             leader = result.leader
             fut.set_exception(NotLeaderError(leader.leader_id if leader else None, result.epoch))
         elif result.error is not None:
-            fut.set_exception(_rejected(result.error))
+            fut.set_exception(proposal_refused(result.error))
         else:
             assert result.base_offset is not None
             self._proposals.add(result.base_offset, len(records), result.epoch, fut)

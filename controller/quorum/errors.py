@@ -3,6 +3,8 @@ the controller's state machine can handle them without importing the driver."""
 
 from __future__ import annotations
 
+from controller.raft.ready import ProposeError
+
 
 class NotLeaderError(Exception):
     def __init__(self, leader_id: int | None, epoch: int) -> None:
@@ -18,3 +20,11 @@ class ProposalRejectedError(ValueError):
 class LeadershipTransferringError(ProposalRejectedError):
     """The leader is handing over to another voter and appends nothing meanwhile;
     nothing was appended: retry on the next leader."""
+
+
+def proposal_refused(error: ProposeError) -> ProposalRejectedError:
+    """The exception for a proposal the core refused (other than NOT_LEADER)."""
+    if error is ProposeError.TRANSFERRING:
+        return LeadershipTransferringError("leadership is being transferred; retry on the "
+                                           "next leader")
+    return ProposalRejectedError(f"proposal refused: {error.value}")

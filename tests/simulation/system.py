@@ -58,7 +58,7 @@ from controller.metadata import (
     ResourceType,
     TopicPartition,
 )
-from controller.quorum.errors import NotLeaderError, ProposalRejectedError
+from controller.quorum.errors import NotLeaderError, ProposalRejectedError, proposal_refused
 from controller.quorum_controller.events import Answer, Fail, Mode, ReadConsistency, Request
 from controller.quorum_controller.facade import BROKER_HEARTBEAT, REGISTER_BROKER
 from controller.quorum_controller.machine import ControllerMachine
@@ -133,7 +133,7 @@ class SimAccess:
             leader = result.leader
             raise NotLeaderError(leader.leader_id if leader else None, result.epoch)
         if result.error is not None:
-            raise ProposalRejectedError(result.error.value)
+            raise proposal_refused(result.error)
         assert result.base_offset is not None
         return result.base_offset
 
@@ -558,6 +558,8 @@ class SystemCluster(Cluster):
         silent past its session timeout: it was fenced at this tick at the latest."""
         if machine.mode is not Mode.ACTIVE:
             return
+        if node.raft is not None and node.raft.transfer_target is not None:
+            return  # handing leadership over: it writes nothing, its successor fences
         cluster = machine.state.cluster
         for broker in cluster.brokers():
             if broker.fenced:
