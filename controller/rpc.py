@@ -224,21 +224,34 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def health_status(address: str, tls: TlsCredentials | None, service: str = "",
-                  timeout_ms: int = 2_000) -> str:
-    """What grpc.health.v1 at `address` says of `service` ("": the whole server):
-    SERVING, NOT_SERVING, SERVICE_UNKNOWN ..., or UNREACHABLE (no answer in time)."""
+def health_statuses(address: str, tls: TlsCredentials | None, services: Sequence[str],
+                    timeout_ms: int = 2_000) -> dict[str, str]:
+    """What grpc.health.v1 at `address` says of each of `services` ("": the whole
+    server), over one channel: SERVING, NOT_SERVING, SERVICE_UNKNOWN ..., or
+    UNREACHABLE (no answer in time; the rest are not asked)."""
     channel = create_sync_channel(address, tls=tls)
+    out: dict[str, str] = {}
     try:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=service), timeout=timeout_ms / 1000)
-        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
-    except grpc.RpcError as exc:
-        if exc.code() is grpc.StatusCode.NOT_FOUND:
-            return "SERVICE_UNKNOWN"
-        return "UNREACHABLE"
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in services:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=service),
+                                   timeout=timeout_ms / 1000)
+                out[service] = str(health_pb2.HealthCheckResponse.ServingStatus.Name(
+                    reply.status))
+            except grpc.RpcError as exc:
+                if exc.code() is not grpc.StatusCode.NOT_FOUND:
+                    return {name: "UNREACHABLE" for name in services}
+                out[service] = "SERVICE_UNKNOWN"
+        return out
     finally:
         channel.close()
+
+
+def health_status(address: str, tls: TlsCredentials | None, service: str = "",
+                  timeout_ms: int = 2_000) -> str:
+    """`health_statuses` of one service."""
+    return health_statuses(address, tls, [service], timeout_ms)[service]
 
 
 class RoleHealth:

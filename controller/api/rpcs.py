@@ -124,8 +124,7 @@ class AdminRpc:
 
     @property
     def response_class(self) -> type[pb_message.Message]:
-        method = apb.DESCRIPTOR.services_by_name["Admin"].methods_by_name[self.name]
-        return message_factory.GetMessageClass(method.output_type)
+        return _response_class(self.name)
 
     def codec(self, args: Args) -> ResultCodec:
         """The answer of one call as bytes and back: its response message."""
@@ -136,6 +135,14 @@ class AdminRpc:
 
 
 # ---------------------------------------------------------------- row builders
+
+
+def _response_class(name: str) -> type[pb_message.Message]:
+    """Admin method `name`'s response message class (from the .proto's descriptor)."""
+    method = apb.DESCRIPTOR.services_by_name["Admin"].methods_by_name[name]
+    response_class: type[pb_message.Message] = message_factory.GetMessageClass(
+        method.output_type)
+    return response_class
 
 
 def _per_item(name: str, request_class: type[pb_message.Message], field: str,
@@ -152,8 +159,7 @@ def _per_item(name: str, request_class: type[pb_message.Message], field: str,
         extra = {"validate_only": a.validate_only} if validate_only else {}
         return request_class(**{field: [item_to_pb(x) for x in a.items or ()]}, **extra)
 
-    method = apb.DESCRIPTOR.services_by_name["Admin"].methods_by_name[name]
-    response_class: Any = message_factory.GetMessageClass(method.output_type)
+    response_class: Any = _response_class(name)
 
     def encode(results: Sequence[Any]) -> pb_message.Message:
         response: pb_message.Message = response_class(results=[result_to_pb(x) for x in results])

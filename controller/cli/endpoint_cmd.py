@@ -27,7 +27,7 @@ from controller.cli.admin_output import (
     emit_json,
     table,
 )
-from controller.rpc import health_status
+from controller.rpc import health_statuses
 
 # One endpoint gets at most this long (or --timeout-ms, if shorter): a dead one must
 # not hold the report up for the admin client's whole default timeout.
@@ -53,7 +53,8 @@ def ask(endpoint: str, opts: AdminOptions) -> EndpointReport:
     """One endpoint's health and state (never raises)."""
     timeout_ms = min(opts.timeout_ms, ENDPOINT_TIMEOUT_MS)
     started = time.monotonic()
-    health = health_status(endpoint, opts.tls, "", timeout_ms)
+    healths = health_statuses(endpoint, opts.tls, ["", ACTIVE_CONTROLLER_SERVICE], timeout_ms)
+    health, active = healths[""], healths[ACTIVE_CONTROLLER_SERVICE]
     if health == "UNREACHABLE":
         return EndpointReport(endpoint, False, _since(started), "unreachable", health)
     try:
@@ -63,7 +64,6 @@ def ask(endpoint: str, opts: AdminOptions) -> EndpointReport:
     except AdminClientError as exc:
         return EndpointReport(endpoint, False, _since(started), str(exc), health)
     took_ms = _since(started)
-    active = health_status(endpoint, opts.tls, ACTIVE_CONTROLLER_SERVICE, timeout_ms)
     problem = ""
     if health != "SERVING":
         problem = f"health {health}"

@@ -25,7 +25,7 @@ from controller.records.registry import record_type
 from controller.security.tls import TlsCredentials
 from controller.storage import snapshot_file as sf
 from controller.storage.errors import StorageError
-from controller.storage.meta_properties import cluster_id_of, format_data_dir
+from controller.storage.meta_properties import DataDir, cluster_id_of, format_data_dir
 from controller.tier.history import (
     MAX_OFFSET,
     history_batches,
@@ -98,7 +98,8 @@ def from_snapshot(path: Path) -> ImageSource:
 
 
 def _snapshot_dir(log_dir: Path) -> Path:
-    return log_dir.parent / "snapshots" if log_dir.name == "metadata" else log_dir / "snapshots"
+    """The snapshots of the data directory `log_dir` is (or whose metadata/ it is)."""
+    return DataDir(log_dir.parent if log_dir.name == "metadata" else log_dir).snapshot_dir
 
 
 def _local_snapshot(log_dir: Path, at: int) -> SnapshotId | None:

@@ -17,9 +17,6 @@ import pytest
 
 from controller.api.client import (
     AdminClient,
-    ControllerOverloadedError,
-    ControllerUnreachableError,
-    OutcomeUnknownError,
 )
 from controller.logformat.batch import RecordBatch
 from controller.metadata import (
@@ -36,6 +33,7 @@ from controller.records import decode_record
 from controller.security.principal import ANONYMOUS
 from tests.support.controller_processes import ControllerCluster, ControllerProcess
 from tests.support.polling import wait_until
+from tests.support.write_outcomes import check_outcomes, create_outcome
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -139,13 +137,7 @@ def test_kill_leader_mid_stream_every_write_failed_or_applied_once(
         with client(cluster, timeout_ms=15_000) as admin:
             for i in range(40):
                 name = f"w{worker}-{i}"
-                try:
-                    result = admin.create_topics([CreatableTopic(name, 1, 3)])[0]
-                    outcome = "ok" if result.error.ok else f"error:{result.error.code.value}"
-                except OutcomeUnknownError:
-                    outcome = "unknown"
-                except (ControllerUnreachableError, ControllerOverloadedError):
-                    outcome = "not_applied"
+                outcome = create_outcome(admin, name)
                 with lock:
                     outcomes[name] = outcome
                     done_count[0] += 1
@@ -171,15 +163,8 @@ def test_kill_leader_mid_stream_every_write_failed_or_applied_once(
     with client(cluster) as admin:
         existing = {t.name for t in admin.list_topics()}
     assert len(outcomes) == 160
-    for name, outcome in outcomes.items():
-        if outcome == "ok":
-            assert name in existing, f"{name} acknowledged but lost"
-        elif outcome == "not_applied":
-            assert name not in existing, f"{name} reported not applied but exists"
-        elif outcome != "unknown":
-            # TOPIC_ALREADY_EXISTS here would mean a retry of an applied write.
-            raise AssertionError(f"{name}: unexpected outcome {outcome}")
-    assert Counter(outcomes.values())["ok"] >= 100, Counter(outcomes.values())
+    counts = check_outcomes(outcomes, existing)
+    assert counts["ok"] >= 100, counts
     stop_all(cluster)
     survivors = [n for n in cluster.nodes.values() if n is not victim]
     logs = [n.read_log() for n in survivors]

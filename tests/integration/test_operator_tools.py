@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import threading
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,13 @@ import pytest
 from controller import __version__
 from controller.api.client import (
     AdminClient,
-    ControllerOverloadedError,
-    ControllerUnreachableError,
-    OutcomeUnknownError,
 )
 from controller.cli.admin_output import load_command_config
-from controller.metadata import CreatableTopic
 from controller.rpc import health_status
 from tests.support.dev_cluster import dev_command, dev_env, kill_everything, run_until_ready
 from tests.support.polling import wait_until
 from tests.support.processes import REPO_ROOT
+from tests.support.write_outcomes import check_outcomes, create_outcome
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -103,13 +99,7 @@ def test_endpoints_role_health_and_leadership_transfer_under_load(tmp_path: Path
                 while not stop.is_set():
                     name = f"w{worker}-{i}"
                     i += 1
-                    try:
-                        result = admin.create_topics([CreatableTopic(name, 1, 3)])[0]
-                        outcome = "ok" if result.error.ok else f"error:{result.error.code.value}"
-                    except OutcomeUnknownError:
-                        outcome = "unknown"
-                    except (ControllerUnreachableError, ControllerOverloadedError):
-                        outcome = "not_applied"
+                    outcome = create_outcome(admin, name)
                     with lock:
                         outcomes[name] = outcome
 
@@ -136,17 +126,9 @@ def test_endpoints_role_health_and_leadership_transfer_under_load(tmp_path: Path
             for t in threads:
                 t.join(60)
         assert not any(t.is_alive() for t in threads)
-        counts = Counter(outcomes.values())
         with AdminClient(bootstrap.split(","), tls=tls) as admin:
             existing = {t.name for t in admin.list_topics()}
-        for name, outcome in outcomes.items():
-            if outcome == "ok":
-                assert name in existing, f"{name} acknowledged but lost"
-            elif outcome == "not_applied":
-                assert name not in existing, f"{name} reported not applied but exists"
-            elif outcome != "unknown":
-                # TOPIC_ALREADY_EXISTS would be a retry applied twice.
-                raise AssertionError(f"{name}: unexpected outcome {outcome} ({counts})")
+        counts = check_outcomes(outcomes, existing)
         assert counts["ok"] >= 60, counts
         print(f"writes across two leadership transfers: {dict(counts)}")
 
