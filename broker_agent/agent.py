@@ -25,23 +25,43 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from broker_agent.backend import ReplicaBackend
 from broker_agent.delta import ImageChanges, SnapshotPartition
 from broker_agent.image import MetadataImage
 from broker_agent.local_state import LocalPartitionStore
 from broker_agent.metrics import BrokerMetrics
-from broker_agent.reconciler import Plan, desired_replica, plan_delta, plan_full
+from broker_agent.reconciler import (
+    LocalReplica,
+    Plan,
+    desired_replica,
+    plan_delta,
+    plan_full,
+)
 from controller.gc_policy import gc_paused
 from controller.log import get_logger
 
 log = get_logger("metakraft.broker")
 
 
+def desired_replicas(image: MetadataImage, broker_id: int) -> list[LocalReplica]:
+    """Every replica `image` gives this broker (for a backend's full reconcile)."""
+    wanted = []
+    for topic, index, part in image.iter_partitions():
+        replica = desired_replica(topic, index, part, broker_id)
+        if replica is not None:
+            wanted.append(replica)
+    return wanted
+
+
 class BrokerAgent:
     def __init__(self, broker_id: int, store: LocalPartitionStore,
-                 metrics: BrokerMetrics | None = None) -> None:
+                 metrics: BrokerMetrics | None = None,
+                 backend: ReplicaBackend | None = None) -> None:
         self.broker_id = broker_id
         self.store = store
         self.metrics = metrics
+        # The data plane the instructions drive (None: the local state only).
+        self.backend = backend
         # The offset of the last image whose plan was applied (-1: none yet).
         self.reconciled_offset = -1
         self.plans_applied = 0
@@ -130,6 +150,13 @@ class BrokerAgent:
         assert image.offset >= self.reconciled_offset, (image.offset, self.reconciled_offset)
         started_ns = time.perf_counter_ns()
         self.store.apply_all(plan.instructions)
+        # The local state first: what a crash leaves on disk is what the next start's
+        # full plan hands the backend again.
+        if self.backend is not None:
+            if kind == "full":
+                self.backend.apply_full(desired_replicas(image, self.broker_id), image)
+            else:
+                self.backend.apply(plan.instructions, image)
         self.reconciled_offset = image.offset
         if plan.empty:
             return

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import attrs
 
+from broker_agent.replica.config import DEFAULT_DATA_PLANE, DataPlaneConfig
+from controller.logformat.batch import MAX_BATCH_BYTES
 from controller.metadata.features import METADATA_VERSION, SUPPORTED_FEATURES
 from controller.quorum.driver_config import DriverConfig
 from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
@@ -64,6 +66,16 @@ heartbeat_interval_ms = 500             # heartbeat period (the controller's ses
 controlled_shutdown_timeout_ms = 10000  # on SIGTERM, wait at most this for the
                                         # controller to move our leaderships away
 
+# The data plane: the partition logs this broker hosts (DATA_DIR/partition-logs).
+[data]
+backend = "log"                         # "log": replicated partition logs (Produce/Fetch);
+                                        # "none": metadata only (the local state files)
+segment_bytes = 67108864                # roll a partition log segment past this size
+retention_ms = 604800000                # keep 7 days unless the topic sets retention.ms
+retention_bytes = -1                    # no size limit unless the topic sets retention.bytes
+min_insync_replicas = 1                 # unless the topic sets min.insync.replicas
+replica_fetch_wait_ms = 500             # a follower's fetch waits this long for data
+
 [logging]
 level = "INFO"                  # DEBUG, INFO, WARNING, ERROR
 format = "kv"                   # "kv" (key=value) or "json", one line per event, stderr
@@ -75,8 +87,12 @@ BrokerConfigError = ConfigError
 
 
 _TOP_KEYS = ("broker_id", "cluster_id", "data_dir", "listen", "rack", "controllers", "broker",
-             "logging", "metrics", "tls")
+             "logging", "metrics", "tls", "data")
 _BROKER_KEYS = ("heartbeat_interval_ms", "controlled_shutdown_timeout_ms")
+DATA_BACKENDS = ("log", "none")
+_DATA_INT_KEYS = {"segment_bytes": MAX_BATCH_BYTES, "retention_ms": -1, "retention_bytes": -1,
+                  "min_insync_replicas": 1, "replica_fetch_wait_ms": 1,
+                  "retention_check_interval_ms": 1}
 
 
 @attrs.frozen(kw_only=True)
@@ -97,6 +113,9 @@ class BrokerConfig:
     metrics_port: int | None = None
     # Mutual TLS to the controllers and on the status server.
     tls: TlsConfig = PLAINTEXT
+    # [data]: "log" hosts replicated partition logs, "none" only the local state.
+    data_backend: str = "log"
+    data: DataPlaneConfig = DEFAULT_DATA_PLANE
 
     def driver_config(self) -> DriverConfig:
         """The Raft observer: node id = broker id, not among the voters."""
@@ -137,7 +156,8 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
     level, log_format = logging_table(doc)
     metrics_address, metrics_port = metrics_table(doc)
     tls = parse_tls_table(doc, path.parent, required=True)
-    config = BrokerConfig(path=path, broker_id=broker_id, cluster_id=cluster_id,
+    data_backend, data = _data_table(doc)
+    config = BrokerConfig(data_backend=data_backend, data=data, path=path, broker_id=broker_id, cluster_id=cluster_id,
                           data_dir=data_dir, listen=listen, rack=rack, controllers=controllers,
                           log_level=level, log_format=log_format, tls=tls,
                           metrics_address=metrics_address, metrics_port=metrics_port, **values)
@@ -146,6 +166,20 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
     except ValueError as exc:
         raise BrokerConfigError(f"inconsistent settings: {exc}") from None
     return config
+
+
+def _data_table(doc: Mapping[str, object]) -> tuple[str, DataPlaneConfig]:
+    table = sub_table(doc, "data")
+    reject_unknown(table, ("backend", *_DATA_INT_KEYS), "data.")
+    backend = require_str(table, "backend") if "backend" in table else "log"
+    if backend not in DATA_BACKENDS:
+        raise BrokerConfigError(f"data.backend must be one of {', '.join(DATA_BACKENDS)}, "
+                                f"not {backend!r}")
+    values = {key: require_int(table, key, "data.", minimum=low)
+              for key, low in _DATA_INT_KEYS.items() if key in table}
+    if values.get("segment_bytes", MAX_BATCH_BYTES) >= 2**31:
+        raise BrokerConfigError("data.segment_bytes must be below 2147483648")
+    return backend, DataPlaneConfig(**values)
 
 
 def load_config(path: Path) -> BrokerConfig:

@@ -3,7 +3,9 @@
 Assembly: a Raft observer (`RaftDriver` whose node id, the broker id, is not a
 voter) with the `MetadataLoader` as its listener, the `BrokerAgent` reconciling the
 local partition state, the `BrokerLifecycle` loop (registration, heartbeats) and one
-gRPC server (BrokerStatus, grpc.health.v1, reflection). Once the server is bound it
+gRPC server (BrokerStatus, PartitionData unless `[data] backend = "none"`,
+grpc.health.v1, reflection). The `ReplicaManager` (broker_agent/replica) is the
+agent's backend: it hosts the partition logs the instructions name. Once the server is bound it
 logs `event=listening address=HOST:PORT` to stderr (a supervisor learns a port-0
 address from it). SIGTERM / SIGINT start a controlled shutdown; exit status 0 after
 it (or its bounded wait), 1 if the Raft observer failed.
@@ -29,6 +31,8 @@ from broker_agent.lifecycle_machine import LifecycleState
 from broker_agent.loader import MetadataLoader
 from broker_agent.local_state import LocalPartitionStore
 from broker_agent.metrics import BrokerMetrics
+from broker_agent.replica.manager import ReplicaManager
+from broker_agent.replica.service import add_data_service
 from broker_agent.snapshot_load import LoaderListener, monotonic_ms
 from broker_agent.status import BrokerStatusView, add_status_service
 from controller.log import get_logger
@@ -126,10 +130,18 @@ async def _reload(config: BrokerConfig, progress: _Progress, agent: BrokerAgent,
 async def run_broker(config: BrokerConfig) -> int:
     store = LocalPartitionStore(config.data_dir)
     metrics = None if config.metrics_port is None else BrokerMetrics(config.broker_id)
-    agent = BrokerAgent(config.broker_id, store, metrics)
+    limits = config.driver_config().rpc_limits
+    lifecycle_box: list[BrokerLifecycle] = []
+    data = None if config.data_backend == "none" else ReplicaManager(
+        config.broker_id, config.data_dir, config.data, tls=config.tls.credentials,
+        limits=limits,
+        broker_epoch=lambda: lifecycle_box[0].broker_epoch if lifecycle_box else -1)
+    if data is not None:
+        await data.start()  # before the first image can reach the agent
+    agent = BrokerAgent(config.broker_id, store, metrics, backend=data)
     progress = _Progress(_Metadata(config, agent, store.read_offset()), agent)
 
-    server = create_server(config.driver_config().rpc_limits)
+    server = create_server(limits)
     port = bind(server, config.listen, config.tls.credentials)
     host = config.listen.rpartition(":")[0]
     address = f"{host}:{port}"
@@ -139,13 +151,17 @@ async def run_broker(config: BrokerConfig) -> int:
         heartbeat_interval_ms=config.heartbeat_interval_ms,
         controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
         metadata=progress, tls=config.tls.credentials)
+    lifecycle_box.append(lifecycle)
 
     def view() -> BrokerStatusView:
         return BrokerStatusView(config.broker_id, lifecycle.state, lifecycle.broker_epoch,
                                 progress.applied_offset, tuple(store.replicas.values()),
                                 lifecycle.channel.current_id, lifecycle.incarnation_id)
 
-    health = add_health_and_reflection(server, [add_status_service(server, view)])
+    services = [add_status_service(server, view)]
+    if data is not None:
+        services.append(add_data_service(server, data))
+    health = add_health_and_reflection(server, services)
     running = RoleHealth(health, RUNNING_BROKER_HEALTH)
     lifecycle.machine.state_listeners.append(
         lambda state: running.update(state is LifecycleState.RUNNING))
@@ -191,6 +207,8 @@ async def run_broker(config: BrokerConfig) -> int:
     await health.enter_graceful_shutdown()
     await driver.stop(resign=False)
     await asyncio.to_thread(agent.close)
+    if data is not None:
+        await data.stop()
     await server.stop(grace=0.5)
     if failure is not None:
         # Say what failed and how (an AssertionError's text alone is two numbers);

@@ -49,6 +49,8 @@ PROTOS: tuple[ProtoSpec, ...] = (
     ProtoSpec("controller/api/broker.proto", grpc=True),
     # The broker agent's status service (metakraft broker-status, tests).
     ProtoSpec("broker_agent/status.proto", grpc=True),
+    # The data plane: produce, fetch (consumers and follower replicas).
+    ProtoSpec("broker_agent/replica/data.proto", grpc=True),
 )
 
 

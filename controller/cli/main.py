@@ -14,6 +14,7 @@ from controller.cli.admin_cmds import ADMIN_COMMANDS
 from controller.cli.audit_cmd import audit
 from controller.cli.broker_cmd import broker, broker_status
 from controller.cli.controller_cmd import controller
+from controller.cli.data_cmds import consume, produce
 from controller.cli.dev_cmd import dev
 from controller.cli.endpoint_cmd import endpoint
 from controller.cli.log_cmd import log
@@ -53,6 +54,8 @@ cli.add_command(tier)
 cli.add_command(acls)
 cli.add_command(endpoint)
 cli.add_command(shell)
+cli.add_command(produce)
+cli.add_command(consume)
 for _command in ADMIN_COMMANDS:
     cli.add_command(_command)
 

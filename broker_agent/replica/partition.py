@@ -1,0 +1,487 @@
+"""`PartitionReplica`: one partition's log on this broker, as leader or follower.
+
+The core of the data plane, with no asyncio and no gRPC: the manager
+(manager.py) calls it on its event loop and does the waiting, flushing and
+networking. Every rule about offsets lives here:
+
+- the leader appends producers' batches with its leader epoch and assigns
+  offsets; an idempotent producer's retried batch is found, not written twice;
+- the high watermark (HW) is the smallest of the leader's flushed offset and the
+  fetch offsets of the in-sync followers; it never moves back while leading, and
+  consumers read only below it;
+- a follower's fetch carries the epoch of its last batch: when the leader's log
+  has a different end for that epoch the follower diverged (a zombie leader's
+  tail) and truncates to the common point before fetching again (KIP-320, as
+  etcd's and DLedger's "compare and truncate"); so replica logs are prefixes of
+  one another up to the HW;
+- followers append the leader's batches verbatim (one format: the metadata log's
+  batches, CRC-checked on every append and read).
+
+The log is opened lazily: a partition nobody has produced to has no directory
+(brokers may host a million replicas of idle partitions).
+"""
+
+from __future__ import annotations
+
+import enum
+import shutil
+from collections import deque
+from pathlib import Path
+
+import attrs
+
+from broker_agent.replica import data_pb2 as dpb
+from broker_agent.replica.records import (
+    NO_PRODUCER,
+    ProducerStamp,
+    RecordFormatError,
+    decode_record,
+    stamp_of,
+    stamp_origin,
+)
+from controller.logformat.batch import (
+    MAX_RECORDS_PER_BATCH,
+    RecordBatch,
+    iter_batches,
+)
+from controller.logformat.errors import StorageError
+from controller.storage.leader_epoch import UNDEFINED_EPOCH
+from controller.storage.log import LogConfig, SegmentedLog
+
+# Batches remembered per producer for duplicate detection (Kafka keeps 5).
+PRODUCER_BATCHES_KEPT = 5
+TOPIC_ID_FILE = "topic-id"
+RECOVERY_POINT_FILE = "recovery-point"
+
+
+class DataPlaneError(Exception):
+    """A refusal with its wire code (data.proto's DataError); nothing was changed."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Role(enum.Enum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+@attrs.define
+class FollowerProgress:
+    """What the leader knows of one follower: its log end (the next offset it asked
+    for, everything below it flushed on the follower) and when it was last caught up."""
+
+    fetch_offset: int = -1
+    last_caught_up_ms: int = 0
+
+
+@attrs.frozen
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    append_time_ms: int
+    duplicate: bool = False
+
+
+@attrs.frozen
+class Diverged:
+    epoch: int
+    end_offset: int
+
+
+@attrs.frozen
+class ReadResult:
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    diverging: Diverged | None = None
+
+
+class ProducerTable:
+    """Per producer id, the last batches it wrote: (first seq, last seq, base offset,
+    last offset). A retry of one of them is a duplicate; anything but the next
+    sequence after the last is out of order."""
+
+    def __init__(self) -> None:
+        self._batches: dict[int, deque[tuple[int, int, int, int]]] = {}
+
+    def check(self, stamp: ProducerStamp, count: int) -> tuple[int, int] | None:
+        """(base offset, last offset) of an already-written batch with this stamp;
+        None when it is the next one; DataPlaneError when out of order."""
+        kept = self._batches.get(stamp.producer_id)
+        if not kept:
+            return None  # a new producer (or one whose state expired) starts anywhere
+        for first, last, base, last_offset in kept:
+            if first == stamp.base_sequence and last == stamp.base_sequence + count - 1:
+                return base, last_offset
+        expected = kept[-1][1] + 1
+        if stamp.base_sequence != expected:
+            raise DataPlaneError(
+                dpb.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {stamp.producer_id}: sequence {stamp.base_sequence}, expected "
+                f"{expected}; nothing was appended")
+        return None
+
+    def record(self, stamp: ProducerStamp, count: int, base_offset: int) -> None:
+        kept = self._batches.setdefault(stamp.producer_id,
+                                        deque(maxlen=PRODUCER_BATCHES_KEPT))
+        kept.append((stamp.base_sequence, stamp.base_sequence + count - 1, base_offset,
+                     base_offset + count - 1))
+
+    def clear(self) -> None:
+        self._batches.clear()
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+
+class PartitionReplica:
+    """One replica of one partition. `directory` holds its log (created on the first
+    append); `clock_ms` is monotonic time for lag, wall time is taken from batches."""
+
+    def __init__(self, broker_id: int, topic: str, topic_id: str, partition: int,
+                 directory: Path, log_config: LogConfig) -> None:
+        self.broker_id = broker_id
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self.directory = directory
+        self._log_config = log_config
+        self.role = Role.FOLLOWER
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()
+        # Invariant: log_start_offset <= high_watermark <= log_end_offset (checked by
+        # `check`); while leading it only grows.
+        self.high_watermark = 0
+        self.followers: dict[int, FollowerProgress] = {}
+        self.producers = ProducerTable()
+        self._log: SegmentedLog | None = None
+        if (directory / TOPIC_ID_FILE).exists():
+            self._open_log()
+
+    # ----------------------------------------------------------------- the log
+
+    def _open_log(self) -> SegmentedLog:
+        if self._log is None:
+            id_file = self.directory / TOPIC_ID_FILE
+            if id_file.exists() and id_file.read_text().strip() != self.topic_id:
+                # The directory of a deleted topic with the same name: not ours.
+                shutil.rmtree(self.directory)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            if not id_file.exists():
+                id_file.write_text(self.topic_id + "\n")
+            self._log = SegmentedLog.open(self.directory, self._log_config,
+                                          recovery_point_path=self.directory /
+                                          RECOVERY_POINT_FILE)
+            self._rebuild_producers()
+            self.high_watermark = max(self.high_watermark, self._log.start_offset)
+        return self._log
+
+    @property
+    def log(self) -> SegmentedLog | None:
+        return self._log
+
+    @property
+    def log_end_offset(self) -> int:
+        return 0 if self._log is None else self._log.end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return 0 if self._log is None else self._log.start_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return 0 if self._log is None else self._log.flushed_offset
+
+    @property
+    def last_epoch(self) -> int:
+        return UNDEFINED_EPOCH if self._log is None else self._log.last_epoch
+
+    def _rebuild_producers(self) -> None:
+        self.producers.clear()
+        log = self._log
+        if log is None or log.end_offset == log.start_offset:
+            return
+        offset = log.start_offset
+        while offset < log.end_offset:
+            batches = log.read_batches(offset, max_bytes=4 * 1024 * 1024)
+            for batch in batches:
+                stamp = stamp_of(batch.origin)
+                if stamp is not None:
+                    self.producers.record(stamp, batch.record_count, batch.base_offset)
+            offset = batches[-1].next_offset
+
+    # ------------------------------------------------------------- transitions
+
+    def become_leader(self, leader_epoch: int, partition_epoch: int,
+                      replicas: tuple[int, ...], isr: tuple[int, ...], now_ms: int) -> None:
+        new_leadership = self.role is not Role.LEADER or leader_epoch != self.leader_epoch
+        assert leader_epoch >= self.leader_epoch or self.role is not Role.LEADER, \
+            (leader_epoch, self.leader_epoch)
+        self.role = Role.LEADER
+        self.leader_id = self.broker_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = replicas
+        self.isr = isr
+        if new_leadership:
+            # What we knew of followers belonged to another leadership.
+            self.followers = {r: FollowerProgress(last_caught_up_ms=now_ms)
+                              for r in replicas if r != self.broker_id}
+        else:
+            for r in replicas:
+                if r != self.broker_id:
+                    self.followers.setdefault(r, FollowerProgress(last_caught_up_ms=now_ms))
+            for gone in set(self.followers) - set(replicas):
+                del self.followers[gone]
+        self.maybe_advance_high_watermark()
+
+    def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int,
+                        replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
+        self.role = Role.FOLLOWER
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = replicas
+        self.isr = isr
+        self.followers = {}
+        # Only what the leader told us is known to be committed.
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+
+    # ------------------------------------------------------------------ checks
+
+    def check_leader_epoch(self, epoch: int) -> None:
+        """A request's idea of the leader epoch against ours (-1: unchecked)."""
+        if epoch < 0 or epoch == self.leader_epoch:
+            return
+        if epoch < self.leader_epoch:
+            raise DataPlaneError(dpb.FENCED_LEADER_EPOCH,
+                                 f"leader epoch {epoch} is older than {self.leader_epoch}")
+        raise DataPlaneError(dpb.UNKNOWN_LEADER_EPOCH,
+                             f"leader epoch {epoch} is newer than this broker's "
+                             f"{self.leader_epoch}: its metadata lags")
+
+    def require_leader(self) -> None:
+        if self.role is not Role.LEADER:
+            raise DataPlaneError(dpb.NOT_LEADER_OR_FOLLOWER,
+                                 f"broker {self.broker_id} does not lead {self.name}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    # ------------------------------------------------------------ leader: writes
+
+    def append_as_leader(self, raw_batch: bytes, stamp: ProducerStamp | None, principal: str,
+                         client_address: str, now_wall_ms: int) -> AppendResult:
+        """Check a producer's batch and append it with our offsets and epoch."""
+        self.require_leader()
+        try:
+            batches = iter_batches(raw_batch)
+        except StorageError as exc:
+            raise DataPlaneError(dpb.CORRUPT_MESSAGE, f"the batch does not check: {exc}") \
+                from None
+        if len(batches) != 1:
+            raise DataPlaneError(dpb.INVALID_RECORD,
+                                 f"a produce carries one batch, this one {len(batches)}")
+        batch = batches[0]
+        if batch.base_offset != 0 or batch.is_control:
+            raise DataPlaneError(dpb.INVALID_RECORD, "a produced batch has base offset 0 "
+                                 f"and no control flag (got {batch.base_offset})")
+        for index, body in enumerate(batch.records):
+            try:
+                decode_record(body)
+            except RecordFormatError as exc:
+                raise DataPlaneError(dpb.INVALID_RECORD, f"record {index}: {exc}") from None
+        count = batch.record_count
+        assert count <= MAX_RECORDS_PER_BATCH
+        if stamp is not None:
+            if stamp.producer_id < 0 or stamp.base_sequence < 0:
+                raise DataPlaneError(dpb.INVALID_RECORD, "producer id and sequence are >= 0")
+            written = self.producers.check(stamp, count)
+            if written is not None:
+                return AppendResult(written[0], written[1], now_wall_ms, duplicate=True)
+        log = self._open_log()
+        stored = RecordBatch(log.end_offset, self.leader_epoch, now_wall_ms, False,
+                             stamp_origin(principal, client_address, stamp), batch.records)
+        log.append(stored)
+        if stamp is not None:
+            self.producers.record(stamp, count, stored.base_offset)
+        return AppendResult(stored.base_offset, stored.last_offset, now_wall_ms)
+
+    def maybe_advance_high_watermark(self) -> bool:
+        """Leader: HW = min(flushed here, fetch offsets of the in-sync followers)."""
+        if self.role is not Role.LEADER:
+            return False
+        candidate = self.flushed_offset
+        for replica in self.isr:
+            if replica == self.broker_id:
+                continue
+            progress = self.followers.get(replica)
+            candidate = min(candidate, -1 if progress is None else progress.fetch_offset)
+        if candidate > self.high_watermark:
+            self.high_watermark = candidate
+            return True
+        return False
+
+    # ------------------------------------------------------------- leader: reads
+
+    def read_for_follower(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
+                          max_bytes: int, now_ms: int) -> ReadResult:
+        """A follower's fetch: record its progress (HW may move), check divergence,
+        and return the batches from `fetch_offset` (beyond the HW)."""
+        self.require_leader()
+        if replica_id not in self.replicas:
+            raise DataPlaneError(dpb.NOT_LEADER_OR_FOLLOWER,
+                                 f"broker {replica_id} is not a replica of {self.name}")
+        if last_fetched_epoch >= 0 and self._log is not None:
+            epoch, end = self._log.end_offset_for_epoch(last_fetched_epoch)
+            if epoch != last_fetched_epoch or end < fetch_offset:
+                return self._result(b"", Diverged(epoch, end))
+        if fetch_offset > self.log_end_offset or fetch_offset < self.log_start_offset:
+            raise DataPlaneError(dpb.OFFSET_OUT_OF_RANGE,
+                                 f"follower fetch offset {fetch_offset} outside "
+                                 f"[{self.log_start_offset}, {self.log_end_offset}]")
+        progress = self.followers.setdefault(replica_id, FollowerProgress())
+        progress.fetch_offset = fetch_offset
+        if fetch_offset >= self.log_end_offset:
+            progress.last_caught_up_ms = now_ms
+        self.maybe_advance_high_watermark()
+        records = b"" if self._log is None or fetch_offset == self.log_end_offset else \
+            b"".join(self._log.read(fetch_offset, max_bytes))
+        return self._result(records)
+
+    def read_for_consumer(self, fetch_offset: int, max_bytes: int) -> ReadResult:
+        self.require_leader()
+        if not self.log_start_offset <= fetch_offset <= self.high_watermark:
+            raise DataPlaneError(dpb.OFFSET_OUT_OF_RANGE,
+                                 f"offset {fetch_offset} outside [{self.log_start_offset}, "
+                                 f"{self.high_watermark}] (log start, high watermark)")
+        if self._log is None or fetch_offset == self.high_watermark:
+            return self._result(b"")
+        return self._result(b"".join(self._log.read(fetch_offset, max_bytes,
+                                                    max_offset=self.high_watermark)))
+
+    def _result(self, records: bytes, diverging: Diverged | None = None) -> ReadResult:
+        return ReadResult(records, self.high_watermark, self.log_start_offset,
+                          self.log_end_offset, diverging)
+
+    # --------------------------------------------------------------- follower
+
+    def append_as_follower(self, records: bytes, leader_high_watermark: int) -> int:
+        """Append the leader's batches (verified by the log) and take its HW; returns
+        the number of bytes appended."""
+        assert self.role is Role.FOLLOWER
+        if records:
+            log = self._open_log()
+            log.append(records)
+            for batch in iter_batches(records):
+                stamp = stamp_of(batch.origin)
+                if stamp is not None:
+                    self.producers.record(stamp, batch.record_count, batch.base_offset)
+        self.high_watermark = max(self.high_watermark,
+                                  min(leader_high_watermark, self.log_end_offset))
+        return len(records)
+
+    def truncate_for_divergence(self, diverging: Diverged) -> int:
+        """The leader's log ends epoch `diverging.epoch` at `end_offset`: cut ours to
+        the point both logs share. Returns the new log end."""
+        assert self.role is Role.FOLLOWER
+        log = self._log
+        if log is None:
+            return 0
+        if diverging.epoch < 0 or diverging.end_offset < 0:
+            target = log.start_offset  # no epoch in common: nothing is shared
+        else:
+            # Kafka's rule: the smaller of the two ends of that epoch; when our floor
+            # epoch differs, the next fetch checks again from the new end.
+            own_epoch, own_end = log.end_offset_for_epoch(diverging.epoch)
+            target = log.start_offset if own_epoch == UNDEFINED_EPOCH else \
+                min(diverging.end_offset, own_end)
+        target = max(min(target, log.end_offset), log.start_offset)
+        if target < log.end_offset:
+            self._truncate_to(target)
+        return log.end_offset
+
+    def _truncate_to(self, offset: int) -> None:
+        log = self._log
+        assert log is not None
+        # Our log ends at a batch boundary of the leader's; the cut is one of ours.
+        boundary = self._batch_boundary_at_or_below(offset)
+        log.truncate_to(boundary)
+        self.high_watermark = min(self.high_watermark, boundary)
+        self._rebuild_producers()
+
+    def _batch_boundary_at_or_below(self, offset: int) -> int:
+        log = self._log
+        assert log is not None
+        if offset >= log.end_offset:
+            return log.end_offset
+        if offset <= log.start_offset:
+            return log.start_offset
+        # The batch holding `offset` starts at or below it.
+        return log.read_batches(offset, max_bytes=1)[0].base_offset
+
+    def reset_to(self, offset: int) -> None:
+        """The leader's log starts above our end (retention): start over there."""
+        log = self._open_log()
+        log.truncate_fully_and_start_at(offset)
+        self.high_watermark = offset
+        self.producers.clear()
+
+    # ---------------------------------------------------------------- retention
+
+    def apply_retention(self, now_wall_ms: int, retention_ms: int, retention_bytes: int) -> int:
+        """Delete whole segments older than `retention_ms` or beyond `retention_bytes`
+        (-1: no limit), never at or above the HW. Returns the new log start."""
+        log = self._log
+        if log is None:
+            return 0
+        cut = log.start_offset
+        infos = log.segment_infos()
+        size = sum(i.size_bytes for i in infos)
+        for info in infos:
+            if info.is_active or info.next_offset > self.high_watermark:
+                break
+            expired = retention_ms >= 0 and now_wall_ms - info.modified_ms > retention_ms
+            too_big = retention_bytes >= 0 and size > retention_bytes
+            if not (expired or too_big):
+                break
+            cut = info.next_offset
+            size -= info.size_bytes
+        if cut > log.start_offset:
+            log.delete_below(cut)
+        return log.start_offset
+
+    # ------------------------------------------------------------------- misc
+
+    def check(self) -> None:
+        """The invariants (tests call it after every step)."""
+        assert self.log_start_offset <= self.high_watermark <= self.log_end_offset, \
+            (self.log_start_offset, self.high_watermark, self.log_end_offset)
+        if self.role is Role.LEADER:
+            assert self.leader_id == self.broker_id
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def delete(self) -> None:
+        self.close()
+        self.remove_dir(self.directory)
+
+    @staticmethod
+    def remove_dir(directory: Path) -> None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+
+__all__ = ["NO_PRODUCER", "AppendResult", "DataPlaneError", "Diverged", "FollowerProgress",
+           "PartitionReplica", "ProducerTable", "ReadResult", "Role"]
