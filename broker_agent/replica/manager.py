@@ -106,6 +106,7 @@ class ReplicaManager:
         self._flush_requests: list[tuple[set[PartitionKey], asyncio.Future[None]]] = []
         self._flush_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
         # Follower side: one fetcher per leader broker (created by fetcher.py).
         from broker_agent.replica.fetcher import ReplicaFetchers
         self.fetchers = ReplicaFetchers(self)
@@ -121,15 +122,19 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         await self.fetchers.stop_all()
-        for task in self._tasks:
+        flusher, *others = self._tasks
+        for task in others:
             task.cancel()
+        # The flusher finishes the group commit it is in (a cancelled one would
+        # leave its log mid-flush) and one more of everything, then returns.
+        self._closing = True
+        self._dirty.update(k for k, r in self.partitions.items() if r.log is not None)
+        self._flush_wanted.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.sessions.close_all()
         for key in list(self.partitions):
             self._fail_waiters(key, "the broker is stopping")
         for replica in self.partitions.values():
-            if replica.log is not None:
-                replica.log.flush()
             replica.close()
 
     # ----------------------------------------------- instructions (the seam)
@@ -325,7 +330,7 @@ class ReplicaManager:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters.setdefault(key, []).append((last_offset, future))
         try:
-            await asyncio.wait_for(asyncio.shield(future), timeout_ms / 1000)
+            await asyncio.wait_for(future, timeout_ms / 1000)
         except TimeoutError:
             raise DataPlaneError(
                 dpb.REQUEST_TIMED_OUT,
@@ -387,6 +392,8 @@ class ReplicaManager:
         while True:
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
+            if self._closing and not self._dirty and not self._flush_requests:
+                return
             requests, self._flush_requests = self._flush_requests, []
             keys = set(self._dirty)
             self._dirty.clear()
@@ -414,6 +421,8 @@ class ReplicaManager:
             for _, future in requests:
                 if not future.done():
                     future.set_result(None)
+            if self._closing:
+                self._flush_wanted.set()  # one more turn: return once nothing is left
 
     async def _retention(self) -> None:
         while True:

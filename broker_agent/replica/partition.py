@@ -39,6 +39,7 @@ from broker_agent.replica.records import (
     stamp_of,
     stamp_origin,
 )
+from controller.log import get_logger
 from controller.logformat.batch import (
     MAX_RECORDS_PER_BATCH,
     RecordBatch,
@@ -46,7 +47,9 @@ from controller.logformat.batch import (
 )
 from controller.logformat.errors import StorageError
 from controller.storage.leader_epoch import UNDEFINED_EPOCH
-from controller.storage.log import LogConfig, SegmentedLog
+from controller.storage.log import LogConfig, LogDamage, SegmentedLog
+
+logger = get_logger("metakraft.broker.data")
 
 # Batches remembered per producer for duplicate detection (Kafka keeps 5).
 PRODUCER_BATCHES_KEPT = 5
@@ -162,6 +165,8 @@ class PartitionReplica:
         self.followers: dict[int, FollowerProgress] = {}
         self.producers = ProducerTable()
         self._log: SegmentedLog | None = None
+        # What recovery cut from records this replica had fsynced (None: nothing).
+        self.damage: LogDamage | None = None
         if (directory / TOPIC_ID_FILE).exists():
             self._open_log()
 
@@ -176,12 +181,20 @@ class PartitionReplica:
             self.directory.mkdir(parents=True, exist_ok=True)
             if not id_file.exists():
                 id_file.write_text(self.topic_id + "\n")
+            # Damage to records this replica had fsynced is cut like a torn tail, and
+            # said loudly: the records are fetched again from the leader, and a log
+            # missing them serves nothing wrong (only less).
             self._log = SegmentedLog.open(self.directory, self._log_config,
                                           recovery_point_path=self.directory /
-                                          RECOVERY_POINT_FILE)
+                                          RECOVERY_POINT_FILE, on_damage=self._damaged)
             self._rebuild_producers()
             self.high_watermark = max(self.high_watermark, self._log.start_offset)
         return self._log
+
+    def _damaged(self, damage: LogDamage) -> None:
+        self.damage = damage
+        logger.error("partition_log_damaged", partition=self.name, damage=damage.describe(),
+                  action="cut at the damage; the records are fetched again from the leader")
 
     @property
     def log(self) -> SegmentedLog | None:

@@ -19,6 +19,7 @@ from broker_agent.replica.manager import ReplicaManager
 from broker_agent.replica.service import add_data_service
 from controller import rpc
 from controller.records.domain import BrokerRegistration, Listener, PartitionRegistration
+from controller.records.metadata_pb2 import CONFIG_RESOURCE_TYPE_TOPIC
 
 TOPIC, TOPIC_ID = "orders", "T-orders"
 
@@ -47,7 +48,7 @@ class Broker:
 
 
 def image_of(brokers: Sequence[Broker], partitions: dict[int, PartitionRegistration],
-             offset: int = 1) -> MetadataImage:
+             offset: int = 1, configs: dict[str, str] | None = None) -> MetadataImage:
     registrations = {b.broker_id: BrokerRegistration(
         b.broker_id, f"inc-{b.broker_id}", 10 + b.broker_id,
         (Listener("PLAINTEXT", "127.0.0.1", b.port, "PLAINTEXT"),), fenced=False)
@@ -56,7 +57,9 @@ def image_of(brokers: Sequence[Broker], partitions: dict[int, PartitionRegistrat
                          PersistentMap.from_mapping({TOPIC_ID: topic_image(
                              TOPIC, TOPIC_ID, partitions.items())}),
                          PersistentMap.from_mapping({TOPIC: TOPIC_ID}),
-                         PersistentMap.from_mapping(registrations), PersistentMap(),
+                         PersistentMap.from_mapping(registrations),
+                         PersistentMap.from_mapping(
+                             {(int(CONFIG_RESOURCE_TYPE_TOPIC), TOPIC): configs or {}}),
                          PersistentMap())
 
 

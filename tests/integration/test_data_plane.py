@@ -1,0 +1,254 @@
+"""The data plane with real processes: 3 controllers and 3 brokers on loopback, records
+produced with acks=all and consumed back, through leader kills and a zombie leader.
+
+Whatever happens, an acknowledged record is read back exactly once, in order, and
+the replicas' logs are prefixes of one another up to the high watermark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from click.testing import CliRunner
+
+from broker_agent.replica import data_pb2 as dpb
+from broker_agent.replica import data_pb2_grpc as dpb_grpc
+from broker_agent.replica.client import Consumer, DataClientError, Producer
+from broker_agent.replica.records import DataRecord, decode_record, encode_record
+from controller import rpc
+from controller.api.client import AdminClient
+from controller.cli.main import cli
+from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, decode_batch, encode_batch
+from controller.logformat.errors import StorageError
+from controller.metadata import CreatableTopic
+from controller.storage.segment import iter_stored_batches, parse_segment_file_name
+from tests.support.broker_processes import BrokerCluster
+from tests.support.polling import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+BROKERS = (1, 2, 3)
+SESSION_TIMEOUT_MS = 2_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    root = tmp_path_factory.mktemp("data-plane")
+    c = BrokerCluster(root, brokers=BROKERS, session_timeout_ms=SESSION_TIMEOUT_MS)
+    try:
+        c.start()
+        c.wait_running(timeout_s=40)
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture()
+def admin(cluster: BrokerCluster) -> Iterator[AdminClient]:
+    with cluster.admin() as client:
+        yield client
+
+
+def create(admin: AdminClient, name: str, partitions: int = 1) -> None:
+    result = admin.create_topics([CreatableTopic(name, partitions, 3)])[0]
+    assert result.error.ok, result.error
+    wait_until(lambda: all(p.registration.leader >= 0
+                           for p in admin.describe_topics([name])[0].partitions),
+               10, f"{name} has leaders")
+
+
+def leader_of(admin: AdminClient, topic: str, partition: int = 0) -> tuple[int, int]:
+    reg = admin.describe_topics([topic])[0].partitions[partition].registration
+    return reg.leader, reg.leader_epoch
+
+
+def stored_values(cluster: BrokerCluster, broker_id: int, topic: str,
+                  partition: int = 0) -> list[str]:
+    """What one broker's partition log holds, read from its segment files (batches
+    verified by CRC; a torn tail ends the read)."""
+    directory = cluster.brokers[broker_id].data_dir / "partition-logs" / f"{topic}-{partition}"
+    out: list[str] = []
+    if not directory.exists():
+        return out
+    for path in sorted(directory.iterdir()):
+        if parse_segment_file_name(path.name) is None:
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            for _, header, buf, rel in iter_stored_batches(fd, 0, size):
+                batch, _ = decode_batch(buf, rel, verified=header)
+                out.extend(decode_record(body).value.decode() for body in batch.records)
+        except StorageError:
+            pass  # a batch being written: the prefix read so far is what is compared
+        finally:
+            os.close(fd)
+    return out
+
+
+def test_produce_and_consume_with_the_cli(cluster: BrokerCluster, admin: AdminClient) -> None:
+    create(admin, "cli-topic", partitions=3)
+    bootstrap = ",".join(cluster.bootstrap)
+    runner = CliRunner()
+    lines = "".join(f"k{i}:v{i}\n" for i in range(30))
+    produced = runner.invoke(cli, ["produce", "--bootstrap", bootstrap, "--topic", "cli-topic",
+                                   "--key-separator", ":", "--output", "json"], input=lines)
+    assert produced.exit_code == 0, produced.output
+    batches = [json.loads(line) for line in produced.output.splitlines()]
+    assert sum(b["records"] for b in batches) == 30
+    consumed = runner.invoke(cli, ["consume", "--bootstrap", bootstrap, "--topic", "cli-topic",
+                                   "--from-beginning", "--output", "json"])
+    assert consumed.exit_code == 0, consumed.output
+    rows = [json.loads(line) for line in consumed.output.splitlines()]
+    assert sorted((r["key"], r["value"]) for r in rows) == \
+        sorted((f"k{i}", f"v{i}") for i in range(30))
+    # Keys keep their partition: the same key twice lands in the same log.
+    by_key = {r["key"]: r["partition"] for r in rows}
+    again = runner.invoke(cli, ["produce", "--bootstrap", bootstrap, "--topic", "cli-topic",
+                                "--key-separator", ":", "--value", "k7:again",
+                                "--output", "json"])
+    assert json.loads(again.output)["partition"] == by_key["k7"]
+    # A partition that does not exist: a clear error, exit 1.
+    missing = runner.invoke(cli, ["consume", "--bootstrap", bootstrap, "--topic", "nope",
+                                  "--partition", "0", "--from-beginning"])
+    assert missing.exit_code == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.output
+
+
+def test_no_acknowledged_record_is_lost_when_partition_leaders_are_killed(
+        cluster: BrokerCluster, admin: AdminClient) -> None:
+    create(admin, "orders")
+    acked: list[str] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with cluster.admin() as own_admin, Producer(own_admin, timeout_ms=30_000) as producer:
+            n = 0
+            while not stop.is_set():
+                batch = [DataRecord(None, f"r{n + i}".encode()) for i in range(5)]
+                try:
+                    producer.send("orders", batch, partition=0)
+                except DataClientError as exc:
+                    failures.append(str(exc))
+                    return
+                acked.extend(r.value.decode() for r in batch)
+                n += 5
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        for _ in range(2):
+            start = len(acked)
+            wait_until(lambda s=start: len(acked) >= s + 50, 30, "records acknowledged")
+            leader, epoch = leader_of(admin, "orders")
+            cluster.brokers[leader].kill()
+            wait_until(lambda e=epoch: leader_of(admin, "orders")[1] > e, 20, "a new leader")
+            start = len(acked)
+            wait_until(lambda s=start: len(acked) >= s + 50, 30,
+                       "records acknowledged by the new leader")
+            cluster.brokers[leader].start()
+            cluster.wait_running([leader], timeout_s=30)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not failures, failures
+    assert len(acked) >= 200
+    with Consumer(admin) as consumer:
+        read = [r.record.value.decode() for r in consumer.read("orders", 0, 0)]
+        high_watermark = consumer.offsets("orders", 0).high_watermark
+    # Every acknowledged record, once, in the order acknowledged (the producer is
+    # idempotent: a batch retried across the failover is not written twice).
+    assert read[:len(acked)] == acked, "acknowledged records lost, reordered or duplicated"
+    assert len(read) == high_watermark
+    # The replicas' logs agree up to the high watermark once they caught up.
+    wait_until(lambda: all(stored_values(cluster, b, "orders")[:high_watermark] ==
+                           read[:high_watermark] for b in BROKERS), 30,
+               "every replica holds the committed records")
+
+
+def raw_produce(address: str, topic: str, value: str, epoch: int) -> dpb.ProduceResponse:
+    channel = rpc.create_sync_channel(address)
+    try:
+        batch = encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN,
+                                         (encode_record(DataRecord(None, value.encode())),)))
+        answer: dpb.ProduceResponse = dpb_grpc.PartitionDataStub(channel).Produce(
+            dpb.ProduceRequest(topic=topic, partition=0, acks=-1, batch=batch,
+                               producer_id=-1, leader_epoch=epoch, timeout_ms=3_000),
+            timeout=10)
+        return answer
+    finally:
+        channel.close()
+
+
+def test_a_zombie_leader_acknowledges_nothing_and_drops_its_tail(
+        cluster: BrokerCluster, admin: AdminClient) -> None:
+    create(admin, "zombie-topic")
+    with Producer(admin) as producer:
+        producer.send("zombie-topic", [DataRecord(None, b"before")], partition=0)
+    zombie, epoch = leader_of(admin, "zombie-topic")
+    process = cluster.brokers[zombie]
+    assert process.address is not None
+    process.signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: leader_of(admin, "zombie-topic")[1] > epoch, 20,
+                   "a leader elected while the old one is paused")
+        with Producer(admin) as producer:
+            producer.send("zombie-topic", [DataRecord(None, b"after")], partition=0)
+    finally:
+        process.signal(signal.SIGCONT)
+    # The zombie, resumed, is sent a write at its old epoch before it hears of the
+    # new one (or after: either way it must not be acknowledged).
+    answer = raw_produce(process.address, "zombie-topic", "zombie", epoch)
+    assert answer.error != dpb.DATA_ERROR_NONE, "a zombie leader acknowledged a write"
+    cluster.wait_running([zombie], timeout_s=30)
+    with Consumer(admin) as consumer:
+        committed = [r.record.value.decode() for r in consumer.read("zombie-topic", 0, 0)]
+    assert committed == ["before", "after"]
+    wait_until(lambda: stored_values(cluster, zombie, "zombie-topic") == committed, 30,
+               "the zombie truncated its tail and copied the new leader's log")
+
+
+def test_malformed_produce_requests_get_clear_errors(cluster: BrokerCluster,
+                                                     admin: AdminClient) -> None:
+    create(admin, "strict")
+    leader, epoch = leader_of(admin, "strict")
+    address = cluster.brokers[leader].address
+    assert address is not None
+    channel = rpc.create_sync_channel(address)
+    try:
+        stub = dpb_grpc.PartitionDataStub(channel)
+        good = encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN,
+                                        (encode_record(DataRecord(None, b"x")),)))
+        cases = {
+            "bad crc": (good[:-1] + bytes([good[-1] ^ 1]), dpb.CORRUPT_MESSAGE),
+            "base offset": (encode_batch(RecordBatch(9, 0, 0, False, EMPTY_ORIGIN,
+                                                     (encode_record(DataRecord(None, b"x")),))),
+                            dpb.INVALID_RECORD),
+            "not a record": (encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN, (b"z",))),
+                             dpb.INVALID_RECORD),
+        }
+        for what, (batch, code) in cases.items():
+            answer = stub.Produce(dpb.ProduceRequest(topic="strict", partition=0, acks=1,
+                                                     batch=batch, producer_id=-1), timeout=10)
+            assert answer.error == code, (what, answer)
+        negative = stub.Produce(dpb.ProduceRequest(topic="strict", partition=-1, acks=1,
+                                                   batch=good, producer_id=-1), timeout=10)
+        assert negative.error == dpb.UNKNOWN_TOPIC_OR_PARTITION
+        # Bytes that are not a request at all: INVALID_ARGUMENT, the broker carries on.
+        raw = channel.unary_unary("/metakraft.data.v1.PartitionData/Produce",
+                                  request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as undecodable:
+            raw(b"\xff\xff\xff", timeout=10)
+        assert undecodable.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+        offsets = stub.ListOffsets(dpb.ListOffsetsRequest(topic="strict", partition=0),
+                                   timeout=10)
+        assert offsets.log_end_offset == 0, "a refused produce appended something"
+        assert leader_of(admin, "strict") == (leader, epoch)
+    finally:
+        channel.close()
