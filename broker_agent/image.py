@@ -57,6 +57,14 @@ class MetadataImage:
         topic = self.topics.get(key[0])
         return None if topic is None else topic.partitions.get(key[1])
 
+    def broker_address(self, broker_id: int) -> str:
+        """"host:port" of the broker's first listener ("" if unknown)."""
+        registration = self.brokers.get(broker_id)
+        if registration is None or not registration.listeners:
+            return ""
+        listener = registration.listeners[0]
+        return f"{listener.host}:{listener.port}"
+
     def partition_count(self) -> int:
         return sum(len(t.partitions) for t in self.topics.values())
 

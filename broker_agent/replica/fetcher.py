@@ -13,21 +13,36 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
-from broker_agent.image import PartitionKey
+from broker_agent.image import MetadataImage, PartitionKey
 from broker_agent.replica import data_pb2 as dpb
 from broker_agent.replica import data_pb2_grpc as dpb_grpc
-from broker_agent.replica.partition import Diverged, Role
+from broker_agent.replica.config import DataPlaneConfig
+from broker_agent.replica.partition import Diverged, PartitionReplica, Role
 from controller import rpc
 from controller.backoff import Backoff
 from controller.log import get_logger
 from controller.logformat.errors import StorageError
+from controller.rpc import RpcLimits
+from controller.security.tls import TlsCredentials
 
-if TYPE_CHECKING:
-    from broker_agent.replica.manager import ReplicaManager
+
+class FetcherHost(Protocol):
+    """What the fetchers use of the replica manager (a seam: no import back)."""
+
+    broker_id: int
+    image: MetadataImage
+    partitions: dict[PartitionKey, PartitionReplica]
+    config: DataPlaneConfig
+    limits: RpcLimits
+    tls: TlsCredentials | None
+
+    def broker_epoch(self) -> int: ...
+
+    async def flush(self, keys: set[PartitionKey]) -> None: ...
 
 log = get_logger("metakraft.broker.data")
 
@@ -37,7 +52,7 @@ _CALL_SLACK_S = 10.0
 
 
 class ReplicaFetcher:
-    def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
+    def __init__(self, manager: FetcherHost, leader_id: int) -> None:
         self.manager = manager
         self.leader_id = leader_id
         self.keys: set[PartitionKey] = set()
@@ -79,8 +94,7 @@ class ReplicaFetcher:
                 await channel.close()
 
     def _address(self) -> str:
-        from broker_agent.replica.manager import leader_address
-        return leader_address(self.manager.image, self.leader_id)
+        return self.manager.image.broker_address(self.leader_id)
 
     def _position(self, key: PartitionKey) -> dpb.FetchPartition | None:
         replica = self.manager.partitions.get(key)
@@ -177,7 +191,7 @@ class ReplicaFetcher:
 class ReplicaFetchers:
     """The fetchers of one broker, by leader; a partition is in at most one."""
 
-    def __init__(self, manager: ReplicaManager) -> None:
+    def __init__(self, manager: FetcherHost) -> None:
         self.manager = manager
         self._by_leader: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[PartitionKey, int] = {}

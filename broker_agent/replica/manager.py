@@ -37,6 +37,7 @@ from broker_agent.reconciler import (
 )
 from broker_agent.replica import data_pb2 as dpb
 from broker_agent.replica.config import DEFAULT_DATA_PLANE, DataPlaneConfig
+from broker_agent.replica.fetcher import ReplicaFetchers
 from broker_agent.replica.partition import DataPlaneError, PartitionReplica, Role
 from broker_agent.replica.records import NO_PRODUCER, ProducerStamp
 from broker_agent.replica.sessions import FetchSession, FetchSessions, Position
@@ -70,14 +71,6 @@ def _run_all(flushes: list[PendingFlush]) -> None:
         flush.run()
 
 
-def leader_address(image: MetadataImage, broker_id: int) -> str:
-    registration = image.brokers.get(broker_id)
-    if registration is None or not registration.listeners:
-        return ""
-    listener = registration.listeners[0]
-    return f"{listener.host}:{listener.port}"
-
-
 class ReplicaManager:
     def __init__(self, broker_id: int, data_dir: Path, config: DataPlaneConfig = DEFAULT_DATA_PLANE,
                  tls: TlsCredentials | None = None, limits: RpcLimits = _DEFAULT_LIMITS,
@@ -107,8 +100,7 @@ class ReplicaManager:
         self._flush_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
-        # Follower side: one fetcher per leader broker (created by fetcher.py).
-        from broker_agent.replica.fetcher import ReplicaFetchers
+        # Follower side: one fetcher per leader broker.
         self.fetchers = ReplicaFetchers(self)
         self.refusals_fenced = 0
 
@@ -122,7 +114,7 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         await self.fetchers.stop_all()
-        flusher, *others = self._tasks
+        _flusher, *others = self._tasks
         for task in others:
             task.cancel()
         # The flusher finishes the group commit it is in (a cancelled one would
@@ -267,7 +259,7 @@ class ReplicaManager:
             return -1, "", -1
         part = self.image.partition(key)
         assert part is not None
-        return part.leader, leader_address(self.image, part.leader), part.leader_epoch
+        return part.leader, self.image.broker_address(part.leader), part.leader_epoch
 
     def topic_config(self, topic: str, key: str, default: int) -> int:
         value = self.image.configs.get((_TOPIC_CONFIG, topic), {}).get(key)

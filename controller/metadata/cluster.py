@@ -37,6 +37,7 @@ from controller.metadata.errors import (
     MetadataReplayError,
 )
 from controller.metadata.features import METADATA_VERSION, FeatureControlManager
+from controller.metadata.levels import LATEST_METADATA_VERSION
 from controller.records import (
     BrokerRegistrationChangeRecord,
     MetadataRecord,
@@ -424,6 +425,11 @@ class ClusterControlManager:
     def brokers(self, epoch: int | None = None) -> tuple[BrokerRegistration, ...]:
         """Every registration, by broker id."""
         return tuple(sorted(self._brokers.values(epoch=epoch), key=lambda b: b.broker_id))
+
+    def metadata_version(self) -> int:
+        """The finalized metadata.version (0, not finalized yet, reads as the latest:
+        what a new cluster bootstraps at)."""
+        return self._features.finalized_level(METADATA_VERSION) or LATEST_METADATA_VERSION
 
     def is_registered(self, broker_id: int) -> bool:
         return broker_id in self._brokers

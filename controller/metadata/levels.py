@@ -28,6 +28,9 @@ class Feature(enum.Enum):
     REQUEST_RESULTS = (4, "exactly-once writes (the table of recent request ids)")
     REMOTE_TIER = (5, "the remote tier (copying log segments and snapshots)")
     IDLE_NO_OPS = (6, "idle no-op records (the log moves on an idle cluster)")
+    REPLICA_REPORTED_ISR = (7, "replica-reported ISR (AlterPartition): partition leaders "
+                            "report their in-sync replicas; a returning broker rejoins an "
+                            "ISR only once its leader reports it caught up")
 
     @property
     def level(self) -> int:
@@ -59,6 +62,7 @@ LEVELS: tuple[Level, ...] = (
     Level(5, "0.3.0", Feature.REMOTE_TIER.description,
           frozenset({"remote_log_segment", "remote_log_segment_state_change"})),
     Level(6, "0.3.0", Feature.IDLE_NO_OPS.description),
+    Level(7, "0.4.0", Feature.REPLICA_REPORTED_ISR.description),
 )
 
 MINIMUM_METADATA_VERSION = LEVELS[0].level

@@ -6,12 +6,13 @@ Durable state (timeline maps, registered with the shared registry):
 Derived indexes (broker -> partitions, offline and reassigning partitions) are kept
 by replay in a ``PartitionIndex`` (partition_index.py) on the same registry.
 
-Simplification of Kafka's AlterPartition (brokers reporting their ISR): a replica is
-taken to be in sync as soon as its broker is usable (registered, unfenced, not in
-controlled shutdown) and heartbeats. So the ISR shrinks when a broker is fenced,
-shuts down or goes away, and grows back, through ``ready_broker_changes``, on the
-heartbeat that unfences the broker or any later one (which is also how the adding
-replicas of a reassignment join the ISR and complete it).
+The ISR shrinks when a broker is fenced, shuts down or goes away. How it grows
+depends on metadata.version: from level 7 (replica-reported ISR) only by the
+partition leader's AlterPartition (alter_partition.py), once the follower caught
+up with its log (which is also how the adding replicas of a reassignment join the
+ISR and complete it); below 7, a replica is taken to be in sync as soon as its
+broker is usable and heartbeats (``ready_broker_changes``). Either way a returning
+broker takes back the offline partitions whose ISR it is the last of.
 
 Generation methods read the latest (uncommitted) state and change nothing; queries
 take ``epoch`` to read at a committed offset (a live registry snapshot).
@@ -23,6 +24,11 @@ from collections.abc import Callable, ItemsView, Iterable, Sequence
 
 from controller.metadata import partition_requests as _requests
 from controller.metadata import topics as _topics
+from controller.metadata.alter_partition import (
+    AlterPartitionRequest,
+    AlterPartitionResult,
+)
+from controller.metadata.alter_partition import alter_partition as _alter_partition
 from controller.metadata.cluster import ClusterControlManager
 from controller.metadata.configs import ConfigurationControlManager
 from controller.metadata.errors import (
@@ -32,6 +38,7 @@ from controller.metadata.errors import (
     ErrorCode,
     MetadataReplayError,
 )
+from controller.metadata.levels import Feature, enabled, needs_level
 from controller.metadata.partition_change import (
     Election,
     build_partition_change,
@@ -151,6 +158,22 @@ class ReplicationControlManager:
         leader is not the preferred one, or, for UNCLEAN, it has no leader)."""
         return _requests.elect_leaders(self, partitions, election_type)
 
+    def alter_partition(self, request: AlterPartitionRequest
+                        ) -> ControllerResult[tuple[AlterPartitionResult, ...]]:
+        """A partition leader's ISR report (alter_partition.py). Below metadata.version
+        7 the ISR is the brokers that heartbeat, and the request is refused."""
+        if not self.replica_reported_isr():
+            error = ApiError(ErrorCode.UNSUPPORTED_VERSION,
+                             needs_level(Feature.REPLICA_REPORTED_ISR,
+                                         self.cluster.metadata_version()))
+            return ControllerResult((), tuple(
+                AlterPartitionResult(i.topic_id, i.partition, error) for i in request.items))
+        return _alter_partition(self, request)
+
+    def replica_reported_isr(self) -> bool:
+        """metadata.version 7+: the ISR grows only by AlterPartition."""
+        return enabled(Feature.REPLICA_REPORTED_ISR, self.cluster.metadata_version())
+
     def alter_partition_reassignments(
         self, items: Sequence[ReassignmentRequest]
     ) -> ControllerResult[tuple[ReassignmentResult, ...]]:
@@ -231,7 +254,10 @@ class ReplicationControlManager:
         (offline ones it is a replica of), the offline ones first, each group in key
         order (in no particular order if not `ordered`); None if there are more than
         `limit`."""
-        out_of_isr = self._index.out_of_isr.get(broker_id, ())
+        # With replica-reported ISRs a returning broker only takes back offline
+        # partitions here; the leaders add it to their ISRs once it caught up.
+        out_of_isr = () if self.replica_reported_isr() else \
+            self._index.out_of_isr.get(broker_id, ())
         if limit is not None and len(out_of_isr) > limit:
             return None
         # Offline partitions it is a replica of: walk the smaller of the two sets (this
@@ -256,8 +282,10 @@ class ReplicationControlManager:
             return None
         isr = part.isr
         # Only a partition with a leader can bring a replica back in sync; an
-        # offline one waits for an in-sync replica (or an unclean election).
-        if part.leader != NO_LEADER and broker_id not in isr:
+        # offline one waits for an in-sync replica (or an unclean election). With
+        # replica-reported ISRs only its leader can (AlterPartition).
+        if part.leader != NO_LEADER and broker_id not in isr and \
+                not self.replica_reported_isr():
             isr = (*isr, broker_id)
         return self.partition_delta(
             key[0], part, isr=isr,

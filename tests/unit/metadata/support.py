@@ -14,6 +14,7 @@ from controller.metadata import (
     FeatureControlManager,
     MetadataState,
 )
+from controller.metadata.levels import LATEST_METADATA_VERSION, Feature
 from controller.records import MetadataRecord, decode_record, encode_record
 from controller.records.domain import Listener
 
@@ -29,8 +30,13 @@ def new_state(seed: int = 0) -> MetadataState:
     )
 
 
+# The last level whose ISR grows back on heartbeats (tests of that rule pin it).
+HEARTBEAT_ISR_LEVEL = Feature.REPLICA_REPORTED_ISR.level - 1
+
+
 class Harness:
-    def __init__(self, seed: int = 0, *, bootstrap: bool = True) -> None:
+    def __init__(self, seed: int = 0, *, bootstrap: bool = True,
+                 metadata_version: int = LATEST_METADATA_VERSION) -> None:
         self.state = new_state(seed)
         self.log: list[MetadataRecord] = []
         self.next_offset = 0
@@ -38,7 +44,8 @@ class Harness:
         # The image after the last replay: generation must not have changed it.
         self._image = self.state.to_image()
         if bootstrap:
-            self.apply(ControllerResult(FeatureControlManager.bootstrap_records(), None))
+            self.apply(ControllerResult(
+                FeatureControlManager.bootstrap_records(metadata_version), None))
 
     # -- the write path -----------------------------------------------------------------
 

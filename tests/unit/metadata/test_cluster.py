@@ -10,7 +10,7 @@ import pytest
 from controller.metadata import BrokerHeartbeatRequest, BrokerRegistrationRequest, ErrorCode
 from controller.records import record_type
 from controller.records.domain import FeatureRange, Listener
-from tests.unit.metadata.support import CLUSTER_ID, SESSION_MS, Harness
+from tests.unit.metadata.support import CLUSTER_ID, HEARTBEAT_ISR_LEVEL, SESSION_MS, Harness
 
 
 def test_registration_epoch_is_the_record_offset_and_broker_starts_fenced() -> None:
@@ -151,7 +151,7 @@ def test_fence_stale_brokers_after_session_timeout() -> None:
 
 
 def test_fenced_broker_rejoins_isr_when_unfenced() -> None:
-    h = Harness()
+    h = Harness(metadata_version=HEARTBEAT_ISR_LEVEL)
     h.add_brokers([1, 2])
     h.create("t", partitions=2, rf=2)
     h.now_ms = SESSION_MS + 1
@@ -166,7 +166,7 @@ def test_fenced_broker_rejoins_isr_when_unfenced() -> None:
 
 def test_fencing_counts_under_replicated_and_not_preferred_partitions() -> None:
     # The metrics' counts come from indexes, not scans: each change keeps them exact.
-    h = Harness()
+    h = Harness(metadata_version=HEARTBEAT_ISR_LEVEL)
     h.add_brokers([1, 2])
     h.create("t", assignments=((1, 2), (2, 1)))
     replication = h.state.replication

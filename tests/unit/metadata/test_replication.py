@@ -18,7 +18,7 @@ from controller.metadata.errors import ControllerResult
 from controller.metadata.partition_change import change_record
 from controller.records import make_record, record_type
 from controller.records.domain import LeaderRecoveryState
-from tests.unit.metadata.support import SESSION_MS, Harness
+from tests.unit.metadata.support import HEARTBEAT_ISR_LEVEL, SESSION_MS, Harness
 
 
 @pytest.fixture
@@ -271,7 +271,7 @@ def test_unclean_election_only_when_the_topic_allows(unclean: bool) -> None:
 
 
 def test_out_of_isr_broker_does_not_join_an_offline_partition() -> None:
-    h = Harness()
+    h = Harness(metadata_version=HEARTBEAT_ISR_LEVEL)
     h.add_brokers([1, 2])
     h.create("u", assignments=((1, 2),))
     h.now_ms = SESSION_MS + 1
@@ -288,7 +288,9 @@ def test_out_of_isr_broker_does_not_join_an_offline_partition() -> None:
     h.check()
 
 
-def test_preferred_leader_election(h: Harness) -> None:
+def test_preferred_leader_election() -> None:
+    h = Harness(metadata_version=HEARTBEAT_ISR_LEVEL)  # broker 1 rejoins by heartbeat
+    h.add_brokers([1, 2, 3])
     h.create("e", assignments=((1, 2, 3),))
     rep = h.state.replication
     not_needed = rep.elect_leaders([TopicPartition("e", 0)])
@@ -338,7 +340,7 @@ def test_unclean_election_request() -> None:
 
 
 def test_reassignment_lifecycle() -> None:
-    h = Harness()
+    h = Harness(metadata_version=HEARTBEAT_ISR_LEVEL)
     h.add_brokers([1, 2, 3, 4])
     h.create("r", assignments=((1, 2),))
     rep = h.state.replication

@@ -27,6 +27,7 @@ from controller.metadata import (
     ErrorCode,
     MetadataState,
 )
+from controller.metadata.levels import Feature
 from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.events import Mode
 from controller.quorum_controller.facade import ControllerApi
@@ -809,7 +810,10 @@ def test_fencing_a_broker_of_many_partitions_moves_them_in_batches() -> None:
     from controller.metadata.replication import PARTITION_MOVES_PER_BATCH
 
     async def main() -> None:
-        env = await big_cluster(session_timeout_ms=1_000)
+        # It ends with the heartbeat rule of ISRs (replica-reported ones need a leader's
+        # AlterPartition).
+        env = await big_cluster(session_timeout_ms=1_000,
+                                bootstrap_metadata_version=Feature.REPLICA_REPORTED_ISR.level - 1)
         led_by_0 = sum(1 for p in partitions_of(env, 1) if p.leader == 0)
         assert led_by_0 > PARTITION_MOVES_PER_BATCH
         before = env.quorum.end_offset
