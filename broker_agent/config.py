@@ -75,6 +75,7 @@ retention_ms = 604800000                # keep 7 days unless the topic sets rete
 retention_bytes = -1                    # no size limit unless the topic sets retention.bytes
 min_insync_replicas = 1                 # unless the topic sets min.insync.replicas
 replica_fetch_wait_ms = 500             # a follower's fetch waits this long for data
+replica_lag_time_max_ms = 10000         # a follower behind this long leaves the ISR
 
 [logging]
 level = "INFO"                  # DEBUG, INFO, WARNING, ERROR
@@ -92,7 +93,8 @@ _BROKER_KEYS = ("heartbeat_interval_ms", "controlled_shutdown_timeout_ms")
 DATA_BACKENDS = ("log", "none")
 _DATA_INT_KEYS = {"segment_bytes": MAX_BATCH_BYTES, "retention_ms": -1, "retention_bytes": -1,
                   "min_insync_replicas": 1, "replica_fetch_wait_ms": 1,
-                  "retention_check_interval_ms": 1}
+                  "retention_check_interval_ms": 1, "replica_lag_time_max_ms": 1,
+                  "isr_check_interval_ms": 1}
 
 
 @attrs.frozen(kw_only=True)

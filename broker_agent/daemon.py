@@ -35,6 +35,7 @@ from broker_agent.replica.manager import ReplicaManager
 from broker_agent.replica.service import add_data_service
 from broker_agent.snapshot_load import LoaderListener, monotonic_ms
 from broker_agent.status import BrokerStatusView, add_status_service
+from controller.api import broker_pb2 as bpb
 from controller.log import get_logger
 from controller.metrics_common import serve_metrics
 from controller.quorum.driver import RaftDriver
@@ -152,6 +153,17 @@ async def run_broker(config: BrokerConfig) -> int:
         controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
         metadata=progress, tls=config.tls.credentials)
     lifecycle_box.append(lifecycle)
+    if data is not None:
+        cluster_id = config.cluster_id
+
+        async def alter_partition(request: bpb.AlterPartitionRequest
+                                  ) -> bpb.AlterPartitionResponse:
+            request.cluster_id = cluster_id
+            response: bpb.AlterPartitionResponse = await lifecycle.channel.call(
+                "AlterPartition", request)
+            return response
+
+        data.alter_partition = alter_partition
 
     def view() -> BrokerStatusView:
         return BrokerStatusView(config.broker_id, lifecycle.state, lifecycle.broker_epoch,

@@ -18,9 +18,14 @@ class DataPlaneConfig:
     min_insync_replicas: int = 1
     # How long a follower's fetch waits at the leader for data (long poll).
     replica_fetch_wait_ms: int = 500
+    # A follower not caught up for this long leaves the ISR (the leader reports it).
+    replica_lag_time_max_ms: int = 10_000
+    # How often a leader looks for ISR changes to report.
+    isr_check_interval_ms: int = 500
 
     def __attrs_post_init__(self) -> None:
         assert self.retention_check_interval_ms > 0 and self.replica_fetch_wait_ms > 0
+        assert self.replica_lag_time_max_ms > 0 and self.isr_check_interval_ms > 0
         assert self.min_insync_replicas >= 1
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -41,6 +41,7 @@ from broker_agent.replica.fetcher import ReplicaFetchers
 from broker_agent.replica.partition import DataPlaneError, PartitionReplica, Role
 from broker_agent.replica.records import NO_PRODUCER, ProducerStamp
 from broker_agent.replica.sessions import FetchSession, FetchSessions, Position
+from controller.api import broker_pb2 as bpb
 from controller.log import get_logger
 from controller.records import metadata_pb2 as mpb
 from controller.rpc import RpcLimits
@@ -60,6 +61,8 @@ _TOPIC_CONFIG = int(mpb.CONFIG_RESOURCE_TYPE_TOPIC)
 
 
 _DEFAULT_LIMITS = RpcLimits()
+AlterPartitionSender = Callable[[bpb.AlterPartitionRequest],
+                                Awaitable[bpb.AlterPartitionResponse]]
 
 
 def _epoch_or_unset(partition: dpb.FetchPartition, field: str) -> int:
@@ -103,6 +106,11 @@ class ReplicaManager:
         # Follower side: one fetcher per leader broker.
         self.fetchers = ReplicaFetchers(self)
         self.refusals_fenced = 0
+        # Sends AlterPartition to the active controller (the daemon sets it; None:
+        # ISR changes are not reported, as below metadata.version 7).
+        self.alter_partition: AlterPartitionSender | None = None
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # ------------------------------------------------------------- lifecycle
 
@@ -110,7 +118,8 @@ class ReplicaManager:
         self._loop = asyncio.get_running_loop()
         self.root.mkdir(parents=True, exist_ok=True)
         self._tasks = [asyncio.create_task(self._flusher(), name="data-flusher"),
-                       asyncio.create_task(self._retention(), name="data-retention")]
+                       asyncio.create_task(self._retention(), name="data-retention"),
+                       asyncio.create_task(self._isr_reports(), name="data-isr")]
 
     async def stop(self) -> None:
         await self.fetchers.stop_all()
@@ -416,6 +425,82 @@ class ReplicaManager:
             if self._closing:
                 self._flush_wanted.set()  # one more turn: return once nothing is left
 
+    async def _isr_reports(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.isr_check_interval_ms / 1000)
+            try:
+                await self.report_isr_changes()
+            except Exception:
+                log.warning("isr_report_failed", exc_info=True)
+
+    async def report_isr_changes(self) -> int:
+        """Send the ISR changes the leaders observe (one AlterPartition for all);
+        returns how many partitions were reported."""
+        sender = self.alter_partition
+        if sender is None:
+            return 0
+        now_ms = self.clock_ms()
+        request = bpb.AlterPartitionRequest(broker_id=self.broker_id,
+                                            broker_epoch=self.broker_epoch())
+        # Per partition: (the ISR when proposed, the one proposed).
+        proposed: dict[PartitionKey, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        for key, replica in self.partitions.items():
+            if replica.role is not Role.LEADER or replica.pending_isr is not None:
+                continue
+            wanted = replica.isr_change(now_ms, self.config.replica_lag_time_max_ms)
+            if wanted is None:
+                continue
+            replica.pending_isr = wanted
+            proposed[key] = (replica.isr, wanted)
+            request.items.add(
+                topic_id=key[0], partition=key[1], leader_epoch=replica.leader_epoch,
+                partition_epoch=replica.partition_epoch,
+                new_isr=[bpb.IsrMember(broker_id=b, broker_epoch=self._member_epoch(replica, b))
+                         for b in wanted])
+        if not proposed:
+            return 0
+        try:
+            response = await sender(request)
+        except Exception as exc:
+            for key in proposed:
+                self._clear_pending(key)
+            log.info("isr_report_unsent", partitions=len(proposed), error=str(exc)[:200])
+            return 0
+        for result in response.results:
+            key = (result.topic_id, result.partition)
+            reported = self.partitions.get(key)
+            if reported is None or key not in proposed:
+                continue
+            if result.error.code != "NONE":
+                self._clear_pending(key)
+                log.info("isr_report_refused", partition=reported.name,
+                         error=result.error.code, message=result.error.message)
+                continue
+            if result.HasField("state") and \
+                    result.state.partition_epoch <= reported.partition_epoch:
+                self._clear_pending(key)  # nothing left to wait for
+            was, wanted = proposed[key]
+            self.isr_shrinks += bool(set(was) - set(wanted))
+            self.isr_expands += bool(set(wanted) - set(was))
+            log.info("isr_reported", partition=reported.name, isr=list(wanted), was=list(was))
+            # The committed ISR reaches this broker through the metadata log
+            # (become_leader clears the pending proposal then).
+        if response.error.code not in ("", "NONE"):
+            for key in proposed:
+                self._clear_pending(key)
+        return len(proposed)
+
+    def _member_epoch(self, replica: PartitionReplica, broker_id: int) -> int:
+        if broker_id == self.broker_id:
+            return self.broker_epoch()
+        progress = replica.followers.get(broker_id)
+        return -1 if progress is None else progress.broker_epoch
+
+    def _clear_pending(self, key: PartitionKey) -> None:
+        replica = self.partitions.get(key)
+        if replica is not None:
+            replica.pending_isr = None
+
     async def _retention(self) -> None:
         while True:
             await asyncio.sleep(self.config.retention_check_interval_ms / 1000)
@@ -515,6 +600,7 @@ class ReplicaManager:
                                          "unknown or out of step: send a full fetch")
             session = found
         session.epoch = request.session_epoch
+        session.broker_epoch = request.replica_broker_epoch
         forgotten = []
         for p in request.forgotten:
             forgotten.append((p.topic_id, p.partition))
@@ -559,7 +645,8 @@ class ReplicaManager:
                     continue
                 hw_before = replica.high_watermark
                 result = replica.read_for_follower(replica_id, position.fetch_offset,
-                                                   position.last_fetched_epoch, budget, now_ms)
+                                                   position.last_fetched_epoch, budget, now_ms,
+                                                   session.broker_epoch)
                 if replica.high_watermark != hw_before:
                     self._hw_moved(key, replica)
                     session.ready.discard(key)

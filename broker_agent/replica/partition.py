@@ -74,10 +74,28 @@ class Role(enum.Enum):
 @attrs.define
 class FollowerProgress:
     """What the leader knows of one follower: its log end (the next offset it asked
-    for, everything below it flushed on the follower) and when it was last caught up."""
+    for, everything below it flushed on the follower), when it was last caught up,
+    and the broker epoch it fetched with (the incarnation the progress belongs to)."""
 
     fetch_offset: int = -1
     last_caught_up_ms: int = 0
+    broker_epoch: int = -1
+    # Kafka's rule for "caught up": at the leader's log end when it fetched, or
+    # past the log end the leader had at its previous fetch (then caught up as of
+    # that fetch).
+    last_fetch_leader_end: int = -1
+    last_fetch_ms: int = 0
+
+    def fetched(self, fetch_offset: int, leader_end: int, broker_epoch: int,
+                now_ms: int) -> None:
+        if fetch_offset >= leader_end:
+            self.last_caught_up_ms = now_ms
+        elif fetch_offset >= self.last_fetch_leader_end >= 0:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.fetch_offset = fetch_offset
+        self.broker_epoch = broker_epoch
+        self.last_fetch_leader_end = leader_end
+        self.last_fetch_ms = now_ms
 
 
 @attrs.frozen
@@ -163,6 +181,12 @@ class PartitionReplica:
         # `check`); while leading it only grows.
         self.high_watermark = 0
         self.followers: dict[int, FollowerProgress] = {}
+        # Leader: the log end when this leadership began (a follower joins the ISR
+        # only past it), and the ISR sent to the controller and not committed yet
+        # (None: none in flight). The HW counts its new members already (Kafka's
+        # "maximal ISR"), so a member it adds never lacks a record below the HW.
+        self.leadership_start_offset = 0
+        self.pending_isr: tuple[int, ...] | None = None
         self.producers = ProducerTable()
         self._log: SegmentedLog | None = None
         # What recovery cut from records this replica had fsynced (None: nothing).
@@ -242,11 +266,14 @@ class PartitionReplica:
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
         self.replicas = replicas
+        if isr != self.isr or new_leadership:
+            self.pending_isr = None  # committed (or superseded): decide again
         self.isr = isr
         if new_leadership:
             # What we knew of followers belonged to another leadership.
             self.followers = {r: FollowerProgress(last_caught_up_ms=now_ms)
                               for r in replicas if r != self.broker_id}
+            self.leadership_start_offset = self.log_end_offset
         else:
             for r in replicas:
                 if r != self.broker_id:
@@ -264,6 +291,7 @@ class PartitionReplica:
         self.replicas = replicas
         self.isr = isr
         self.followers = {}
+        self.pending_isr = None
         # Only what the leader told us is known to be committed.
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
 
@@ -333,7 +361,9 @@ class PartitionReplica:
         if self.role is not Role.LEADER:
             return False
         candidate = self.flushed_offset
-        for replica in self.isr:
+        counted = self.isr if self.pending_isr is None else \
+            (*self.isr, *(r for r in self.pending_isr if r not in self.isr))
+        for replica in counted:
             if replica == self.broker_id:
                 continue
             progress = self.followers.get(replica)
@@ -343,10 +373,36 @@ class PartitionReplica:
             return True
         return False
 
+    def isr_change(self, now_ms: int, lag_max_ms: int) -> tuple[int, ...] | None:
+        """Leader: the ISR it observes, if it differs from the committed one (None:
+        no change). A follower leaves once it has not been caught up for
+        `lag_max_ms` (and is not simply idle at our log end); a replica joins once
+        its log reaches the HW and the start of this leadership."""
+        if self.role is not Role.LEADER:
+            return None
+        end = self.log_end_offset
+        keep = []
+        for replica in self.isr:
+            progress = self.followers.get(replica)
+            if replica == self.broker_id or progress is None or \
+                    progress.fetch_offset >= end or \
+                    now_ms - progress.last_caught_up_ms <= lag_max_ms:
+                keep.append(replica)
+        join_at = max(self.high_watermark, self.leadership_start_offset)
+        for replica in self.replicas:
+            progress = self.followers.get(replica)
+            if replica in self.isr or replica == self.broker_id or progress is None:
+                continue
+            if progress.broker_epoch >= 0 and progress.fetch_offset >= join_at and \
+                    now_ms - progress.last_caught_up_ms <= lag_max_ms:
+                keep.append(replica)
+        wanted = tuple(keep)
+        return None if wanted == self.isr else wanted
+
     # ------------------------------------------------------------- leader: reads
 
     def read_for_follower(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
-                          max_bytes: int, now_ms: int) -> ReadResult:
+                          max_bytes: int, now_ms: int, broker_epoch: int = -1) -> ReadResult:
         """A follower's fetch: record its progress (HW may move), check divergence,
         and return the batches from `fetch_offset` (beyond the HW)."""
         self.require_leader()
@@ -362,9 +418,7 @@ class PartitionReplica:
                                  f"follower fetch offset {fetch_offset} outside "
                                  f"[{self.log_start_offset}, {self.log_end_offset}]")
         progress = self.followers.setdefault(replica_id, FollowerProgress())
-        progress.fetch_offset = fetch_offset
-        if fetch_offset >= self.log_end_offset:
-            progress.last_caught_up_ms = now_ms
+        progress.fetched(fetch_offset, self.log_end_offset, broker_epoch, now_ms)
         self.maybe_advance_high_watermark()
         records = b"" if self._log is None or fetch_offset == self.log_end_offset else \
             b"".join(self._log.read(fetch_offset, max_bytes))

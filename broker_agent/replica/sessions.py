@@ -38,6 +38,8 @@ class FetchSession:
         self.session_id = session_id
         self.replica_id = replica_id
         self.epoch = 0
+        # The broker epoch the follower fetches with (its incarnation).
+        self.broker_epoch = -1
         self.positions: dict[PartitionKey, Position] = {}
         # The last high watermark answered per partition (-1: none yet).
         self.sent_hw: dict[PartitionKey, int] = {}

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from controller.api import broker_pb2 as bpb
 from controller.api.convert import MalformedRequestError, error_from_pb
 from controller.metadata import (
+    OK,
     ApiError,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
     BrokerRegistrationReply,
     BrokerRegistrationRequest,
+)
+from controller.metadata.alter_partition import (
+    AlterPartitionItem,
+    AlterPartitionRequest,
+    AlterPartitionResult,
+    IsrMember,
 )
 from controller.records.domain import FeatureRange, Listener
 
@@ -112,3 +121,35 @@ def heartbeat_reply_from_pb(msg: bpb.BrokerHeartbeatResponse) -> BrokerHeartbeat
         in_controlled_shutdown=msg.in_controlled_shutdown,
         should_shut_down=msg.should_shut_down,
     )
+
+
+def alter_partition_to_pb(request: AlterPartitionRequest,
+                          cluster_id: str) -> bpb.AlterPartitionRequest:
+    return bpb.AlterPartitionRequest(
+        cluster_id=cluster_id, broker_id=request.broker_id, broker_epoch=request.broker_epoch,
+        items=[bpb.AlterPartitionItem(
+            topic_id=i.topic_id, partition=i.partition, leader_epoch=i.leader_epoch,
+            partition_epoch=i.partition_epoch,
+            new_isr=[bpb.IsrMember(broker_id=m.broker_id, broker_epoch=m.broker_epoch)
+                     for m in i.new_isr]) for i in request.items])
+
+
+def alter_partition_from_pb(msg: bpb.AlterPartitionRequest) -> AlterPartitionRequest:
+    return AlterPartitionRequest(msg.broker_id, msg.broker_epoch, tuple(
+        AlterPartitionItem(i.topic_id, i.partition, i.leader_epoch, i.partition_epoch,
+                           tuple(IsrMember(m.broker_id, m.broker_epoch) for m in i.new_isr))
+        for i in msg.items))
+
+
+def alter_partition_results_to_pb(results: Sequence[AlterPartitionResult]
+                                  ) -> bpb.AlterPartitionResponse:
+    out = bpb.AlterPartitionResponse(error=broker_error_to_pb(OK))
+    for r in results:
+        item = out.results.add(topic_id=r.topic_id, partition=r.partition,
+                               error=broker_error_to_pb(r.error))
+        if r.registration is not None:
+            reg = r.registration
+            item.state.CopyFrom(bpb.PartitionState(
+                leader=reg.leader, leader_epoch=reg.leader_epoch,
+                partition_epoch=reg.partition_epoch, isr=reg.isr))
+    return out

@@ -264,3 +264,185 @@ class BrokerHeartbeatResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BrokerHeartbeatResponse: _TypeAlias = BrokerHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class IsrMember(_message.Message):
+    """A partition leader reports the ISR it observes (metadata.version 7+). The ISR
+    takes effect when the PartitionChangeRecord commits; the answer comes after that.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.int
+    broker_epoch: _builtins.int
+    """The broker epoch the follower fetched with (-1: not known)."""
+    def __init__(
+        self,
+        *,
+        broker_id: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IsrMember: _TypeAlias = IsrMember  # noqa: Y015
+
+@_typing.final
+class AlterPartitionItem(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    NEW_ISR_FIELD_NUMBER: _builtins.int
+    topic_id: _builtins.str
+    partition: _builtins.int
+    leader_epoch: _builtins.int
+    partition_epoch: _builtins.int
+    @_builtins.property
+    def new_isr(self) -> _containers.RepeatedCompositeFieldContainer[Global___IsrMember]: ...
+    def __init__(
+        self,
+        *,
+        topic_id: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        partition_epoch: _builtins.int = ...,
+        new_isr: _abc.Iterable[Global___IsrMember] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "new_isr", b"new_isr", "partition", b"partition", "partition_epoch", b"partition_epoch", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionItem: _TypeAlias = AlterPartitionItem  # noqa: Y015
+
+@_typing.final
+class AlterPartitionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    broker_id: _builtins.int
+    broker_epoch: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterPartitionItem]: ...
+    def __init__(
+        self,
+        *,
+        cluster_id: _builtins.str = ...,
+        broker_id: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
+        items: _abc.Iterable[Global___AlterPartitionItem] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "cluster_id", b"cluster_id", "items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionRequest: _TypeAlias = AlterPartitionRequest  # noqa: Y015
+
+@_typing.final
+class PartitionState(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEADER_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    ISR_FIELD_NUMBER: _builtins.int
+    leader: _builtins.int
+    leader_epoch: _builtins.int
+    partition_epoch: _builtins.int
+    @_builtins.property
+    def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        leader: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        partition_epoch: _builtins.int = ...,
+        isr: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionState: _TypeAlias = PartitionState  # noqa: Y015
+
+@_typing.final
+class AlterPartitionResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    topic_id: _builtins.str
+    partition: _builtins.int
+    @_builtins.property
+    def error(self) -> Global___Error:
+        """NONE, or FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA,
+        NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, STALE_BROKER_EPOCH,
+        UNSUPPORTED_VERSION (below metadata.version 7), INVALID_REQUEST.
+        """
+
+    @_builtins.property
+    def state(self) -> Global___PartitionState:
+        """The partition once the change committed (or as it is, when refused)."""
+
+    def __init__(
+        self,
+        *,
+        topic_id: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error: Global___Error | None = ...,
+        state: Global___PartitionState | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_state", b"_state", "error", b"error", "state", b"state"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_state", b"_state", "error", b"error", "partition", b"partition", "state", b"state", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__state: _TypeAlias = _typing.Literal["state"]  # noqa: Y015
+    _WhichOneofArgType__state: _TypeAlias = _typing.Literal["_state", b"_state"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__state) -> _WhichOneofReturnType__state | None: ...
+
+Global___AlterPartitionResult: _TypeAlias = AlterPartitionResult  # noqa: Y015
+
+@_typing.final
+class AlterPartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def error(self) -> Global___Error:
+        """Whole-request errors (wrong cluster); per-item ones are in `results`."""
+
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterPartitionResult]: ...
+    def __init__(
+        self,
+        *,
+        error: Global___Error | None = ...,
+        results: _abc.Iterable[Global___AlterPartitionResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionResponse: _TypeAlias = AlterPartitionResponse  # noqa: Y015

@@ -44,6 +44,11 @@ class BrokerLifecycleStub:
                 request_serializer=controller_dot_api_dot_broker__pb2.BrokerHeartbeatRequest.SerializeToString,
                 response_deserializer=controller_dot_api_dot_broker__pb2.BrokerHeartbeatResponse.FromString,
                 _registered_method=True)
+        self.AlterPartition = channel.unary_unary(
+                '/metakraft.broker.v1.BrokerLifecycle/AlterPartition',
+                request_serializer=controller_dot_api_dot_broker__pb2.AlterPartitionRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_broker__pb2.AlterPartitionResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerLifecycleServicer:
@@ -61,6 +66,12 @@ class BrokerLifecycleServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterPartition(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerLifecycleServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -73,6 +84,11 @@ def add_BrokerLifecycleServicer_to_server(servicer, server):
                     servicer.BrokerHeartbeat,
                     request_deserializer=controller_dot_api_dot_broker__pb2.BrokerHeartbeatRequest.FromString,
                     response_serializer=controller_dot_api_dot_broker__pb2.BrokerHeartbeatResponse.SerializeToString,
+            ),
+            'AlterPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartition,
+                    request_deserializer=controller_dot_api_dot_broker__pb2.AlterPartitionRequest.FromString,
+                    response_serializer=controller_dot_api_dot_broker__pb2.AlterPartitionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -129,6 +145,33 @@ class BrokerLifecycle:
             '/metakraft.broker.v1.BrokerLifecycle/BrokerHeartbeat',
             controller_dot_api_dot_broker__pb2.BrokerHeartbeatRequest.SerializeToString,
             controller_dot_api_dot_broker__pb2.BrokerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/metakraft.broker.v1.BrokerLifecycle/AlterPartition',
+            controller_dot_api_dot_broker__pb2.AlterPartitionRequest.SerializeToString,
+            controller_dot_api_dot_broker__pb2.AlterPartitionResponse.FromString,
             options,
             channel_credentials,
             insecure,

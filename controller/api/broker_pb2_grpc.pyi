@@ -46,12 +46,14 @@ class BrokerLifecycleStub:
     def __new__(cls, channel: _aio.Channel) -> BrokerLifecycleAsyncStub: ...
     RegisterBroker: _grpc.UnaryUnaryMultiCallable[_broker_pb2.RegisterBrokerRequest, _broker_pb2.RegisterBrokerResponse]
     BrokerHeartbeat: _grpc.UnaryUnaryMultiCallable[_broker_pb2.BrokerHeartbeatRequest, _broker_pb2.BrokerHeartbeatResponse]
+    AlterPartition: _grpc.UnaryUnaryMultiCallable[_broker_pb2.AlterPartitionRequest, _broker_pb2.AlterPartitionResponse]
 
 @_typing.type_check_only
 class BrokerLifecycleAsyncStub(BrokerLifecycleStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     RegisterBroker: _aio.UnaryUnaryMultiCallable[_broker_pb2.RegisterBrokerRequest, _broker_pb2.RegisterBrokerResponse]  # type: ignore[assignment]
     BrokerHeartbeat: _aio.UnaryUnaryMultiCallable[_broker_pb2.BrokerHeartbeatRequest, _broker_pb2.BrokerHeartbeatResponse]  # type: ignore[assignment]
+    AlterPartition: _aio.UnaryUnaryMultiCallable[_broker_pb2.AlterPartitionRequest, _broker_pb2.AlterPartitionResponse]  # type: ignore[assignment]
 
 class BrokerLifecycleServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -67,5 +69,12 @@ class BrokerLifecycleServicer(metaclass=_abc_1.ABCMeta):
         request: _broker_pb2.BrokerHeartbeatRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.BrokerHeartbeatResponse, _abc.Awaitable[_broker_pb2.BrokerHeartbeatResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AlterPartition(
+        self,
+        request: _broker_pb2.AlterPartitionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.AlterPartitionResponse, _abc.Awaitable[_broker_pb2.AlterPartitionResponse]]: ...
 
 def add_BrokerLifecycleServicer_to_server(servicer: BrokerLifecycleServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,10 +1,11 @@
-"""The BrokerLifecycle gRPC service: broker registration and heartbeats.
+"""The BrokerLifecycle gRPC service: broker registration, heartbeats, and partition
+leaders' ISR reports (AlterPartition).
 
 The cluster id is checked here, before the controller sees the request: a broker
 formatted for another cluster gets INCONSISTENT_CLUSTER_ID in the response (it is
 the broker's configuration that is wrong, not the transport), and nothing is
 queued. Everything else (stale epochs, duplicate live incarnations) is the cluster
-manager's answer. Both calls need CLUSTER_ACTION on the cluster (brokers' certificates
+manager's answer. Every call needs CLUSTER_ACTION on the cluster (brokers' certificates
 get it by an ACL or as super users), and a principal that names a broker may call
 only for that broker (`Access.require_broker`); the batch origin is the broker's
 principal.
@@ -83,3 +84,17 @@ class BrokerLifecycleService:
             return bcv.heartbeat_reply_to_pb(reply, request.broker_epoch)
 
         return await guarded(context, "BrokerHeartbeat", body)
+
+    async def AlterPartition(
+        self, request: bpb.AlterPartitionRequest, context: Context
+    ) -> bpb.AlterPartitionResponse:
+        async def body() -> bpb.AlterPartitionResponse:
+            origin = self._origin(context, request.broker_id)
+            wrong = _wrong_cluster(self._facade, request.broker_id, request.cluster_id)
+            if wrong is not None:
+                return bpb.AlterPartitionResponse(error=bcv.broker_error_to_pb(wrong))
+            results = await self._facade.alter_partition(
+                bcv.alter_partition_from_pb(request), origin=origin)
+            return bcv.alter_partition_results_to_pb(results)
+
+        return await guarded(context, "AlterPartition", body)

@@ -41,6 +41,7 @@ from controller.metadata import (
     ControllerResult,
     MetadataState,
 )
+from controller.metadata.alter_partition import AlterPartitionRequest, AlterPartitionResult
 from controller.records.domain import BrokerRegistration
 
 # -- values the managers do not have -------------------------------------------------
@@ -344,3 +345,7 @@ class ControllerFacade(Protocol):
     async def broker_heartbeat(
         self, request: BrokerHeartbeatRequest, *, origin: Origin
     ) -> BrokerHeartbeatReply: ...
+
+    async def alter_partition(
+        self, request: AlterPartitionRequest, *, origin: Origin
+    ) -> tuple[AlterPartitionResult, ...]: ...

@@ -38,6 +38,11 @@ from controller.metadata import (
     BrokerRegistrationRequest,
     ErrorCode,
 )
+from controller.metadata.alter_partition import (
+    AlterPartitionRequest,
+    AlterPartitionResult,
+    check_item_count,
+)
 from controller.quorum.proposals import ProposalLostError
 from controller.quorum_controller import member_status
 from controller.quorum_controller.controller import QuorumController
@@ -78,6 +83,9 @@ REGISTER_BROKER = Operation(
 BROKER_HEARTBEAT = Operation(
     "BrokerHeartbeat", run=lambda ctx, args, _next, now_ms:
     ctx.state.cluster.process_heartbeat(args.extra, now_ms=now_ms))
+ALTER_PARTITION = Operation(
+    "AlterPartition", run=lambda ctx, args, _next, _now:
+    ctx.state.replication.alter_partition(args.extra))
 
 
 log = get_logger(__name__)
@@ -250,6 +258,20 @@ class ControllerApi:
             BROKER_HEARTBEAT, Args((request.broker_id,), extra=request), origin=origin,
             fail_all=lambda _args, error: BrokerHeartbeatReply(error))
         return reply
+
+    async def alter_partition(self, request: AlterPartitionRequest, *,
+                              origin: Origin) -> tuple[AlterPartitionResult, ...]:
+        def fail_all(_args: Args, error: ApiError) -> tuple[AlterPartitionResult, ...]:
+            return tuple(AlterPartitionResult(i.topic_id, i.partition, error)
+                         for i in request.items)
+
+        too_many = check_item_count(request.items)
+        if too_many is not None:
+            return fail_all(Args(()), too_many)
+        results: tuple[AlterPartitionResult, ...] = await self.write(
+            ALTER_PARTITION, Args(tuple(request.items), extra=request), origin=origin,
+            fail_all=fail_all)
+        return results
 
 
 class CommittedAcls:

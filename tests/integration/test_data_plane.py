@@ -61,6 +61,10 @@ def create(admin: AdminClient, name: str, partitions: int = 1) -> None:
     wait_until(lambda: all(p.registration.leader >= 0
                            for p in admin.describe_topics([name])[0].partitions),
                10, f"{name} has leaders")
+    # The leaders' brokers know it too (a consumer's call retries until they do).
+    with Consumer(admin, timeout_ms=20_000) as consumer:
+        for partition in range(partitions):
+            consumer.offsets(name, partition)
 
 
 def leader_of(admin: AdminClient, topic: str, partition: int = 0) -> tuple[int, int]:
@@ -252,3 +256,27 @@ def test_malformed_produce_requests_get_clear_errors(cluster: BrokerCluster,
         assert leader_of(admin, "strict") == (leader, epoch)
     finally:
         channel.close()
+
+
+def test_a_restarted_follower_rejoins_the_isr_when_its_leader_reports_it(
+        cluster: BrokerCluster, admin: AdminClient) -> None:
+    """metadata.version 7: a returning broker is not put back in the ISR by its
+    heartbeats; its leader reports it once it has copied the log (AlterPartition)."""
+    create(admin, "rejoin")
+    leader, _ = leader_of(admin, "rejoin")
+    follower = next(b for b in BROKERS if b != leader)
+    with Producer(admin) as producer:
+        producer.send("rejoin", [DataRecord(None, f"a{i}".encode()) for i in range(20)], 0)
+        cluster.brokers[follower].kill()
+        wait_until(lambda: follower not in
+                   admin.describe_topics(["rejoin"])[0].partitions[0].registration.isr,
+                   20, "the killed follower leaves the ISR")
+        producer.send("rejoin", [DataRecord(None, f"b{i}".encode()) for i in range(20)], 0)
+    cluster.brokers[follower].start()
+    cluster.wait_running([follower], timeout_s=30)
+    wait_until(lambda: follower in
+               admin.describe_topics(["rejoin"])[0].partitions[0].registration.isr,
+               30, "the leader reports the returning follower in sync")
+    expected = [f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)]
+    assert stored_values(cluster, follower, "rejoin")[:40] == expected
+    assert "event=isr_reported" in cluster.brokers[leader].log_path.read_text()

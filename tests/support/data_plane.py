@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
+
 from broker_agent.image import MetadataImage, topic_image
 from broker_agent.pmap import PersistentMap
 from broker_agent.reconciler import BecomeFollower, BecomeLeader, desired_replica
@@ -18,6 +20,7 @@ from broker_agent.replica.config import DataPlaneConfig
 from broker_agent.replica.manager import ReplicaManager
 from broker_agent.replica.service import add_data_service
 from controller import rpc
+from controller.api import broker_pb2 as bpb
 from controller.records.domain import BrokerRegistration, Listener, PartitionRegistration
 from controller.records.metadata_pb2 import CONFIG_RESOURCE_TYPE_TOPIC
 
@@ -29,10 +32,12 @@ class Broker:
         self.broker_id = broker_id
         self.root = root
         self.config = config
-        self.manager = ReplicaManager(broker_id, root, config)
+        self.manager = ReplicaManager(broker_id, root, config,
+                                      broker_epoch=lambda: 10 + broker_id)
         self.server = rpc.create_server()
         add_data_service(self.server, self.manager)
         self.port = rpc.bind(self.server, "127.0.0.1:0", None)
+        self.running = False
 
     @property
     def address(self) -> str:
@@ -41,10 +46,13 @@ class Broker:
     async def start(self) -> None:
         await self.manager.start()
         await self.server.start()
+        self.running = True
 
     async def stop(self) -> None:
-        await self.manager.stop()
-        await self.server.stop(grace=None)
+        if self.running:
+            self.running = False
+            await self.manager.stop()
+            await self.server.stop(grace=None)
 
 
 def image_of(brokers: Sequence[Broker], partitions: dict[int, PartitionRegistration],
@@ -74,3 +82,45 @@ async def publish(brokers: Sequence[Broker], image: MetadataImage) -> None:
                 instructions.append(BecomeLeader(want) if part.leader == broker.broker_id
                                     else BecomeFollower(want))
         await asyncio.to_thread(broker.manager.apply, instructions, image)
+
+
+class FakeController:
+    """Answers the leaders' AlterPartition like the controller would (accepts a report
+    at the current epochs and publishes the new ISR as the next image), so the
+    brokers' side of ISR changes runs without Raft. Counts what it saw."""
+
+    def __init__(self, brokers: Sequence[Broker], part: PartitionRegistration) -> None:
+        self.brokers = list(brokers)
+        self.part = part
+        self.offset = 1
+        self.reports: list[tuple[int, ...]] = []
+        for broker in brokers:
+            broker.manager.alter_partition = self._sender(broker.broker_id)
+
+    def image(self) -> MetadataImage:
+        return image_of(self.brokers, {0: self.part}, offset=self.offset)
+
+    async def publish(self, brokers: Sequence[Broker] | None = None) -> None:
+        await publish(self.brokers if brokers is None else brokers, self.image())
+
+    def _sender(self, broker_id: int):  # type: ignore[no-untyped-def]
+        async def send(request: bpb.AlterPartitionRequest) -> bpb.AlterPartitionResponse:
+            out = bpb.AlterPartitionResponse(error=bpb.Error(code="NONE"))
+            for item in request.items:
+                isr = tuple(m.broker_id for m in item.new_isr)
+                if broker_id != self.part.leader or \
+                        item.leader_epoch != self.part.leader_epoch or \
+                        item.partition_epoch != self.part.partition_epoch:
+                    out.results.add(topic_id=item.topic_id, partition=item.partition,
+                                    error=bpb.Error(code="INVALID_UPDATE_VERSION"))
+                    continue
+                self.reports.append(isr)
+                self.part = attrs.evolve(self.part, isr=isr,
+                                         partition_epoch=self.part.partition_epoch + 1)
+                self.offset += 1
+                out.results.add(topic_id=item.topic_id, partition=item.partition,
+                                error=bpb.Error(code="NONE"))
+            await self.publish([b for b in self.brokers if b.running])
+            return out
+
+        return send

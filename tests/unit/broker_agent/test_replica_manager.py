@@ -8,12 +8,14 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import attrs
+
 from broker_agent.replica import data_pb2 as dpb
 from broker_agent.replica.config import DataPlaneConfig
 from broker_agent.replica.records import DataRecord, decode_record, encode_record
 from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, encode_batch, iter_batches
 from controller.records.domain import PartitionRegistration
-from tests.support.data_plane import TOPIC, Broker, image_of, publish
+from tests.support.data_plane import TOPIC, Broker, FakeController, image_of, publish
 
 
 def batch_of(*values: str) -> bytes:
@@ -186,3 +188,38 @@ def test_acks_zero_and_one(tmp_path: Path) -> None:
         assert brokers[0].manager.partitions[("T-orders", 0)].flushed_offset == 2
 
     with_brokers(tmp_path, body, count=1)
+
+
+def test_a_silent_follower_leaves_the_isr_and_rejoins_once_caught_up(tmp_path: Path) -> None:
+    """Broker 3 stops fetching: acks=all waits until the leader reported the smaller
+    ISR and it committed (the HW ignores 3 only then). Back and caught up, the
+    leader reports it in sync again."""
+    async def body(brokers: list[Broker]) -> None:
+        one, _two, three = brokers
+        for broker in brokers:
+            broker.manager.config = attrs.evolve(broker.manager.config,
+                                                 replica_lag_time_max_ms=300,
+                                                 isr_check_interval_ms=50)
+        controller = FakeController(brokers, PartitionRegistration(
+            (1, 2, 3), (1, 2, 3), leader=1, leader_epoch=1))
+        await controller.publish()
+        assert (await produce(one, "a")).error == dpb.DATA_ERROR_NONE
+        await three.stop()
+        # Acknowledged once the ISR without 3 is committed (3 never got "b").
+        answer = await produce(one, "b")
+        assert answer.error == dpb.DATA_ERROR_NONE, answer.message
+        assert controller.reports[0] == (1, 2)
+        assert controller.part.isr == (1, 2)
+        # Back with its log: it catches up, then the leader reports it.
+        restarted = Broker(3, three.root, three.config)
+        restarted.manager.config = three.manager.config
+        restarted.manager.alter_partition = three.manager.alter_partition
+        brokers[2] = restarted
+        controller.brokers[2] = restarted
+        await restarted.start()
+        await controller.publish()
+        await wait_until(lambda: controller.part.isr == (1, 2, 3))
+        assert log_values(restarted) == ["a", "b"]
+        assert one.manager.isr_shrinks == 1 and one.manager.isr_expands == 1
+
+    with_brokers(tmp_path, body)
