@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from broker_agent.replica.client import Consumer, DataClientError, Producer
+from broker_agent.replica.records import DataRecord
 from controller.api.client import AdminClientError
 from controller.devcluster.configs import tier_url
 from controller.devcluster.layout import ClusterSpec, DevClusterError
@@ -92,6 +95,8 @@ def next_steps(session: DevSession, leader: int | None) -> list[str]:
                      "    # your certificate: User:admin, a super user")
     lines += [
         f"{cli} topics list",
+        f"seq 1 5 | {cli} produce --topic {DEMO_TOPIC} --partition 0    # acks=all",
+        f"{cli} consume --topic {DEMO_TOPIC} --partition 0 --from-beginning",
         f"{cli} topics describe --name {DEMO_TOPIC}",
         f"{cli} cluster describe",
         f"{cli} quorum describe --replication",
@@ -137,6 +142,25 @@ def create_demo_topic(session: DevSession) -> str:
             f"replication factor {replication}")
 
 
+def demo_round_trip(session: DevSession) -> str:
+    """Produce a record to demo-0 (acks=all) and read it back: the data plane works."""
+    assert session.probe is not None
+    tls = session.probe.tls
+    text = f"hello from metakraft dev at {time.strftime('%H:%M:%S')}"
+    try:
+        with Producer(session.probe.admin, tls=tls, timeout_ms=30_000) as producer:
+            answer = producer.send(DEMO_TOPIC, [DataRecord(None, text.encode())], partition=0)
+        with Consumer(session.probe.admin, tls=tls, timeout_ms=30_000) as consumer:
+            read = [r.record.value.decode()
+                    for r in consumer.read(DEMO_TOPIC, 0, answer.base_offset)]
+    except DataClientError as exc:
+        raise DevClusterError(f"producing to {DEMO_TOPIC}-0 failed: {exc}") from None
+    if read[:1] != [text]:
+        raise DevClusterError(f"{DEMO_TOPIC}-0 did not give back what was produced: {read[:1]}")
+    return (f"produced {text!r} to {DEMO_TOPIC}-0 (offset {answer.base_offset}, acks=all) "
+            "and read it back")
+
+
 def start_cluster(session: DevSession) -> int:
     """Prepare, start and wait (with progress); returns the active controller id."""
     console = session.console
@@ -156,6 +180,8 @@ def start_cluster(session: DevSession) -> int:
         leader = session.start_and_wait(progress)
         session.reconcile_voters(progress)
     console.print(f"  [green]ready[/] {create_demo_topic(session)}", highlight=False)
+    if spec.brokers:
+        console.print(f"  [green]ready[/] {demo_round_trip(session)}", highlight=False)
     console.print(f"  cluster.json: {spec.root / 'cluster.json'}", highlight=False)
     return leader
 

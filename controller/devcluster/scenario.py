@@ -5,8 +5,12 @@ checks the outcome with a bounded wait: `[ok] ...` or `[FAILED] ...`. The tour
 stops at the first failure (exit 1); the runner stops the cluster either way.
 
   1. create topics and show their placement (every replica on its broker);
-  2. kill -9 a partition leader's broker: fenced, leaderships moved, ISRs shrunk;
-  3. restart it: unfenced, back in the ISRs, its replicas reconciled;
+  2. kill -9 a partition leader's broker while a producer writes to that partition
+     with acks=all: fenced, leaderships moved, ISRs shrunk, the producer carries on
+     with the new leader;
+  3. restart it: unfenced, back in the ISRs once its logs caught up (its leaders
+     report it), its replicas reconciled; every acknowledged record is read back
+     once, in order;
   4. reassign a partition to a broker that had none of it: moved, leader elected;
   5. replace a controller whose data dir was deleted: kill -9, delete, format a new
      replica (new directory id), start it, remove the lost voter, add the new one;
@@ -17,16 +21,20 @@ from __future__ import annotations
 
 import shutil
 import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 from rich.table import Table
 
-from controller.api.client import AdminClientError
+from broker_agent.replica.client import Consumer, DataClientError, Producer
+from broker_agent.replica.records import DataRecord
+from controller.api.client import AdminClient, AdminClientError
 from controller.devcluster.configs import SESSION_TIMEOUT_MS, prepare_node
 from controller.devcluster.layout import DevClusterError, NodeSpec
 from controller.devcluster.probe import broker_status, serving
+from controller.devcluster.security import client_credentials
 from controller.devcluster.session import (
     EXIT_FAILED,
     EXIT_OK,
@@ -61,6 +69,41 @@ class Placement:
     moving: bool
 
 
+class ProduceLoad:
+    """A producer writing numbered records to one partition with acks=all, on its own
+    thread and client, until stopped; what was acknowledged is kept to check."""
+
+    def __init__(self, session: DevSession, topic: str, partition: int) -> None:
+        self.topic, self.partition = topic, partition
+        self.acked: list[str] = []
+        self.error: str | None = None
+        self._tls = client_credentials(session.spec)
+        self._admin = AdminClient([session.spec.bootstrap], tls=self._tls)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tour-producer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        with Producer(self._admin, tls=self._tls, timeout_ms=60_000) as producer:
+            while not self._stop.is_set():
+                batch = [DataRecord(None, f"r{n + i}".encode()) for i in range(10)]
+                try:
+                    producer.send(self.topic, batch, partition=self.partition)
+                except DataClientError as exc:
+                    self.error = str(exc)
+                    return
+                self.acked.extend(r.value.decode() for r in batch)
+                n += len(batch)
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(90)
+        self._admin.close()
+
+
 class Tour:
     def __init__(self, session: DevSession) -> None:
         self.session = session
@@ -68,6 +111,8 @@ class Tour:
         assert session.probe is not None
         self.admin = session.probe.admin
         self.tls = session.probe.tls
+        # Step 2's producer, checked in step 3.
+        self.load: ProduceLoad | None = None
 
     # -- reading -----------------------------------------------------------------------
 
@@ -155,9 +200,13 @@ class Tour:
         victim = first.leader
         node = self.broker(victim)
         self.step(2, f"kill -9 broker {victim} (leader of tour-a-0, pid "
-                     f"{self.session.supervisor.pid(node.name)})")
+                     f"{self.session.supervisor.pid(node.name)}) while a producer writes "
+                     "to tour-a-0 with acks=all")
+        load = self.load = ProduceLoad(self.session, "tour-a", 0)
+        self.wait("the producer's first acknowledgements", lambda: len(load.acked) >= 100,
+                  CONVERGE_TIMEOUT_S)
         self.session.supervisor.kill(node.name, signal.SIGKILL)
-        self.ok(f"broker {victim} killed")
+        self.ok(f"broker {victim} killed after {len(load.acked)} records were acknowledged")
         self.wait(f"broker {victim} to be fenced (session timeout {SESSION_TIMEOUT_MS} ms)",
                   lambda: self.session.broker_state(victim) == "fenced", FENCE_TIMEOUT_S)
         self.ok(f"broker {victim} fenced after its session timed out")
@@ -172,6 +221,12 @@ class Tour:
         new_leader = next(p.leader for p in self.placements() or []
                           if p.topic == "tour-a" and p.partition == 0)
         self.ok(f"tour-a-0 leader moved {victim} -> {new_leader}; no ISR holds {victim}")
+        before = len(load.acked)
+        self.wait("the producer to go on with the new leader",
+                  lambda: len(load.acked) > before + 100 or load.error, CONVERGE_TIMEOUT_S)
+        if load.error:
+            raise StepFailed(f"the producer gave up: {load.error}")
+        self.ok(f"the producer carried on: {len(load.acked)} records acknowledged")
         return victim
 
     def restart_broker(self, victim: int) -> None:
@@ -188,11 +243,25 @@ class Tour:
             return now is not None and all(
                 victim in p.isr for p in now if victim in p.replicas)
 
-        self.wait(f"broker {victim} back in its ISRs", rejoined, CONVERGE_TIMEOUT_S)
+        self.wait(f"broker {victim} back in its ISRs (its leaders report it once its logs "
+                  "caught up)", rejoined, CONVERGE_TIMEOUT_S)
         self.wait("every broker to hold exactly its replicas", self.brokers_match_placement,
                   CONVERGE_TIMEOUT_S)
         self.show(f"placement after broker {victim} rejoined")
         self.ok(f"broker {victim} rejoined: back in every ISR, local replicas reconciled")
+        load = self.load
+        assert load is not None, "step 2 starts it"
+        load.stop()
+        if load.error:
+            raise StepFailed(f"the producer gave up: {load.error}")
+        acked = load.acked
+        with Consumer(self.admin, tls=self.tls) as consumer:
+            read = [r.record.value.decode() for r in consumer.read("tour-a", 0, 0)]
+        if read[:len(acked)] != acked:
+            lost = len(set(acked) - set(read))
+            raise StepFailed(f"acknowledged records lost or out of order ({lost} missing)")
+        self.ok(f"all {len(acked)} acknowledged records read back from tour-a-0, in order, "
+                "none twice")
 
     def reassign(self) -> None:
         placements = self.placements() or []
@@ -304,6 +373,9 @@ def run_scenario(session: DevSession) -> int:
     except Interrupted as stop:
         console.print(f"  [red]\\[FAILED][/] interrupted by {stop.signal_name}")
         return EXIT_FAILED
+    finally:
+        if tour.load is not None:
+            tour.load.stop()
     return EXIT_OK
 
 

@@ -43,6 +43,7 @@ from controller.metadata import (
     TopicPartition,
 )
 from controller.metadata.config_schema import ResourceType
+from controller.metadata.levels import Feature
 from controller.quorum_controller.controller import QuorumController
 from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
@@ -110,8 +111,12 @@ class Script:
         self.ctrl: dict[int, QuorumController] = {}
         self.api: dict[int, AdminCalls] = {}
         for node_id, node in self.quorum.nodes.items():
-            settings = ControllerSettings(node_id=node_id, cluster_id=CLUSTER_ID,
-                                          voter_addresses=VOTERS, session_timeout_ms=SESSION_MS)
+            # The history's brokers rejoin ISRs by heartbeat (they hold no logs to
+            # report from): the last level with that rule.
+            settings = ControllerSettings(
+                node_id=node_id, cluster_id=CLUSTER_ID, voter_addresses=VOTERS,
+                session_timeout_ms=SESSION_MS,
+                bootstrap_metadata_version=Feature.REPLICA_REPORTED_ISR.level - 1)
             ctrl = QuorumController(settings, clock_ms=lambda: self.clock[0],
                                     # The seeds the history's facts were written with.
                                     rng=random.Random(node_id - C1 + 1))
