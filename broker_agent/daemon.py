@@ -92,11 +92,14 @@ async def _watch_catch_up(loader: MetadataLoader) -> None:
 
 
 async def _refresh_metrics(metrics: BrokerMetrics, view: Callable[[], BrokerStatusView],
-                           high_watermark: Callable[[], int], agent: BrokerAgent) -> None:
+                           high_watermark: Callable[[], int], agent: BrokerAgent,
+                           data: ReplicaManager | None) -> None:
     while True:
         status = view()
         metrics.refresh(status.state, status.broker_epoch, status.metadata_offset,
                         high_watermark(), agent.reconciled_offset, status.replicas)
+        if data is not None:
+            data.refresh_metrics()
         await asyncio.sleep(1.0)
 
 
@@ -139,6 +142,8 @@ async def run_broker(config: BrokerConfig) -> int:
         broker_epoch=lambda: lifecycle_box[0].broker_epoch if lifecycle_box else -1)
     if data is not None:
         await data.start()  # before the first image can reach the agent
+    if data is not None:
+        data.metrics = metrics
     agent = BrokerAgent(config.broker_id, store, metrics, backend=data)
     progress = _Progress(_Metadata(config, agent, store.read_offset()), agent)
 
@@ -163,7 +168,7 @@ async def run_broker(config: BrokerConfig) -> int:
                 "AlterPartition", request)
             return response
 
-        data.alter_partition = alter_partition
+        data.isr.sender = alter_partition
 
     def view() -> BrokerStatusView:
         return BrokerStatusView(config.broker_id, lifecycle.state, lifecycle.broker_epoch,
@@ -193,7 +198,7 @@ async def run_broker(config: BrokerConfig) -> int:
     life = asyncio.create_task(lifecycle.run(), name="broker-lifecycle")
     refresh = None if metrics is None else asyncio.create_task(
         _refresh_metrics(metrics, view,
-                         lambda: progress.metadata.driver.fetched_high_watermark, agent),
+                         lambda: progress.metadata.driver.fetched_high_watermark, agent, data),
         name="broker-metrics")
     while True:
         metadata = progress.metadata

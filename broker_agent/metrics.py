@@ -58,6 +58,52 @@ class BrokerMetrics:
             "Time to apply one reconcile plan to the local state, by kind (full, delta).",
             ["kind"], registry=r, buckets=LATENCY_BUCKETS_S)
 
+        # The data plane (broker_agent/replica).
+        self.produce_requests = Counter(
+            "metakraft_broker_produce_requests",
+            "Produce requests answered, by acks and outcome (NONE or the DataError name).",
+            ["acks", "result"], registry=r)
+        self.produced_records = Counter(
+            "metakraft_broker_produced_records", "Records appended as partition leader.",
+            registry=r)
+        self.produce_time = Histogram(
+            "metakraft_broker_produce_duration_seconds",
+            "Produce request time at the leader (append, then the wait acks asks for).",
+            ["acks"], registry=r, buckets=LATENCY_BUCKETS_S)
+        self.fetch_requests = Counter(
+            "metakraft_broker_fetch_requests",
+            "Fetch requests answered as leader, by kind (consumer, follower).", ["kind"],
+            registry=r)
+        self.isr_changes = Counter(
+            "metakraft_broker_isr_changes",
+            "ISR changes this broker reported as leader and the controller accepted, by "
+            "kind (shrink, expand).", ["kind"], registry=r)
+        self.fenced_leader_refusals = Counter(
+            "metakraft_broker_fenced_leader_epoch_refusals",
+            "Produce requests refused with FENCED_LEADER_EPOCH (clients with old metadata).",
+            registry=r)
+        self.led_partitions = Gauge("metakraft_broker_leader_partitions",
+                                    "Partitions this broker leads.", registry=r)
+        self.under_min_isr = Gauge(
+            "metakraft_broker_under_min_isr_partitions",
+            "Led partitions whose ISR is smaller than min.insync.replicas (acks=all refused).",
+            registry=r)
+        self.at_min_isr = Gauge(
+            "metakraft_broker_at_min_isr_partitions",
+            "Led partitions whose ISR is exactly min.insync.replicas (one more loss refuses "
+            "acks=all).", registry=r)
+        self.max_replica_lag = Gauge(
+            "metakraft_broker_max_follower_lag_records",
+            "Largest lag, in records, of an in-sync follower behind this leader's log end.",
+            registry=r)
+
+    def data_plane(self, led: int, under_min_isr: int, at_min_isr: int,
+                   max_lag: int) -> None:
+        self.led_partitions.set(led)
+        self.under_min_isr.set(under_min_isr)
+        self.at_min_isr.set(at_min_isr)
+        self.max_replica_lag.set(max_lag)
+
     def refresh(self, state: LifecycleState, broker_epoch: int, applied_offset: int,
                 high_watermark: int, reconciled_offset: int,
                 replicas: Iterable[LocalReplica]) -> None:

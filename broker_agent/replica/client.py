@@ -105,25 +105,57 @@ class _Metadata:
                 reg.leader, addresses.get(reg.leader, ""), reg.leader_epoch)
 
 
-class _Channels:
-    def __init__(self, tls: TlsCredentials | None) -> None:
+class _Leaders:
+    """Calls on a partition's leader: the metadata, one channel per broker, and the
+    one retry loop both clients use (refresh the leaders and retry on a retriable
+    answer or an unreachable broker, until the deadline)."""
+
+    def __init__(self, admin: AdminClient, tls: TlsCredentials | None) -> None:
+        self.metadata = _Metadata(admin)
         self._tls = tls
         self._channels: dict[str, grpc.Channel] = {}
+        self.retries = 0
 
-    def stub(self, address: str) -> dpb_grpc.PartitionDataStub:
+    def _stub(self, address: str) -> dpb_grpc.PartitionDataStub:
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = rpc.create_sync_channel(address, tls=self._tls)
         return dpb_grpc.PartitionDataStub(channel)
 
+    def call(self, topic: str, partition: int, timeout_ms: int,
+             fn: Callable[[dpb_grpc.PartitionDataStub, LeaderInfo, float], Any]) -> Any:
+        """`fn(stub, leader, seconds left)` on the leader until its answer (a message
+        with `error` and `message`) carries no error; raises `DataClientError`."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        attempt = 0
+        while True:
+            leader = self.metadata.leader(topic, partition)
+            try:
+                if not leader.address:
+                    raise DataClientError(dpb.NOT_LEADER_OR_FOLLOWER,
+                                          f"{topic}-{partition} has no leader")
+                answer = fn(self._stub(leader.address), leader,
+                            max(deadline - time.monotonic(), 0.001))
+                if not answer.error:
+                    return answer
+                error = DataClientError(answer.error, answer.message)
+            except grpc.RpcError as exc:
+                error = DataClientError(dpb.NOT_LEADER_OR_FOLLOWER,
+                                        f"broker {leader.broker_id} at {leader.address}: "
+                                        f"{exc.code().name}")
+            except DataClientError as exc:
+                error = exc
+            if error.code not in _RETRIABLE or time.monotonic() >= deadline:
+                raise error
+            attempt += 1
+            self.retries += 1
+            time.sleep(min(0.05 * 2 ** attempt, 1.0) * (0.5 + random.random() / 2))
+            self.metadata.refresh(topic)
+
     def close(self) -> None:
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
-
-
-def _retry_pause(attempt: int) -> None:
-    time.sleep(min(0.05 * 2 ** attempt, 1.0) * (0.5 + random.random() / 2))
 
 
 class Producer:
@@ -137,12 +169,14 @@ class Producer:
         self.timeout_ms = timeout_ms
         self.producer_id = random.getrandbits(62) if idempotent else -1
         self._sequences: dict[tuple[str, int], int] = {}
-        self._metadata = _Metadata(admin)
-        self._channels = _Channels(tls)
-        self.retries = 0
+        self._leaders = _Leaders(admin, tls)
+
+    @property
+    def retries(self) -> int:
+        return self._leaders.retries
 
     def partition_for(self, topic: str, key: bytes | None) -> int:
-        count = self._metadata.partition_count(topic)
+        count = self._leaders.metadata.partition_count(topic)
         return 0 if key is None else crc32c.crc32c(key) % count
 
     def send(self, topic: str, records: Sequence[DataRecord], partition: int | None = None
@@ -156,40 +190,23 @@ class Producer:
         batch = encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN,
                                          tuple(encode_record(r) for r in records)))
         sequence = self._sequences.get((topic, partition), 0)
-        deadline = time.monotonic() + self.timeout_ms / 1000
-        attempt = 0
-        while True:
-            leader = self._metadata.leader(topic, partition)
-            request = dpb.ProduceRequest(
+
+        def produce(stub: dpb_grpc.PartitionDataStub, leader: LeaderInfo,
+                    left_s: float) -> dpb.ProduceResponse:
+            answer: dpb.ProduceResponse = stub.Produce(dpb.ProduceRequest(
                 topic=topic, partition=partition, acks=self.acks,
                 leader_epoch=leader.leader_epoch, batch=batch, producer_id=self.producer_id,
                 base_sequence=sequence if self.producer_id >= 0 else 0,
-                timeout_ms=max(int((deadline - time.monotonic()) * 1000), 1))
-            try:
-                if not leader.address:
-                    raise DataClientError(dpb.NOT_LEADER_OR_FOLLOWER,
-                                          f"{topic}-{partition} has no leader")
-                answer: dpb.ProduceResponse = self._channels.stub(leader.address).Produce(
-                    request, timeout=max(deadline - time.monotonic(), 0.05) + 1.0)
-                if answer.error == dpb.DATA_ERROR_NONE:
-                    self._sequences[(topic, partition)] = sequence + len(records)
-                    return answer
-                error = DataClientError(answer.error, answer.message)
-            except grpc.RpcError as exc:
-                error = DataClientError(dpb.NOT_LEADER_OR_FOLLOWER,
-                                        f"broker {leader.broker_id} at {leader.address}: "
-                                        f"{exc.code().name}")
-            except DataClientError as exc:
-                error = exc
-            if error.code not in _RETRIABLE or time.monotonic() >= deadline:
-                raise error
-            attempt += 1
-            self.retries += 1
-            _retry_pause(attempt)
-            self._metadata.refresh(topic)
+                timeout_ms=max(int(left_s * 1000), 1)), timeout=left_s + 1.0)
+            return answer
+
+        answer: dpb.ProduceResponse = self._leaders.call(topic, partition, self.timeout_ms,
+                                                         produce)
+        self._sequences[(topic, partition)] = sequence + len(records)
+        return answer
 
     def close(self) -> None:
-        self._channels.close()
+        self._leaders.close()
 
     def __enter__(self) -> Producer:
         return self
@@ -204,23 +221,24 @@ class Consumer:
     def __init__(self, admin: AdminClient, *, tls: TlsCredentials | None = None,
                  timeout_ms: int = 30_000) -> None:
         self.timeout_ms = timeout_ms
-        self._metadata = _Metadata(admin)
-        self._channels = _Channels(tls)
+        self._leaders = _Leaders(admin, tls)
 
     def partition_count(self, topic: str) -> int:
-        return self._metadata.partition_count(topic)
+        return self._leaders.metadata.partition_count(topic)
 
     def offsets(self, topic: str, partition: int) -> dpb.ListOffsetsResponse:
         """(log start, high watermark, log end) at the leader."""
-        answer: dpb.ListOffsetsResponse = self._call(
-            topic, partition, lambda stub, _leader: stub.ListOffsets(
-                dpb.ListOffsetsRequest(topic=topic, partition=partition), timeout=5.0))
+        answer: dpb.ListOffsetsResponse = self._leaders.call(
+            topic, partition, self.timeout_ms, lambda stub, _leader, left_s: stub.ListOffsets(
+                dpb.ListOffsetsRequest(topic=topic, partition=partition),
+                timeout=min(left_s, 5.0) + 0.5))
         return answer
 
     def fetch(self, topic: str, partition: int, offset: int, *, max_wait_ms: int = 500,
               max_bytes: int = 1024 * 1024) -> tuple[list[ConsumedRecord], int]:
         """Records from `offset` (committed ones only) and the high watermark."""
-        def call(stub: dpb_grpc.PartitionDataStub, leader: LeaderInfo) -> dpb.FetchedPartition:
+        def call(stub: dpb_grpc.PartitionDataStub, leader: LeaderInfo,
+                 _left_s: float) -> dpb.FetchedPartition:
             response: dpb.FetchResponse = stub.Fetch(dpb.FetchRequest(
                 replica_id=-1, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
                 partitions=[dpb.FetchPartition(topic=topic, partition=partition,
@@ -229,7 +247,8 @@ class Consumer:
                 timeout=max_wait_ms / 1000 + 5.0)
             return response.partitions[0]
 
-        answer: dpb.FetchedPartition = self._call(topic, partition, call)
+        answer: dpb.FetchedPartition = self._leaders.call(topic, partition, self.timeout_ms,
+                                                          call)
         out = []
         for batch in iter_batches(answer.records):
             for i, body in enumerate(batch.records):
@@ -252,33 +271,8 @@ class Consumer:
             elif not follow and offset >= high_watermark:
                 return
 
-    def _call(self, topic: str, partition: int,
-              fn: Callable[[dpb_grpc.PartitionDataStub, LeaderInfo], Any]) -> Any:
-        deadline = time.monotonic() + self.timeout_ms / 1000
-        attempt = 0
-        while True:
-            leader = self._metadata.leader(topic, partition)
-            try:
-                if not leader.address:
-                    raise DataClientError(dpb.NOT_LEADER_OR_FOLLOWER,
-                                          f"{topic}-{partition} has no leader")
-                answer = fn(self._channels.stub(leader.address), leader)
-                if not answer.error:
-                    return answer
-                error = DataClientError(answer.error, answer.message)
-            except grpc.RpcError as exc:
-                error = DataClientError(dpb.NOT_LEADER_OR_FOLLOWER,
-                                        f"broker {leader.broker_id}: {exc.code().name}")
-            except DataClientError as exc:
-                error = exc
-            if error.code not in _RETRIABLE or time.monotonic() >= deadline:
-                raise error
-            attempt += 1
-            _retry_pause(attempt)
-            self._metadata.refresh(topic)
-
     def close(self) -> None:
-        self._channels.close()
+        self._leaders.close()
 
     def __enter__(self) -> Consumer:
         return self

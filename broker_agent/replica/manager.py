@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
 from broker_agent.backend import ReplicaReport
 from broker_agent.image import MetadataImage, PartitionKey
+from broker_agent.metrics import BrokerMetrics
 from broker_agent.reconciler import (
     BecomeFollower,
     BecomeLeader,
@@ -37,11 +38,12 @@ from broker_agent.reconciler import (
 )
 from broker_agent.replica import data_pb2 as dpb
 from broker_agent.replica.config import DEFAULT_DATA_PLANE, DataPlaneConfig
+from broker_agent.replica.errors import DataPlaneError
 from broker_agent.replica.fetcher import ReplicaFetchers
-from broker_agent.replica.partition import DataPlaneError, PartitionReplica, Role
+from broker_agent.replica.isr_reports import IsrReporter
+from broker_agent.replica.partition import PartitionReplica, Role
 from broker_agent.replica.records import NO_PRODUCER, ProducerStamp
 from broker_agent.replica.sessions import FetchSession, FetchSessions, Position
-from controller.api import broker_pb2 as bpb
 from controller.log import get_logger
 from controller.records import metadata_pb2 as mpb
 from controller.rpc import RpcLimits
@@ -61,8 +63,6 @@ _TOPIC_CONFIG = int(mpb.CONFIG_RESOURCE_TYPE_TOPIC)
 
 
 _DEFAULT_LIMITS = RpcLimits()
-AlterPartitionSender = Callable[[bpb.AlterPartitionRequest],
-                                Awaitable[bpb.AlterPartitionResponse]]
 
 
 def _epoch_or_unset(partition: dpb.FetchPartition, field: str) -> int:
@@ -106,11 +106,9 @@ class ReplicaManager:
         # Follower side: one fetcher per leader broker.
         self.fetchers = ReplicaFetchers(self)
         self.refusals_fenced = 0
-        # Sends AlterPartition to the active controller (the daemon sets it; None:
-        # ISR changes are not reported, as below metadata.version 7).
-        self.alter_partition: AlterPartitionSender | None = None
-        self.isr_shrinks = 0
-        self.isr_expands = 0
+        self.metrics: BrokerMetrics | None = None
+        # The leaders' ISR reports (isr_reports.py); the daemon gives it its sender.
+        self.isr = IsrReporter(self)
 
     # ------------------------------------------------------------- lifecycle
 
@@ -230,6 +228,26 @@ class ReplicaManager:
             if path.name not in wanted:
                 PartitionReplica.remove_dir(path)
 
+    def refresh_metrics(self) -> None:
+        """The data plane's gauges (the daemon's once-a-second refresh)."""
+        if self.metrics is None:
+            return
+        led = under = at = max_lag = 0
+        for replica in self.partitions.values():
+            if replica.role is not Role.LEADER:
+                continue
+            led += 1
+            min_isr = self.topic_config(replica.topic, "min.insync.replicas",
+                                        self.config.min_insync_replicas)
+            under += len(replica.isr) < min_isr
+            at += len(replica.isr) == min_isr
+            end = replica.log_end_offset
+            for follower in replica.isr:
+                progress = replica.followers.get(follower)
+                if progress is not None and progress.fetch_offset >= 0:
+                    max_lag = max(max_lag, end - progress.fetch_offset)
+        self.metrics.data_plane(led, under, at, max_lag)
+
     def reports(self) -> list[ReplicaReport]:
         return [ReplicaReport(r.topic, r.topic_id, r.partition,
                               ReplicaRole.LEADER if r.role is Role.LEADER else
@@ -281,6 +299,20 @@ class ReplicaManager:
 
     async def produce(self, request: dpb.ProduceRequest, principal: str,
                       client_address: str) -> dpb.ProduceResponse:
+        started = time.perf_counter()
+        answer = await self._produce(request, principal, client_address)
+        metrics = self.metrics
+        if metrics is not None:
+            acks = "all" if request.acks == ACKS_ALL else str(request.acks)
+            metrics.produce_requests.labels(acks=acks,
+                                            result=dpb.DataError.Name(answer.error)).inc()
+            metrics.produce_time.labels(acks=acks).observe(time.perf_counter() - started)
+            if answer.error == dpb.FENCED_LEADER_EPOCH:
+                metrics.fenced_leader_refusals.inc()
+        return answer
+
+    async def _produce(self, request: dpb.ProduceRequest, principal: str,
+                       client_address: str) -> dpb.ProduceResponse:
         try:
             replica = self.replica_of(request.topic, "", request.partition)
             replica.require_leader()
@@ -308,6 +340,8 @@ class ReplicaManager:
                                               self.wall_ms())
             if not result.duplicate:
                 self._appended(key)
+                if self.metrics is not None:
+                    self.metrics.produced_records.inc(result.last_offset - result.base_offset + 1)
             if acks != 0:
                 timeout_ms = request.timeout_ms or DEFAULT_PRODUCE_TIMEOUT_MS
                 waiters = self._flush_waiters if acks == 1 else self._hw_waiters
@@ -429,77 +463,9 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(self.config.isr_check_interval_ms / 1000)
             try:
-                await self.report_isr_changes()
+                await self.isr.report()
             except Exception:
                 log.warning("isr_report_failed", exc_info=True)
-
-    async def report_isr_changes(self) -> int:
-        """Send the ISR changes the leaders observe (one AlterPartition for all);
-        returns how many partitions were reported."""
-        sender = self.alter_partition
-        if sender is None:
-            return 0
-        now_ms = self.clock_ms()
-        request = bpb.AlterPartitionRequest(broker_id=self.broker_id,
-                                            broker_epoch=self.broker_epoch())
-        # Per partition: (the ISR when proposed, the one proposed).
-        proposed: dict[PartitionKey, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-        for key, replica in self.partitions.items():
-            if replica.role is not Role.LEADER or replica.pending_isr is not None:
-                continue
-            wanted = replica.isr_change(now_ms, self.config.replica_lag_time_max_ms)
-            if wanted is None:
-                continue
-            replica.pending_isr = wanted
-            proposed[key] = (replica.isr, wanted)
-            request.items.add(
-                topic_id=key[0], partition=key[1], leader_epoch=replica.leader_epoch,
-                partition_epoch=replica.partition_epoch,
-                new_isr=[bpb.IsrMember(broker_id=b, broker_epoch=self._member_epoch(replica, b))
-                         for b in wanted])
-        if not proposed:
-            return 0
-        try:
-            response = await sender(request)
-        except Exception as exc:
-            for key in proposed:
-                self._clear_pending(key)
-            log.info("isr_report_unsent", partitions=len(proposed), error=str(exc)[:200])
-            return 0
-        for result in response.results:
-            key = (result.topic_id, result.partition)
-            reported = self.partitions.get(key)
-            if reported is None or key not in proposed:
-                continue
-            if result.error.code != "NONE":
-                self._clear_pending(key)
-                log.info("isr_report_refused", partition=reported.name,
-                         error=result.error.code, message=result.error.message)
-                continue
-            if result.HasField("state") and \
-                    result.state.partition_epoch <= reported.partition_epoch:
-                self._clear_pending(key)  # nothing left to wait for
-            was, wanted = proposed[key]
-            self.isr_shrinks += bool(set(was) - set(wanted))
-            self.isr_expands += bool(set(wanted) - set(was))
-            log.info("isr_reported", partition=reported.name, isr=list(wanted), was=list(was))
-            # The committed ISR reaches this broker through the metadata log
-            # (become_leader clears the pending proposal then).
-        if response.error.code not in ("", "NONE"):
-            for key in proposed:
-                self._clear_pending(key)
-        return len(proposed)
-
-    def _member_epoch(self, replica: PartitionReplica, broker_id: int) -> int:
-        if broker_id == self.broker_id:
-            return self.broker_epoch()
-        progress = replica.followers.get(broker_id)
-        return -1 if progress is None else progress.broker_epoch
-
-    def _clear_pending(self, key: PartitionKey) -> None:
-        replica = self.partitions.get(key)
-        if replica is not None:
-            replica.pending_isr = None
 
     async def _retention(self) -> None:
         while True:
@@ -525,6 +491,9 @@ class ReplicaManager:
     async def fetch(self, request: dpb.FetchRequest) -> dpb.FetchResponse:
         max_wait_ms = max(0, min(request.max_wait_ms, MAX_WAIT_MS_LIMIT))
         max_bytes = min(request.max_bytes or DEFAULT_FETCH_MAX_BYTES, MAX_FETCH_BYTES)
+        if self.metrics is not None:
+            self.metrics.fetch_requests.labels(
+                kind="consumer" if request.replica_id < 0 else "follower").inc()
         if request.replica_id < 0:
             return await self._consumer_fetch(request, max_wait_ms, max_bytes)
         return await self._follower_fetch(request, max_wait_ms, max_bytes)

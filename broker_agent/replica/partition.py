@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import enum
 import shutil
-from collections import deque
 from pathlib import Path
 
 import attrs
 
 from broker_agent.replica import data_pb2 as dpb
+from broker_agent.replica.errors import DataPlaneError
+from broker_agent.replica.producers import ProducerTable
 from broker_agent.replica.records import (
     NO_PRODUCER,
     ProducerStamp,
@@ -51,19 +52,8 @@ from controller.storage.log import LogConfig, LogDamage, SegmentedLog
 
 logger = get_logger("metakraft.broker.data")
 
-# Batches remembered per producer for duplicate detection (Kafka keeps 5).
-PRODUCER_BATCHES_KEPT = 5
 TOPIC_ID_FILE = "topic-id"
 RECOVERY_POINT_FILE = "recovery-point"
-
-
-class DataPlaneError(Exception):
-    """A refusal with its wire code (data.proto's DataError); nothing was changed."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class Role(enum.Enum):
@@ -119,44 +109,6 @@ class ReadResult:
     log_start_offset: int
     log_end_offset: int
     diverging: Diverged | None = None
-
-
-class ProducerTable:
-    """Per producer id, the last batches it wrote: (first seq, last seq, base offset,
-    last offset). A retry of one of them is a duplicate; anything but the next
-    sequence after the last is out of order."""
-
-    def __init__(self) -> None:
-        self._batches: dict[int, deque[tuple[int, int, int, int]]] = {}
-
-    def check(self, stamp: ProducerStamp, count: int) -> tuple[int, int] | None:
-        """(base offset, last offset) of an already-written batch with this stamp;
-        None when it is the next one; DataPlaneError when out of order."""
-        kept = self._batches.get(stamp.producer_id)
-        if not kept:
-            return None  # a new producer (or one whose state expired) starts anywhere
-        for first, last, base, last_offset in kept:
-            if first == stamp.base_sequence and last == stamp.base_sequence + count - 1:
-                return base, last_offset
-        expected = kept[-1][1] + 1
-        if stamp.base_sequence != expected:
-            raise DataPlaneError(
-                dpb.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"producer {stamp.producer_id}: sequence {stamp.base_sequence}, expected "
-                f"{expected}; nothing was appended")
-        return None
-
-    def record(self, stamp: ProducerStamp, count: int, base_offset: int) -> None:
-        kept = self._batches.setdefault(stamp.producer_id,
-                                        deque(maxlen=PRODUCER_BATCHES_KEPT))
-        kept.append((stamp.base_sequence, stamp.base_sequence + count - 1, base_offset,
-                     base_offset + count - 1))
-
-    def clear(self) -> None:
-        self._batches.clear()
-
-    def __len__(self) -> int:
-        return len(self._batches)
 
 
 class PartitionReplica:
@@ -550,5 +502,5 @@ class PartitionReplica:
 
 
 
-__all__ = ["NO_PRODUCER", "AppendResult", "DataPlaneError", "Diverged", "FollowerProgress",
-           "PartitionReplica", "ProducerTable", "ReadResult", "Role"]
+__all__ = ["NO_PRODUCER", "AppendResult", "Diverged", "FollowerProgress", "PartitionReplica",
+           "ReadResult", "Role"]

@@ -171,30 +171,56 @@ def topics_list(opts: AdminOptions) -> None:
     run_admin(opts, action)
 
 
+def _min_insync_replicas(client: AdminClient, topics: list[str]) -> dict[str, int]:
+    """Each topic's effective min.insync.replicas (its config, else the default)."""
+    if not topics:
+        return {}
+    out: dict[str, int] = {}
+    for result in client.describe_configs(
+            [ConfigResource(ResourceType.TOPIC, name) for name in topics]):
+        for entry in result.entries:
+            if entry.key == "min.insync.replicas" and entry.value.isdigit():
+                out[result.resource.name] = int(entry.value)
+    return out
+
+
 @topics.command("describe")
 @_name_option(multiple=True, required=False)
 @click.option("--under-replicated-partitions", "under_replicated", is_flag=True,
               help="Only partitions with a replica out of the ISR.")
 @click.option("--unavailable-partitions", "unavailable", is_flag=True,
               help="Only partitions without a leader.")
+@click.option("--under-min-isr-partitions", "under_min_isr", is_flag=True,
+              help="Only partitions whose ISR is smaller than the topic's "
+              "min.insync.replicas (acks=all produces are refused).")
+@click.option("--at-min-isr-partitions", "at_min_isr", is_flag=True,
+              help="Only partitions whose ISR is exactly min.insync.replicas (one more "
+              "loss refuses acks=all).")
 @admin_options
 def topics_describe(opts: AdminOptions, names: tuple[str, ...], under_replicated: bool,
-                    unavailable: bool) -> None:
+                    unavailable: bool, under_min_isr: bool, at_min_isr: bool) -> None:
     """Describe topics' partitions (every topic without --name). With a filter, only
     the partitions it selects (and only topics that have some), as Kafka's
     kafka-topics --describe does."""
 
-    def keep(reg: PartitionRegistration) -> bool:
+    def keep(topic: str, reg: PartitionRegistration, min_isr: dict[str, int]) -> bool:
         if under_replicated and len(reg.isr) >= len(reg.replicas):
+            return False
+        if under_min_isr and len(reg.isr) >= min_isr.get(topic, 1):
+            return False
+        if at_min_isr and len(reg.isr) != min_isr.get(topic, 1):
             return False
         return not (unavailable and reg.has_leader)
 
     def action(client: AdminClient) -> int:
         found = client.describe_topics(list(names) or None)
         failed = [d for d in found if not d.error.ok]
-        if under_replicated or unavailable:
+        if under_replicated or unavailable or under_min_isr or at_min_isr:
+            min_isr = _min_insync_replicas(client, [d.name for d in found if d.error.ok]) \
+                if under_min_isr or at_min_isr else {}
             found = tuple(
-                attrs.evolve(d, partitions=tuple(p for p in d.partitions if keep(p.registration)))
+                attrs.evolve(d, partitions=tuple(p for p in d.partitions
+                                                 if keep(d.name, p.registration, min_isr)))
                 for d in found)
             found = tuple(d for d in found if d.partitions or not d.error.ok)
         if opts.json:

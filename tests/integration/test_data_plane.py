@@ -27,9 +27,17 @@ from controller.cli.main import cli
 from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, decode_batch, encode_batch
 from controller.logformat.errors import StorageError
 from controller.metadata import CreatableTopic
+from controller.metadata.configs import (
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResource,
+    OpType,
+    ResourceType,
+)
 from controller.storage.segment import iter_stored_batches, parse_segment_file_name
 from tests.support.broker_processes import BrokerCluster
 from tests.support.polling import wait_until
+from tests.support.tiered_cluster import scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -40,7 +48,8 @@ SESSION_TIMEOUT_MS = 2_000
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
     root = tmp_path_factory.mktemp("data-plane")
-    c = BrokerCluster(root, brokers=BROKERS, session_timeout_ms=SESSION_TIMEOUT_MS)
+    c = BrokerCluster(root, brokers=BROKERS, session_timeout_ms=SESSION_TIMEOUT_MS,
+                      metrics=True)
     try:
         c.start()
         c.wait_running(timeout_s=40)
@@ -280,3 +289,38 @@ def test_a_restarted_follower_rejoins_the_isr_when_its_leader_reports_it(
     expected = [f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)]
     assert stored_values(cluster, follower, "rejoin")[:40] == expected
     assert "event=isr_reported" in cluster.brokers[leader].log_path.read_text()
+
+
+def test_min_insync_replicas_refuses_acks_all_and_the_metrics_say_so(
+        cluster: BrokerCluster, admin: AdminClient) -> None:
+    create(admin, "guarded")
+    (altered,) = admin.incremental_alter_configs([AlterConfigsResource(
+        ConfigResource(ResourceType.TOPIC, "guarded"),
+        (AlterConfigOp("min.insync.replicas", OpType.SET, "3"),))])
+    assert altered.error.ok, altered.error
+    with Producer(admin) as producer:
+        producer.send("guarded", [DataRecord(None, b"kept")], partition=0)
+        leader, _ = leader_of(admin, "guarded")
+        follower = next(b for b in BROKERS if b != leader)
+        cluster.brokers[follower].kill()
+        wait_until(lambda: len(admin.describe_topics(["guarded"])[0].partitions[0]
+                               .registration.isr) == 2, 20, "the ISR shrinks to 2")
+        with pytest.raises(DataClientError) as refused:
+            producer.send("guarded", [DataRecord(None, b"refused")], partition=0)
+        assert refused.value.code_name == "NOT_ENOUGH_REPLICAS"
+    metrics = wait_until(lambda: (m := scrape(cluster.brokers[leader]))
+                         .get("metakraft_broker_under_min_isr_partitions", 0) >= 1 and m,
+                         10, "the leader's gauge")
+    assert metrics['metakraft_broker_produce_requests_total{acks="all",result="DATA_ERROR_NONE"}'] >= 1
+    assert metrics['metakraft_broker_produce_requests_total{acks="all",result="NOT_ENOUGH_REPLICAS"}'] >= 1
+    assert metrics["metakraft_broker_leader_partitions"] >= 1
+    with Consumer(admin) as consumer:
+        assert [r.record.value for r in consumer.read("guarded", 0, 0)] == [b"kept"]
+    described = CliRunner().invoke(cli, ["topics", "describe", "--bootstrap",
+                                         ",".join(cluster.bootstrap),
+                                         "--under-min-isr-partitions", "--output", "json"])
+    assert described.exit_code == 0, described.output
+    assert [(t["name"], [p["partition_id"] for p in t["partitions"]])
+            for t in json.loads(described.output)] == [("guarded", [0])]
+    cluster.brokers[follower].start()
+    cluster.wait_running([follower], timeout_s=30)

@@ -95,7 +95,7 @@ class FakeController:
         self.offset = 1
         self.reports: list[tuple[int, ...]] = []
         for broker in brokers:
-            broker.manager.alter_partition = self._sender(broker.broker_id)
+            broker.manager.isr.sender = self._sender(broker.broker_id)
 
     def image(self) -> MetadataImage:
         return image_of(self.brokers, {0: self.part}, offset=self.offset)

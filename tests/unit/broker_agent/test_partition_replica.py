@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from broker_agent.replica import data_pb2 as dpb
-from broker_agent.replica.partition import DataPlaneError, Diverged, PartitionReplica, Role
+from broker_agent.replica.errors import DataPlaneError
+from broker_agent.replica.partition import Diverged, PartitionReplica, Role
 from broker_agent.replica.records import DataRecord, ProducerStamp, decode_record, encode_record
 from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, encode_batch, iter_batches
 from controller.storage.log import LogConfig

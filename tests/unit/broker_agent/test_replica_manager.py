@@ -213,13 +213,13 @@ def test_a_silent_follower_leaves_the_isr_and_rejoins_once_caught_up(tmp_path: P
         # Back with its log: it catches up, then the leader reports it.
         restarted = Broker(3, three.root, three.config)
         restarted.manager.config = three.manager.config
-        restarted.manager.alter_partition = three.manager.alter_partition
+        restarted.manager.isr.sender = three.manager.isr.sender
         brokers[2] = restarted
         controller.brokers[2] = restarted
         await restarted.start()
         await controller.publish()
         await wait_until(lambda: controller.part.isr == (1, 2, 3))
         assert log_values(restarted) == ["a", "b"]
-        assert one.manager.isr_shrinks == 1 and one.manager.isr_expands == 1
+        assert one.manager.isr.shrinks == 1 and one.manager.isr.expands == 1
 
     with_brokers(tmp_path, body)
