@@ -174,8 +174,15 @@ class ReplicaManager:
         done.result(timeout=120)
 
     def _apply(self, instructions: Iterable[Instruction], image: MetadataImage) -> None:
+        configs_changed = image.configs is not self.image.configs
         self.image = image
         now_ms = self.clock_ms()
+        if configs_changed:
+            for led_key, led in self.partitions.items():
+                if led.role is Role.LEADER:
+                    self._set_min_isr(led)
+                    if led.maybe_advance_high_watermark():
+                        self._hw_moved(led_key, led)
         for instruction in instructions:
             if isinstance(instruction, DeleteReplica):
                 key = (instruction.topic_id, instruction.partition)
@@ -196,8 +203,15 @@ class ReplicaManager:
                 self.partitions[key] = replica
             if isinstance(instruction, BecomeLeader):
                 self.fetchers.remove(key)
+                self._set_min_isr(replica)
                 replica.become_leader(part.leader_epoch, part.partition_epoch, part.replicas,
                                       part.isr, now_ms)
+                if len(replica.isr) < replica.min_isr:
+                    # The HW stands still below min ISR: acks=all writes waiting
+                    # for it are answered now, as Kafka does.
+                    self._fail_waiters(key, f"{replica.name}: ISR {list(replica.isr)} below "
+                                       f"min.insync.replicas={replica.min_isr}",
+                                       dpb.NOT_ENOUGH_REPLICAS_AFTER_APPEND, hw_only=True)
                 self._hw_moved(key, replica)
             else:
                 was_leader = replica.role is Role.LEADER
@@ -209,6 +223,10 @@ class ReplicaManager:
                 self.fetchers.follow(key, part.leader)
             self.sessions.notify(key)
             self._wake_readers(key)
+
+    def _set_min_isr(self, replica: PartitionReplica) -> None:
+        replica.min_isr = self.topic_config(replica.topic, "min.insync.replicas",
+                                            self.config.min_insync_replicas)
 
     def _stop_replica(self, key: PartitionKey, delete: bool) -> None:
         replica = self.partitions.pop(key)
@@ -391,14 +409,15 @@ class ReplicaManager:
         else:
             del waiters[key]
 
-    def _fail_waiters(self, key: PartitionKey, why: str) -> None:
-        for waiters in (self._flush_waiters, self._hw_waiters):
+    def _fail_waiters(self, key: PartitionKey, why: str,
+                      code: int = dpb.NOT_LEADER_OR_FOLLOWER, hw_only: bool = False) -> None:
+        for waiters in (self._hw_waiters,) if hw_only else (self._flush_waiters,
+                                                             self._hw_waiters):
             for _, future in waiters.pop(key, []):
                 if not future.done():
                     future.set_exception(DataPlaneError(
-                        dpb.NOT_LEADER_OR_FOLLOWER,
-                        f"{why}: the write was not acknowledged (it may or may not be kept; "
-                        "retry with the same producer id and sequence)"))
+                        code, f"{why}: the write was not acknowledged (it may or may not be "
+                        "kept; retry with the same producer id and sequence)"))
 
     def _appended(self, key: PartitionKey) -> None:
         self._dirty.add(key)

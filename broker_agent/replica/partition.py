@@ -139,6 +139,10 @@ class PartitionReplica:
         # "maximal ISR"), so a member it adds never lacks a record below the HW.
         self.leadership_start_offset = 0
         self.pending_isr: tuple[int, ...] | None = None
+        # The topic's min.insync.replicas (the manager keeps it current). Below it the
+        # HW stands still (KIP-966): a replica that left the ISR meanwhile is an
+        # eligible leader, which it can only be if it holds everything below the HW.
+        self.min_isr = 1
         self.producers = ProducerTable()
         self._log: SegmentedLog | None = None
         # What recovery cut from records this replica had fsynced (None: nothing).
@@ -309,10 +313,13 @@ class PartitionReplica:
         return AppendResult(stored.base_offset, stored.last_offset, now_wall_ms)
 
     def maybe_advance_high_watermark(self) -> bool:
-        """Leader: HW = min(flushed here, fetch offsets of the in-sync followers)."""
+        """Leader: HW = min(flushed here, fetch offsets of the in-sync followers), while
+        the ISR is at least min ISR."""
         if self.role is not Role.LEADER:
             return False
         candidate = self.flushed_offset
+        if len(self.isr) < self.min_isr:
+            return False
         counted = self.isr if self.pending_isr is None else \
             (*self.isr, *(r for r in self.pending_isr if r not in self.isr))
         for replica in counted:

@@ -831,6 +831,7 @@ class PartitionDescription(_message.Message):
     ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
     REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     LEADER_RECOVERING_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     leader: _builtins.int
     """Broker id of the leader, -1 when the partition is offline."""
@@ -849,6 +850,12 @@ class PartitionDescription(_message.Message):
 
     @_builtins.property
     def removing_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def eligible_leader_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Eligible leader replicas (KIP-966): out of the ISR but holding every committed
+        record; elected when no ISR member can lead (metadata.version 7+).
+        """
+
     def __init__(
         self,
         *,
@@ -861,10 +868,11 @@ class PartitionDescription(_message.Message):
         adding_replicas: _abc.Iterable[_builtins.int] | None = ...,
         removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
         leader_recovering: _builtins.bool = ...,
+        eligible_leader_replicas: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "leader_recovering", b"leader_recovering", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "leader_recovering", b"leader_recovering", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -210,6 +210,7 @@ def partition_description_to_pb(desc: PartitionDescription) -> apb.PartitionDesc
         adding_replicas=part.adding_replicas,
         removing_replicas=part.removing_replicas,
         leader_recovering=part.leader_recovery_state is LeaderRecoveryState.RECOVERING,
+        eligible_leader_replicas=part.elr,
     )
 
 
@@ -226,6 +227,7 @@ def partition_description_from_pb(msg: apb.PartitionDescription) -> PartitionDes
         leader_recovery_state=recovery,
         leader_epoch=msg.leader_epoch,
         partition_epoch=msg.partition_epoch,
+        elr=_ids(msg.eligible_leader_replicas),
     )
     return PartitionDescription(msg.partition, registration)
 

@@ -229,7 +229,7 @@ def topics_describe(opts: AdminOptions, names: tuple[str, ...], under_replicated
             rows: list[tuple[object, ...]] = []
             for desc in found:
                 if not desc.error.ok:
-                    rows.append((desc.name, "", "", "", "", "", "", status(desc.error)))
+                    rows.append((desc.name, "", "", "", "", "", "", "", status(desc.error)))
                 for p in desc.partitions:
                     reg = p.registration
                     moving = (
@@ -246,6 +246,7 @@ def topics_describe(opts: AdminOptions, names: tuple[str, ...], under_replicated
                             reg.leader_epoch,
                             ids(reg.replicas),
                             ids(reg.isr),
+                            ids(reg.elr),
                             moving,
                             "OK",
                         )
@@ -257,6 +258,7 @@ def topics_describe(opts: AdminOptions, names: tuple[str, ...], under_replicated
                 "leader epoch",
                 "replicas",
                 "isr",
+                "elr",
                 "reassigning",
                 "status",
             )

@@ -361,6 +361,11 @@ class ConfigurationControlManager:
         value, _ = self.effective(ConfigResource(ResourceType.TOPIC, topic), key, epoch)
         return value == "true"
 
+    def topic_int(self, topic: str, key: str, epoch: int | None = None) -> int:
+        """A topic's integer config: its own value, else the defaults."""
+        value, _ = self.effective(ConfigResource(ResourceType.TOPIC, topic), key, epoch)
+        return int(value)
+
     def cluster_int(self, key: str, epoch: int | None = None) -> int:
         """A cluster-level integer: the cluster value, else the broker default, else static."""
         value = self.get(ConfigResource(ResourceType.CLUSTER, CLUSTER_DEFAULT), key, epoch)

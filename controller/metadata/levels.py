@@ -30,7 +30,8 @@ class Feature(enum.Enum):
     IDLE_NO_OPS = (6, "idle no-op records (the log moves on an idle cluster)")
     REPLICA_REPORTED_ISR = (7, "replica-reported ISR (AlterPartition): partition leaders "
                             "report their in-sync replicas; a returning broker rejoins an "
-                            "ISR only once its leader reports it caught up")
+                            "ISR only once its leader reports it caught up; eligible leader "
+                            "replicas (KIP-966)")
 
     @property
     def level(self) -> int:

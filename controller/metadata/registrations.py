@@ -49,6 +49,8 @@ def partition_records(
             msg.leader_recovery_state = int(part.leader_recovery_state)  # type: ignore[assignment]
         msg.leader_epoch = part.leader_epoch
         msg.partition_epoch = part.partition_epoch
+        if part.elr:
+            msg.eligible_leader_replicas.extend(part.elr)
         append(record)
     return records
 
@@ -56,7 +58,7 @@ def partition_records(
 def registration_of(record: PartitionRecord) -> PartitionRegistration:
     """``partition_from_record(record)``, shared with equal earlier ones."""
     if (record.removing_replicas or record.adding_replicas
-            or record.leader_recovery_state != _RECOVERED):
+            or record.leader_recovery_state != _RECOVERED or record.eligible_leader_replicas):
         return partition_from_record(record)
     key = (tuple(record.replicas[:]), tuple(record.isr[:]), record.leader,
            record.leader_epoch, record.partition_epoch)

@@ -81,6 +81,7 @@ from controller.records.domain import (
 from timeline import SnapshotRegistry, TimelineHashMap
 
 UNCLEAN_KEY = "unclean.leader.election.enable"
+MIN_ISR_KEY = "min.insync.replicas"
 
 # The most partition changes one broker event (fenced, shutting down, unregistered,
 # back) writes in its own batch. A broker of a large cluster is a replica of hundreds
@@ -320,6 +321,9 @@ class ReplicationControlManager:
                 return self.configs.topic_flag(self._topics[topic_id].name, UNCLEAN_KEY)
             return unclean_allowed
 
+        def min_isr() -> int:
+            return self.configs.topic_int(self._topics[topic_id].name, MIN_ISR_KEY)
+
         return build_partition_change(
             part,
             is_usable=self.cluster.is_usable if usable is None else usable,
@@ -329,6 +333,7 @@ class ReplicationControlManager:
             adding=adding,
             removing=removing,
             election=election,
+            min_isr=min_isr if self.replica_reported_isr() else None,
         )
 
     def lookup_partition(

@@ -121,6 +121,7 @@ def partition_from_record(msg: pb.PartitionRecord) -> PartitionRegistration:
         leader_recovery_state=recovery,
         leader_epoch=msg.leader_epoch,
         partition_epoch=msg.partition_epoch,
+        elr=tuple(msg.eligible_leader_replicas),
     )
 
 
@@ -140,6 +141,7 @@ def partition_to_record(
         ),
         leader_epoch=partition.leader_epoch,
         partition_epoch=partition.partition_epoch,
+        eligible_leader_replicas=partition.elr,
     )
 
 
@@ -149,10 +151,13 @@ def change_to_record(
     """The PartitionChangeRecord stating ``delta`` (``PartitionDelta.of`` reads it back)."""
     change = pb.PartitionChangeRecord(partition_id=partition_id, topic_id=topic_id)
     # SetInParent: a list set empty must be present (cleared), not absent (unchanged).
-    for name in ("isr", "replicas", "removing_replicas", "adding_replicas"):
+    for name, field_name in (("isr", "isr"), ("replicas", "replicas"),
+                             ("removing_replicas", "removing_replicas"),
+                             ("adding_replicas", "adding_replicas"),
+                             ("elr", "eligible_leader_replicas")):
         ids = getattr(delta, name)
         if ids is not None:
-            field = getattr(change, name)
+            field = getattr(change, field_name)
             field.SetInParent()
             field.ids.extend(ids)
     if delta.leader is not None:

@@ -102,6 +102,10 @@ class PartitionRegistration:
     leader_epoch: int = 0
     # Incremented on every change.
     partition_epoch: int = 0
+    # Eligible leader replicas (KIP-966): out of the ISR, but holding every record
+    # below the high watermark (they left while the ISR was below min ISR).
+    # Invariant: disjoint from the ISR, within the replicas.
+    elr: tuple[int, ...] = ()
 
     @property
     def has_leader(self) -> bool:
@@ -137,6 +141,7 @@ class PartitionRegistration:
                                    else delta.leader_recovery_state),
             leader_epoch=self.leader_epoch + (leader != self.leader),
             partition_epoch=self.partition_epoch + 1,
+            elr=self.elr if delta.elr is None else delta.elr,
         )
 
 
@@ -151,6 +156,7 @@ class PartitionDelta:
     removing_replicas: tuple[int, ...] | None = None
     adding_replicas: tuple[int, ...] | None = None
     leader_recovery_state: LeaderRecoveryState | None = None
+    elr: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, change: pb.PartitionChangeRecord) -> PartitionDelta:
@@ -166,4 +172,6 @@ class PartitionDelta:
                              if has("adding_replicas") else None),
             leader_recovery_state=(LeaderRecoveryState(change.leader_recovery_state)
                                    if has("leader_recovery_state") else None),
+            elr=(tuple(change.eligible_leader_replicas.ids)
+                 if has("eligible_leader_replicas") else None),
         )

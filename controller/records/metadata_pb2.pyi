@@ -655,6 +655,7 @@ class PartitionRecord(_message.Message):
     LEADER_RECOVERY_STATE_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
     partition_id: _builtins.int
     """Partition index within the topic."""
     topic_id: _builtins.str
@@ -683,6 +684,14 @@ class PartitionRecord(_message.Message):
     def adding_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Replicas being added by a reassignment."""
 
+    @_builtins.property
+    def eligible_leader_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Eligible leader replicas (KIP-966; metadata.version 7+): replicas that left the
+        ISR while it was smaller than min.insync.replicas, so they hold every record
+        below the high watermark; a leader is elected from them when no ISR member can
+        lead.
+        """
+
     def __init__(
         self,
         *,
@@ -696,10 +705,11 @@ class PartitionRecord(_message.Message):
         leader_recovery_state: Global___LeaderRecoveryState.ValueType = ...,
         leader_epoch: _builtins.int = ...,
         partition_epoch: _builtins.int = ...,
+        eligible_leader_replicas: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "leader_recovery_state", b"leader_recovery_state", "partition_epoch", b"partition_epoch", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "leader_recovery_state", b"leader_recovery_state", "partition_epoch", b"partition_epoch", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -748,6 +758,7 @@ class PartitionChangeRecord(_message.Message):
     REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
     LEADER_RECOVERY_STATE_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
     partition_id: _builtins.int
     """Partition index within the topic."""
     topic_id: _builtins.str
@@ -772,6 +783,10 @@ class PartitionChangeRecord(_message.Message):
     def adding_replicas(self) -> Global___BrokerIdList:
         """New list of replicas being added (empty = reassignment finished)."""
 
+    @_builtins.property
+    def eligible_leader_replicas(self) -> Global___BrokerIdList:
+        """New eligible leader replicas (metadata.version 7+)."""
+
     def __init__(
         self,
         *,
@@ -783,13 +798,16 @@ class PartitionChangeRecord(_message.Message):
         removing_replicas: Global___BrokerIdList | None = ...,
         adding_replicas: Global___BrokerIdList | None = ...,
         leader_recovery_state: Global___LeaderRecoveryState.ValueType | None = ...,
+        eligible_leader_replicas: Global___BrokerIdList | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_adding_replicas", b"_adding_replicas", "_isr", b"_isr", "_leader", b"_leader", "_leader_recovery_state", b"_leader_recovery_state", "_removing_replicas", b"_removing_replicas", "_replicas", b"_replicas", "adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "leader_recovery_state", b"leader_recovery_state", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_adding_replicas", b"_adding_replicas", "_eligible_leader_replicas", b"_eligible_leader_replicas", "_isr", b"_isr", "_leader", b"_leader", "_leader_recovery_state", b"_leader_recovery_state", "_removing_replicas", b"_removing_replicas", "_replicas", b"_replicas", "adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "leader", b"leader", "leader_recovery_state", b"leader_recovery_state", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_adding_replicas", b"_adding_replicas", "_isr", b"_isr", "_leader", b"_leader", "_leader_recovery_state", b"_leader_recovery_state", "_removing_replicas", b"_removing_replicas", "_replicas", b"_replicas", "adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "leader_recovery_state", b"leader_recovery_state", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_adding_replicas", b"_adding_replicas", "_eligible_leader_replicas", b"_eligible_leader_replicas", "_isr", b"_isr", "_leader", b"_leader", "_leader_recovery_state", b"_leader_recovery_state", "_removing_replicas", b"_removing_replicas", "_replicas", b"_replicas", "adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "leader", b"leader", "leader_recovery_state", b"leader_recovery_state", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__adding_replicas: _TypeAlias = _typing.Literal["adding_replicas"]  # noqa: Y015
     _WhichOneofArgType__adding_replicas: _TypeAlias = _typing.Literal["_adding_replicas", b"_adding_replicas"]  # noqa: Y015
+    _WhichOneofReturnType__eligible_leader_replicas: _TypeAlias = _typing.Literal["eligible_leader_replicas"]  # noqa: Y015
+    _WhichOneofArgType__eligible_leader_replicas: _TypeAlias = _typing.Literal["_eligible_leader_replicas", b"_eligible_leader_replicas"]  # noqa: Y015
     _WhichOneofReturnType__isr: _TypeAlias = _typing.Literal["isr"]  # noqa: Y015
     _WhichOneofArgType__isr: _TypeAlias = _typing.Literal["_isr", b"_isr"]  # noqa: Y015
     _WhichOneofReturnType__leader: _TypeAlias = _typing.Literal["leader"]  # noqa: Y015
@@ -802,6 +820,8 @@ class PartitionChangeRecord(_message.Message):
     _WhichOneofArgType__replicas: _TypeAlias = _typing.Literal["_replicas", b"_replicas"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__adding_replicas) -> _WhichOneofReturnType__adding_replicas | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__eligible_leader_replicas) -> _WhichOneofReturnType__eligible_leader_replicas | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__isr) -> _WhichOneofReturnType__isr | None: ...
     @_typing.overload

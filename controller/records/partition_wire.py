@@ -8,7 +8,7 @@ registration, and registrations are few distinct values (replica sets over the
 brokers, epochs 0 when new), so:
 
 - `encode_partitions` writes `08 <version> 72 <len>` + `08 <partition_id>` (absent
-  when 0) + `12 <len> <topic_id>` + the registration's fields 3..10, the last part
+  when 0) + `12 <len> <topic_id>` + the registration's fields 3..11, the last part
   serialised by protobuf once per registration and cached. Protobuf writes fields in
   number order and omits proto3 defaults, so the bytes equal ``encode_record`` of the
   same record (tests/unit/records/test_partition_wire.py checks it);
@@ -20,8 +20,8 @@ brokers, epochs 0 when new), so:
 PartitionChangeRecords get the same reading: a fenced broker's partitions all change
 (hundreds of thousands of records, replayed by every controller), yet the changes are
 few distinct values (an ISR and a leader over the brokers). `split_partition_change`
-splits an envelope the same way, and `delta_from_tail` maps fields 3..8 to a shared
-``PartitionDelta``; `encode_change` writes one from cached parts (fields 3..8
+splits an envelope the same way, and `delta_from_tail` maps fields 3..9 to a shared
+``PartitionDelta``; `encode_change` writes one from cached parts (fields 3..9
 serialised by protobuf once per distinct delta).
 
 Caches stop growing at `_CACHE_LIMIT` entries (cleared then; a miss is the slow path).
@@ -53,15 +53,15 @@ _CHANGE_ENVELOPE_TAG = 0x7A  # MetadataRecord field 15 (partition_change), wire 
 _CACHE_LIMIT = 50_000
 _K = TypeVar("_K", bound=Hashable)
 _V = TypeVar("_V")
-# id(registration) -> (registration, its fields 3..10 serialised). Keyed by id, not
+# id(registration) -> (registration, its fields 3..11 serialised). Keyed by id, not
 # by value: hashing a registration hashes all its fields; the entry keeps the object
 # alive, so its id cannot be reused while cached.
 _TAILS: dict[int, tuple[PartitionRegistration, bytes]] = {}
-# (replicas, ISR) of a new partition -> its fields 3..10 serialised.
+# (replicas, ISR) of a new partition -> its fields 3..11 serialised.
 _NEW_TAILS: dict[tuple[tuple[int, ...], tuple[int, ...]], bytes] = {}
 # Fields 3..10 serialised -> the registration they state.
 _REGISTRATIONS: dict[bytes, PartitionRegistration] = {}
-# A PartitionChangeRecord's fields 3..8 serialised -> the delta they state, and back.
+# A PartitionChangeRecord's fields 3..9 serialised -> the delta they state, and back.
 _DELTAS: dict[bytes, PartitionDelta] = {}
 _CHANGE_TAILS: dict[PartitionDelta, bytes] = {}
 # Topic id -> its field 2 serialised (a broker's partitions span a few thousand topics).
@@ -82,7 +82,7 @@ def _varint(value: int) -> bytes:
 
 
 def registration_tail(part: PartitionRegistration) -> bytes:
-    """``part``'s PartitionRecord fields after topic_id (3..10), as protobuf writes them."""
+    """``part``'s PartitionRecord fields after topic_id (3..11), as protobuf writes them."""
     entry = _TAILS.get(id(part))
     if entry is not None and entry[0] is part:
         return entry[1]
@@ -95,6 +95,7 @@ def registration_tail(part: PartitionRegistration) -> bytes:
         leader_recovery_state=int(part.leader_recovery_state),  # type: ignore[arg-type]
         leader_epoch=part.leader_epoch,
         partition_epoch=part.partition_epoch,
+        eligible_leader_replicas=part.elr,
     ).SerializeToString(deterministic=True)
     _remember(_TAILS, id(part), (part, tail))
     return tail
@@ -182,14 +183,14 @@ _PID_FIELDS = [b"", *(bytes((0x08, pid)) for pid in range(1, 0x80))]
 
 
 def split_partition(data: bytes) -> tuple[int, bytes, bytes] | None:
-    """(partition_id, topic id bytes, fields 3..10) of a PartitionRecord envelope in
+    """(partition_id, topic id bytes, fields 3..11) of a PartitionRecord envelope in
     the layout `encode_partitions` writes, with a version this code reads; None for
     anything else (the caller decodes it with protobuf)."""
     return _split(data, _ENVELOPE_TAG, VERSION)
 
 
 def split_partition_change(data: bytes) -> tuple[int, bytes, bytes] | None:
-    """(partition_id, topic id bytes, fields 3..8) of a PartitionChangeRecord envelope
+    """(partition_id, topic id bytes, fields 3..9) of a PartitionChangeRecord envelope
     as protobuf writes it (the same leading fields as a PartitionRecord's), with a
     version this code reads; None for anything else."""
     return _split(data, _CHANGE_ENVELOPE_TAG, CHANGE_VERSION)
@@ -240,7 +241,7 @@ def registration_cache() -> dict[bytes, PartitionRegistration]:
 
 
 def registration_from_tail(tail: bytes) -> PartitionRegistration | None:
-    """The registration that PartitionRecord fields 3..10 (``tail``) state, or None if
+    """The registration that PartitionRecord fields 3..11 (``tail``) state, or None if
     they are not only those fields or do not decode (the protobuf path decides)."""
     return _from_tail(tail, _REGISTRATIONS, pb.PartitionRecord, partition_from_record)
 
@@ -252,7 +253,7 @@ def delta_cache() -> dict[bytes, PartitionDelta]:
 
 
 def delta_from_tail(tail: bytes) -> PartitionDelta | None:
-    """The delta that PartitionChangeRecord fields 3..8 (``tail``) state, or None if
+    """The delta that PartitionChangeRecord fields 3..9 (``tail``) state, or None if
     they are not only those fields or do not decode (the protobuf path decides)."""
     return _from_tail(tail, _DELTAS, pb.PartitionChangeRecord, PartitionDelta.of)
 

@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -324,3 +325,47 @@ def test_min_insync_replicas_refuses_acks_all_and_the_metrics_say_so(
             for t in json.loads(described.output)] == [("guarded", [0])]
     cluster.brokers[follower].start()
     cluster.wait_running([follower], timeout_s=30)
+
+
+def test_an_eligible_leader_replica_is_elected_not_an_out_of_date_one(
+        cluster: BrokerCluster, admin: AdminClient) -> None:
+    """KIP-966 with real processes. min ISR 2: broker X dies (out of date from then
+    on); Y pauses, so the ISR shrinks to the leader L alone and Y becomes an eligible
+    leader replica; acks=all is refused; L dies. X comes back and is not elected;
+    Y comes back and is, with every acknowledged record."""
+    result = admin.create_topics([CreatableTopic("elr", 1, 3,
+                                                 configs=(("min.insync.replicas", "2"),))])[0]
+    assert result.error.ok, result.error
+    wait_until(lambda: leader_of(admin, "elr")[0] >= 0, 10, "a leader")
+
+    def registration() -> Any:
+        return admin.describe_topics(["elr"])[0].partitions[0].registration
+
+    with Producer(admin, timeout_ms=20_000) as producer:
+        producer.send("elr", [DataRecord(None, b"a")], partition=0)
+        leader = registration().leader
+        x, y = [b for b in registration().replicas if b != leader]
+        cluster.brokers[x].kill()
+        wait_until(lambda: set(registration().isr) == {leader, y}, 20, "X out of the ISR")
+        producer.send("elr", [DataRecord(None, b"b")], partition=0)
+        cluster.brokers[y].signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: (registration().isr, registration().elr) == ((leader,), (y,)),
+                       20, "the ISR down to the leader, Y eligible")
+            with pytest.raises(DataClientError) as refused:
+                producer.send("elr", [DataRecord(None, b"refused")], partition=0)
+            assert refused.value.code_name == "NOT_ENOUGH_REPLICAS"
+            cluster.brokers[leader].kill()
+            wait_until(lambda: registration().leader == -1, 20, "the partition offline")
+            cluster.brokers[x].start()
+            cluster.wait_running([x], timeout_s=30)
+            assert registration().leader == -1, "an out-of-date replica was elected"
+        finally:
+            cluster.brokers[y].signal(signal.SIGCONT)
+    wait_until(lambda: registration().leader == y, 30, "the eligible replica elected")
+    assert registration().elr == (leader,)
+    with Consumer(admin) as consumer:
+        wait_until(lambda: [r.record.value for r in consumer.read("elr", 0, 0)] == [b"a", b"b"],
+                   30, "every acknowledged record readable from the new leader")
+    cluster.brokers[leader].start()
+    cluster.wait_running([leader], timeout_s=30)

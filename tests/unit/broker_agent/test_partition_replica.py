@@ -285,3 +285,19 @@ def test_damage_to_fsynced_records_is_cut_and_refetched_never_served(tmp_path: P
     replicate(leader, again)
     assert again.log is not None
     assert values(b"".join(again.log.read(0))) == ["a", "b", "c"]
+
+
+def test_the_high_watermark_stands_still_below_min_isr(tmp_path: Path) -> None:
+    """KIP-966: a replica that left an ISR below min ISR is an eligible leader, which
+    it can only be if the HW did not move past it meanwhile."""
+    leader = replica(tmp_path, 1)
+    leader.min_isr = 2
+    leader.become_leader(1, 1, (1, 2), (1,), now_ms=0)
+    leader.append_as_leader(batch_of("a"), None, "", "", 0)
+    assert leader.log is not None
+    leader.log.flush()
+    assert not leader.maybe_advance_high_watermark()
+    assert leader.high_watermark == 0
+    leader.read_for_follower(2, 1, 1, 1 << 20, now_ms=0)
+    leader.become_leader(1, 2, (1, 2), (1, 2), now_ms=0)  # 2 is reported back in sync
+    assert leader.high_watermark == 1
