@@ -18,6 +18,8 @@ from broker_agent.replica.config import DEFAULT_DATA_PLANE, DataPlaneConfig
 from controller.logformat.batch import MAX_BATCH_BYTES
 from controller.metadata.features import METADATA_VERSION, SUPPORTED_FEATURES
 from controller.quorum.driver_config import DriverConfig
+from controller.security.authorizer import AuthorizerConfig
+from controller.security.config_tables import authorizer_table
 from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
 from controller.storage.errors import MetaPropertiesError
 from controller.storage.meta_properties import check_meta_properties
@@ -77,6 +79,13 @@ min_insync_replicas = 1                 # unless the topic sets min.insync.repli
 replica_fetch_wait_ms = 500             # a follower's fetch waits this long for data
 replica_lag_time_max_ms = 10000         # a follower behind this long leaves the ISR
 
+# Who may produce and consume (ACLs from the metadata: WRITE / READ / DESCRIBE on a
+# topic; a follower's fetch needs CLUSTER_ACTION). On by default when TLS is on.
+[authorizer]
+# enabled = true
+super_users = ["User:admin"]
+allow_everyone_if_no_acl_found = false
+
 [logging]
 level = "INFO"                  # DEBUG, INFO, WARNING, ERROR
 format = "kv"                   # "kv" (key=value) or "json", one line per event, stderr
@@ -88,7 +97,7 @@ BrokerConfigError = ConfigError
 
 
 _TOP_KEYS = ("broker_id", "cluster_id", "data_dir", "listen", "rack", "controllers", "broker",
-             "logging", "metrics", "tls", "data")
+             "logging", "metrics", "tls", "data", "authorizer")
 _BROKER_KEYS = ("heartbeat_interval_ms", "controlled_shutdown_timeout_ms")
 DATA_BACKENDS = ("log", "none")
 _DATA_INT_KEYS = {"segment_bytes": MAX_BATCH_BYTES, "retention_ms": -1, "retention_bytes": -1,
@@ -118,6 +127,9 @@ class BrokerConfig:
     # [data]: "log" hosts replicated partition logs, "none" only the local state.
     data_backend: str = "log"
     data: DataPlaneConfig = DEFAULT_DATA_PLANE
+    # [authorizer] for the data service (None: every authenticated caller may
+    # produce and consume); on by default when TLS is.
+    authorizer: AuthorizerConfig | None = None
 
     def driver_config(self) -> DriverConfig:
         """The Raft observer: node id = broker id, not among the voters."""
@@ -159,7 +171,8 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
     metrics_address, metrics_port = metrics_table(doc)
     tls = parse_tls_table(doc, path.parent, required=True)
     data_backend, data = _data_table(doc)
-    config = BrokerConfig(data_backend=data_backend, data=data, path=path, broker_id=broker_id, cluster_id=cluster_id,
+    authorizer = authorizer_table(doc, tls)
+    config = BrokerConfig(data_backend=data_backend, data=data, authorizer=authorizer, path=path, broker_id=broker_id, cluster_id=cluster_id,
                           data_dir=data_dir, listen=listen, rack=rack, controllers=controllers,
                           log_level=level, log_format=log_format, tls=tls,
                           metrics_address=metrics_address, metrics_port=metrics_port, **values)

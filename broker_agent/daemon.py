@@ -42,6 +42,8 @@ from controller.quorum.driver import RaftDriver
 from controller.quorum.log_adapter import discard_replica_log
 from controller.raft import CommittedHistoryCutError
 from controller.rpc import RoleHealth, add_health_and_reflection, bind, create_server
+from controller.security.access import Access
+from controller.security.authorizer import StandardAuthorizer
 from controller.storage.meta_properties import DataDir
 
 log = get_logger("metakraft.broker")
@@ -177,7 +179,9 @@ async def run_broker(config: BrokerConfig) -> int:
 
     services = [add_status_service(server, view)]
     if data is not None:
-        services.append(add_data_service(server, data))
+        authorizer = None if config.authorizer is None else \
+            StandardAuthorizer(config.authorizer, data)
+        services.append(add_data_service(server, data, Access(config.tls.mapper, authorizer)))
     health = add_health_and_reflection(server, services)
     running = RoleHealth(health, RUNNING_BROKER_HEALTH)
     lifecycle.machine.state_listeners.append(

@@ -14,6 +14,7 @@ records): one reused protobuf message, fields read once, no per-record envelope.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
@@ -26,6 +27,7 @@ from broker_agent.image import (
     TopicImage,
 )
 from broker_agent.pmap import PersistentMap
+from controller.metadata.acls import AclEntry
 from controller.records import (
     MetadataRecord,
     decode_record,
@@ -38,14 +40,17 @@ from controller.records.domain import (
     BrokerRegistration,
     PartitionRegistration,
 )
+from controller.security.acl import AclBinding
 
-# Records that carry no metadata for the image (Raft control records, no-ops, ACLs
-# which the broker agent does not use yet, the remote tier's bookkeeping).
+# Records that carry no metadata for the image (Raft control records, no-ops, the
+# remote tier's bookkeeping).
 _IGNORED = frozenset({"no_op", "leader_change", "snapshot_header", "snapshot_footer",
-                      "access_control_entry", "remove_access_control_entry",
                       "remote_log_segment", "remote_log_segment_state_change",
                       "request_result", "voters"})
 _TOPIC_RESOURCE = int(pb.CONFIG_RESOURCE_TYPE_TOPIC)
+# Versions of the images' ACLs: a new number whenever they change or are loaded, never
+# reused in this process (the authorizer caches its index by it).
+_ACL_VERSIONS = itertools.count(1)
 
 
 class DeltaReplayError(ValueError):
@@ -75,6 +80,8 @@ class MetadataDelta(RecordHandler):
         self._brokers = base.brokers
         self._configs = base.configs
         self._features = base.features
+        self._acls = base.acls
+        self._acl_version = base.acl_version
         # Working copies of the partition maps of the topics this delta touched.
         self._parts: dict[str, dict[int, PartitionRegistration]] = {}
         self._changed: set[PartitionKey] = set()
@@ -179,6 +186,18 @@ class MetadataDelta(RecordHandler):
         else:
             self._configs = self._configs.delete(resource)
 
+    def on_access_control_entry(self, record: pb.AccessControlEntryRecord, offset: int) -> None:
+        binding = AclEntry.from_record(record).binding()
+        if binding is not None:  # a value this release does not know grants nothing
+            self._acls = self._acls.set(record.id, binding)
+            self._acl_version = next(_ACL_VERSIONS)
+
+    def on_remove_access_control_entry(self, record: pb.RemoveAccessControlEntryRecord,
+                                       offset: int) -> None:
+        if record.id in self._acls:
+            self._acls = self._acls.delete(record.id)
+            self._acl_version = next(_ACL_VERSIONS)
+
     def on_feature_level(self, record: pb.FeatureLevelRecord, offset: int) -> None:
         # Level 0 removes the feature (metadata.proto).
         if record.feature_level == 0:
@@ -197,7 +216,7 @@ class MetadataDelta(RecordHandler):
                                                        partitions=MappingProxyType(parts)))
         self._parts = {}
         image = MetadataImage(self._offset, topics, self._topic_ids, self._brokers,
-                              self._configs, self._features)
+                              self._configs, self._features, self._acls, self._acl_version)
         changes = ImageChanges(frozenset(self._changed), frozenset(self._removed),
                                self._brokers_changed)
         return image, changes
@@ -213,6 +232,7 @@ class _ImageBuilder(RecordHandler):
         self.brokers: dict[int, BrokerRegistration] = {}
         self.configs: dict[ConfigResourceKey, dict[str, str]] = {}
         self.features: dict[str, int] = {}
+        self.acls: dict[str, AclBinding] = {}
 
     def add(self, record: MetadataRecord) -> None:
         dispatch(record, self, -1)  # a snapshot's records have no offsets of their own
@@ -243,6 +263,11 @@ class _ImageBuilder(RecordHandler):
         if record.feature_level:
             self.features[record.name] = record.feature_level
 
+    def on_access_control_entry(self, record: pb.AccessControlEntryRecord, offset: int) -> None:
+        binding = AclEntry.from_record(record).binding()
+        if binding is not None:
+            self.acls[record.id] = binding
+
     def partition(self, topic_id: str, index: int, registration: PartitionRegistration) -> None:
         parts = self.parts.get(topic_id)
         if parts is None:
@@ -259,7 +284,8 @@ class _ImageBuilder(RecordHandler):
                              PersistentMap.from_mapping(self.topic_ids),
                              PersistentMap.from_mapping(self.brokers),
                              PersistentMap.from_mapping(frozen_configs),
-                             PersistentMap.from_mapping(self.features))
+                             PersistentMap.from_mapping(self.features),
+                             PersistentMap.from_mapping(self.acls), next(_ACL_VERSIONS))
 
 
 def build_image(records: Iterable[MetadataRecord], offset: int) -> MetadataImage:

@@ -17,6 +17,7 @@ import attrs
 
 from broker_agent.pmap import PersistentMap
 from controller.records.domain import BrokerRegistration, PartitionRegistration
+from controller.security.acl import AclBinding
 
 # (topic id, partition index): how partitions are named across the broker agent.
 PartitionKey = tuple[str, int]
@@ -43,11 +44,16 @@ class MetadataImage:
     brokers: PersistentMap[int, BrokerRegistration]
     configs: PersistentMap[ConfigResourceKey, Mapping[str, str]]
     features: PersistentMap[str, int]
+    # ACL entry id -> binding (what the data plane authorizes with); `acl_version`
+    # changes whenever they do (the authorizer's cache key).
+    acls: PersistentMap[str, AclBinding] = attrs.field(factory=PersistentMap)
+    acl_version: int = 0
 
     @classmethod
     def empty(cls) -> MetadataImage:
         return cls(-1, PersistentMap(), PersistentMap(), PersistentMap(), PersistentMap(),
                    PersistentMap())
+
 
     def topic_by_name(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids.get(name)

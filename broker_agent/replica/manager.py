@@ -47,6 +47,7 @@ from broker_agent.replica.sessions import FetchSession, FetchSessions, Position
 from controller.log import get_logger
 from controller.records import metadata_pb2 as mpb
 from controller.rpc import RpcLimits
+from controller.security.acl import AclBinding
 from controller.security.tls import TlsCredentials
 from controller.storage.flush import PendingFlush
 from controller.storage.log import LogConfig
@@ -286,6 +287,17 @@ class ReplicaManager:
             raise DataPlaneError(dpb.UNKNOWN_TOPIC_OR_PARTITION,
                                  f"unknown partition {topic or topic_id}-{partition}")
         return topic_id, partition
+
+    def topic_name(self, topic_id: str) -> str:
+        topic = self.image.topics.get(topic_id)
+        return "" if topic is None else topic.name
+
+    def acl_version(self) -> int:
+        """The authorizer's `AclSource`: the ACLs of the image this broker applied."""
+        return self.image.acl_version
+
+    def acl_bindings(self) -> Iterable[AclBinding]:
+        return self.image.acls.values()
 
     def replica_of(self, topic: str, topic_id: str, partition: int) -> PartitionReplica:
         key = self._key_of(topic, topic_id, partition)

@@ -71,8 +71,9 @@ def tls_table(spec: ClusterSpec, node: NodeSpec) -> str:
              f"key_file = {_quote(files.key_file)}\n")
     if node.role == "controller":
         principals = ", ".join(f'"{principal_of(n)}"' for n in spec.controllers)
-        table += (f"controller_principals = [{principals}]\n"
-                  f"\n[authorizer]\nsuper_users = [\"{ADMIN_PRINCIPAL}\"]\n")
+        table += f"controller_principals = [{principals}]\n"
+    # Controllers authorize admin requests, brokers produce and fetch: you may do both.
+    table += f"\n[authorizer]\nsuper_users = [\"{ADMIN_PRINCIPAL}\"]\n"
     return table
 
 

@@ -20,8 +20,8 @@ from controller.metadata.features import METADATA_VERSION, SUPPORTED_FEATURES
 from controller.metadata.levels import LATEST_METADATA_VERSION
 from controller.quorum.driver_config import DriverConfig
 from controller.quorum_controller.ports import ControllerSettings
-from controller.security.acl import InvalidAclError, check_principal
 from controller.security.authorizer import AuthorizerConfig
+from controller.security.config_tables import authorizer_table, principal_list
 from controller.security.identity import IDENTITY_KEYS, UNBOUND, NodeIdentities
 from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
 from controller.storage.errors import MetaPropertiesError
@@ -151,7 +151,6 @@ _TIER_INT_KEYS = ("copy_interval_ms", "copy_timeout_ms", "max_backoff_ms", "loca
 _TIER_STR_KEYS = ("url", "access_key_id", "secret_access_key")
 _TOP_KEYS = {"node_id", "cluster_id", "data_dir", "listen", "voters", "raft", "controller",
              "logging", "metrics", "log", "tier", "tls", "authorizer"}
-_AUTHORIZER_KEYS = ("enabled", "super_users", "allow_everyone_if_no_acl_found")
 
 
 @attrs.frozen(kw_only=True)
@@ -226,7 +225,7 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
                           extra_keys=("controller_principals", *IDENTITY_KEYS))
     controller_principals = _controller_principals(doc, tls)
     identities = _identities(doc, tls, controller_principals)
-    authorizer = _authorizer_config(doc, tls)
+    authorizer = authorizer_table(doc, tls)
     try:
         # evolve() re-runs the validators with the configured values.
         driver = attrs.evolve(DriverConfig(node_id=node_id, cluster_id=cluster_id,
@@ -247,21 +246,9 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
                         identities=identities)
 
 
-def _principal_list(table: Mapping[str, Any], key: str, where: str) -> frozenset[str]:
-    values = table.get(key, [])
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise ConfigError(f"{where}{key}: expected a list of \"User:<name>\" strings")
-    for value in values:
-        try:
-            check_principal(value)
-        except InvalidAclError as exc:
-            raise ConfigError(f"{where}{key}: {exc}") from None
-    return frozenset(values)
-
-
 def _controller_principals(doc: Mapping[str, Any], tls: TlsConfig) -> frozenset[str]:
     table = sub_table(doc, "tls")
-    principals = _principal_list(table, "controller_principals", "tls.")
+    principals = principal_list(table, "controller_principals", "tls.")
     if tls.enabled and not principals:
         raise ConfigError("tls.controller_principals is required with TLS: the principals "
                           "of the controllers' certificates (only they may send Raft votes "
@@ -291,21 +278,6 @@ def _identities(doc: Mapping[str, Any], tls: TlsConfig,
             "certificates controller-<id>, or set the pattern to match them (\"\" lets any "
             "controller certificate speak for any voter)")
     return identities
-
-
-def _authorizer_config(doc: Mapping[str, Any], tls: TlsConfig) -> AuthorizerConfig | None:
-    table = sub_table(doc, "authorizer")
-    reject_unknown(table, _AUTHORIZER_KEYS, "authorizer.")
-    enabled = table.get("enabled", tls.enabled)
-    allow_everyone = table.get("allow_everyone_if_no_acl_found", False)
-    for key, value in (("enabled", enabled), ("allow_everyone_if_no_acl_found", allow_everyone)):
-        if not isinstance(value, bool):
-            raise ConfigError(f"authorizer.{key}: expected true or false, got {value!r}")
-    super_users = _principal_list(table, "super_users", "authorizer.")
-    if not enabled:
-        return None
-    return AuthorizerConfig(super_users=super_users,
-                            allow_everyone_if_no_acl_found=allow_everyone)
 
 
 def _tier_config(doc: dict[str, Any], data_dir: Path) -> TierConfig:

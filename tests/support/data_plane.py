@@ -23,20 +23,31 @@ from controller import rpc
 from controller.api import broker_pb2 as bpb
 from controller.records.domain import BrokerRegistration, Listener, PartitionRegistration
 from controller.records.metadata_pb2 import CONFIG_RESOURCE_TYPE_TOPIC
+from controller.security.access import Access
+from controller.security.acl import AclBinding
+from controller.security.authorizer import AuthorizerConfig, StandardAuthorizer
+from controller.security.tls import TlsCredentials
 
 TOPIC, TOPIC_ID = "orders", "T-orders"
 
 
 class Broker:
-    def __init__(self, broker_id: int, root: Path, config: DataPlaneConfig) -> None:
+    """One broker's data plane; with `tls` (its credentials) and `authorizer`, the
+    service is mutual TLS and authorizes over the image's ACLs, as a daemon's is."""
+
+    def __init__(self, broker_id: int, root: Path, config: DataPlaneConfig,
+                 tls: TlsCredentials | None = None,
+                 authorizer: AuthorizerConfig | None = None) -> None:
         self.broker_id = broker_id
         self.root = root
         self.config = config
-        self.manager = ReplicaManager(broker_id, root, config,
+        self.manager = ReplicaManager(broker_id, root, config, tls=tls,
                                       broker_epoch=lambda: 10 + broker_id)
         self.server = rpc.create_server()
-        add_data_service(self.server, self.manager)
-        self.port = rpc.bind(self.server, "127.0.0.1:0", None)
+        access = Access(authorizer=None if authorizer is None else
+                        StandardAuthorizer(authorizer, self.manager))
+        add_data_service(self.server, self.manager, access)
+        self.port = rpc.bind(self.server, "127.0.0.1:0", tls)
         self.running = False
 
     @property
@@ -56,7 +67,8 @@ class Broker:
 
 
 def image_of(brokers: Sequence[Broker], partitions: dict[int, PartitionRegistration],
-             offset: int = 1, configs: dict[str, str] | None = None) -> MetadataImage:
+             offset: int = 1, configs: dict[str, str] | None = None,
+             acls: Sequence[AclBinding] = ()) -> MetadataImage:
     registrations = {b.broker_id: BrokerRegistration(
         b.broker_id, f"inc-{b.broker_id}", 10 + b.broker_id,
         (Listener("PLAINTEXT", "127.0.0.1", b.port, "PLAINTEXT"),), fenced=False)
@@ -68,7 +80,9 @@ def image_of(brokers: Sequence[Broker], partitions: dict[int, PartitionRegistrat
                          PersistentMap.from_mapping(registrations),
                          PersistentMap.from_mapping(
                              {(int(CONFIG_RESOURCE_TYPE_TOPIC), TOPIC): configs or {}}),
-                         PersistentMap())
+                         PersistentMap(),
+                         PersistentMap.from_mapping({f"acl-{i}": b for i, b in enumerate(acls)}),
+                         offset)
 
 
 async def publish(brokers: Sequence[Broker], image: MetadataImage) -> None:
