@@ -1,0 +1,367 @@
+"""A seeded simulation of the data plane: the real partition cores and the real
+controller logic, under faults, checked after every step.
+
+What is real: `PartitionReplica` (append, replication, the high watermark, the
+divergence check and truncation, ISR proposals, on real log files), and the
+controller's metadata managers (`tests/unit/metadata/support.Harness`: fencing by
+session timeout, AlterPartition's validation, elections from the ISR then the ELR).
+What is modelled: the network (a fetch round is one call; links between brokers go
+down and up), metadata propagation (each broker applies the committed partition
+state when it syncs, at random moments, so its view lags), processes (a crash
+closes the replica, a restart reopens its files and registers a new incarnation),
+a broker cut off from the controllers (no heartbeats, no metadata, still serving:
+a zombie leader), and producers that send acks=all batches to the leader they
+believe in, sometimes a stale one.
+
+Checked after every step:
+- no acknowledged record is lost: every member of the committed ISR holds every
+  acknowledged record at the offset it was acknowledged at (an ELR member, which
+  the controller may elect, too);
+- replica logs never diverge below the high watermark: any two replicas hold the
+  same batches below the smaller of their high watermarks;
+- each replica's own invariants (`PartitionReplica.check`).
+
+`run(seed, bugs)` plants bugs to show the checks catch them: "apply-isr-early" (a
+leader applies the ISR it proposes before the controller commits it),
+"skip-truncation" (a follower never sends the epoch of its last batch, so the
+divergence check cannot run and it keeps a zombie's tail).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+
+from broker_agent.replica.partition import Diverged, PartitionReplica, Role
+from broker_agent.replica.records import DataRecord, decode_record, encode_record
+from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, encode_batch
+from controller.logformat.errors import StorageError
+from controller.metadata.alter_partition import (
+    AlterPartitionItem,
+    AlterPartitionRequest,
+    IsrMember,
+)
+from controller.storage.log import LogConfig
+from tests.simulation.invariants import InvariantViolation
+from tests.unit.metadata.support import SESSION_MS, Harness
+
+BROKERS = (1, 2, 3)
+TOPIC = "t"
+TICK_MS = 200
+LAG_MAX_MS = 1_500
+STEPS = 400
+BUGS = frozenset({"apply-isr-early", "skip-truncation"})
+
+
+@attrs.define
+class SimBroker:
+    broker_id: int
+    directory: Path
+    replica: PartitionReplica | None = None
+    alive: bool = True
+    # Cut off from the controllers: no heartbeats, no metadata (a zombie if it leads).
+    isolated: bool = False
+    # The partition epoch this broker last applied (-1: none).
+    seen_partition_epoch: int = -1
+
+
+@attrs.define
+class Pending:
+    broker: int
+    leader_epoch: int
+    base_offset: int
+    values: list[str]
+
+
+@attrs.define
+class Stats:
+    acked: int = 0
+    leader_changes: int = 0
+    truncations: int = 0
+    isr_reports: int = 0
+
+
+class DataPlaneSim:
+    def __init__(self, seed: int, root: Path, bugs: frozenset[str] = frozenset()) -> None:
+        assert bugs <= BUGS, bugs
+        self.rng = random.Random(seed)
+        self.bugs = bugs
+        self.stats = Stats()
+        self.h = Harness(seed)
+        self.h.add_brokers(list(BROKERS))
+        self.min_isr = self.rng.choice((1, 2))
+        self.h.create(TOPIC, assignments=(BROKERS,),
+                      configs=(("min.insync.replicas", str(self.min_isr)),))
+        self.topic_id = self.h.state.replication.topic_id(TOPIC)
+        self.brokers = {b: SimBroker(b, root / f"b{b}") for b in BROKERS}
+        self.links_down: set[frozenset[int]] = set()
+        self.pending: list[Pending] = []
+        # offset -> value of every acknowledged record.
+        self.acked: dict[int, str] = {}
+        self.next_value = 0
+        self.last_leader = self.h.part(TOPIC).leader
+        for broker in self.brokers.values():
+            self._open(broker)
+            self._sync(broker)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _open(self, broker: SimBroker) -> None:
+        broker.replica = PartitionReplica(broker.broker_id, TOPIC, str(self.topic_id), 0,
+                                          broker.directory, LogConfig(segment_bytes=8 << 20))
+        broker.seen_partition_epoch = -1
+
+    def _replica(self, broker_id: int) -> PartitionReplica | None:
+        broker = self.brokers[broker_id]
+        return broker.replica if broker.alive else None
+
+    def _reachable(self, a: int, b: int) -> bool:
+        return frozenset((a, b)) not in self.links_down and self.brokers[a].alive and \
+            self.brokers[b].alive
+
+    def _sync(self, broker: SimBroker) -> None:
+        """The broker applies the committed partition state (as the manager does)."""
+        replica = broker.replica
+        if replica is None or not broker.alive or broker.isolated:
+            return
+        part = self.h.part(TOPIC)
+        if part.partition_epoch == broker.seen_partition_epoch:
+            return
+        broker.seen_partition_epoch = part.partition_epoch
+        replica.min_isr = self.min_isr
+        if part.leader == broker.broker_id:
+            replica.become_leader(part.leader_epoch, part.partition_epoch, part.replicas,
+                                  part.isr, self.h.now_ms)
+        else:
+            replica.become_follower(part.leader, part.leader_epoch, part.partition_epoch,
+                                    part.replicas, part.isr)
+
+    # ------------------------------------------------------------------ actions
+
+    def step(self) -> None:
+        action = self.rng.choices(
+            ("produce", "fetch", "flush", "isr", "tick", "propagate", "crash", "restart",
+             "isolate", "link"),
+            weights=(20, 30, 15, 8, 10, 12, 2, 3, 2, 3))[0]
+        getattr(self, f"_{action}")()
+        self._acknowledge()
+        self._watch_leader()
+
+    def _produce(self) -> None:
+        part = self.h.part(TOPIC)
+        target = part.leader if self.rng.random() < 0.7 else self.rng.choice(BROKERS)
+        replica = self._replica(target) if target in self.brokers else None
+        if replica is None or replica.role is not Role.LEADER:
+            return
+        if len(replica.isr) < replica.min_isr:
+            return  # NOT_ENOUGH_REPLICAS: nothing appended
+        values = [f"v{self.next_value + i}" for i in range(self.rng.randint(1, 3))]
+        self.next_value += len(values)
+        batch = encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN, tuple(
+            encode_record(DataRecord(None, v.encode())) for v in values)))
+        result = replica.append_as_leader(batch, None, "", "", self.h.now_ms)
+        self.pending.append(Pending(target, replica.leader_epoch, result.base_offset, values))
+
+    def _fetch(self) -> None:
+        follower_id = self.rng.choice(BROKERS)
+        follower = self._replica(follower_id)
+        if follower is None or follower.role is not Role.FOLLOWER:
+            return
+        leader = self._replica(follower.leader_id) if follower.leader_id in self.brokers \
+            else None
+        if leader is None or not self._reachable(follower_id, follower.leader_id):
+            return
+        if leader.role is not Role.LEADER or leader.leader_epoch != follower.leader_epoch:
+            return  # FENCED / UNKNOWN_LEADER_EPOCH: nothing moves
+        last_epoch = -1 if "skip-truncation" in self.bugs else follower.last_epoch
+        try:
+            answer = leader.read_for_follower(follower_id, follower.log_end_offset, last_epoch,
+                                              1 << 20, self.h.now_ms,
+                                              self._broker_epoch(follower_id))
+        except Exception:
+            return  # OFFSET_OUT_OF_RANGE and the like: the real fetcher retries
+        if answer.diverging is not None:
+            follower.truncate_for_divergence(Diverged(answer.diverging.epoch,
+                                                      answer.diverging.end_offset))
+            self.stats.truncations += 1
+            return
+        try:
+            follower.append_as_follower(answer.records, answer.high_watermark)
+        except StorageError:
+            return  # refused (not at our end): the real fetcher logs it and fetches again
+        if follower.log is not None:
+            follower.log.flush()  # a follower fsyncs before it fetches again
+
+    def _flush(self) -> None:
+        for broker in self.brokers.values():
+            replica = broker.replica
+            if broker.alive and replica is not None and replica.log is not None:
+                replica.log.flush()
+                replica.maybe_advance_high_watermark()
+
+    def _isr(self) -> None:
+        leader_id = self.rng.choice(BROKERS)
+        replica = self._replica(leader_id)
+        if replica is None or replica.role is not Role.LEADER or replica.pending_isr is not None:
+            return
+        wanted = replica.isr_change(self.h.now_ms, LAG_MAX_MS)
+        if wanted is None:
+            return
+        if "apply-isr-early" in self.bugs:
+            replica.isr = wanted  # the planted bug: before (and whether or not) it commits
+        if self.brokers[leader_id].isolated:
+            return  # the controllers are out of reach
+        broker = self.h.state.cluster.broker(leader_id)
+        assert broker is not None
+        request = AlterPartitionRequest(leader_id, broker.broker_epoch, (AlterPartitionItem(
+            str(self.topic_id), 0, replica.leader_epoch, replica.partition_epoch,
+            tuple(IsrMember(b, self._broker_epoch(b)) for b in wanted)),))
+        (result,) = self.h.apply(self.h.state.replication.alter_partition(request))
+        self.stats.isr_reports += result.error.ok
+
+    def _broker_epoch(self, broker_id: int) -> int:
+        broker = self.h.state.cluster.broker(broker_id)
+        return -1 if broker is None else broker.broker_epoch
+
+    def _tick(self) -> None:
+        """Time passes; the brokers that can reach the controllers heartbeat, and the
+        controller fences the others once their session is over."""
+        self.h.now_ms += TICK_MS * self.rng.randint(1, 20)
+        for broker in self.brokers.values():
+            if broker.alive and not broker.isolated:
+                self.h.heartbeat(broker.broker_id)
+        self.h.apply(self.h.state.cluster.fence_stale_brokers(self.h.now_ms))
+
+    def _propagate(self) -> None:
+        self._sync(self.brokers[self.rng.choice(BROKERS)])
+
+    def _crash(self) -> None:
+        broker = self.brokers[self.rng.choice(BROKERS)]
+        if broker.alive and sum(b.alive for b in self.brokers.values()) > 1:
+            broker.alive = False
+            if broker.replica is not None:
+                broker.replica.close()
+            broker.replica = None
+
+    def _restart(self) -> None:
+        dead = [b for b in self.brokers.values() if not b.alive]
+        if not dead:
+            return
+        broker = self.rng.choice(dead)
+        broker.alive = True
+        self._open(broker)
+        # A new incarnation: registered once the old one's session is over.
+        self.h.now_ms += SESSION_MS + TICK_MS
+        for other in self.brokers.values():
+            if other.alive and not other.isolated and other is not broker:
+                self.h.heartbeat(other.broker_id)
+        self.h.apply(self.h.state.cluster.fence_stale_brokers(self.h.now_ms))
+        self.h.register(broker.broker_id, incarnation=f"sim-{broker.broker_id}-{self.h.now_ms}")
+        self.h.heartbeat(broker.broker_id)
+        self._sync(broker)
+
+    def _isolate(self) -> None:
+        broker = self.brokers[self.rng.choice(BROKERS)]
+        broker.isolated = not broker.isolated
+
+    def _link(self) -> None:
+        a, b = self.rng.sample(BROKERS, 2)
+        self.links_down ^= {frozenset((a, b))}
+
+    # ---------------------------------------------------------------- checks
+
+    def _acknowledge(self) -> None:
+        keep = []
+        for p in self.pending:
+            replica = self._replica(p.broker)
+            if replica is None or replica.role is not Role.LEADER or \
+                    replica.leader_epoch != p.leader_epoch:
+                continue  # the leadership ended first: never acknowledged
+            if replica.high_watermark > p.base_offset + len(p.values) - 1:
+                for i, value in enumerate(p.values):
+                    self.acked[p.base_offset + i] = value
+                self.stats.acked += len(p.values)
+            else:
+                keep.append(p)
+        self.pending = keep
+
+    def _watch_leader(self) -> None:
+        part = self.h.part(TOPIC)
+        if part.leader != self.last_leader and part.leader != -1:
+            self.stats.leader_changes += 1
+            if self.last_leader != -1 and part.leader not in part.isr:
+                raise InvariantViolation(f"leader {part.leader} outside the ISR {part.isr}")
+        self.last_leader = part.leader if part.leader != -1 else self.last_leader
+
+    def check(self) -> None:
+        part = self.h.part(TOPIC)
+        logs = {b: self._stored(b) for b in BROKERS}
+        for member in (*part.isr, *part.elr):
+            stored = logs[member]
+            for offset, value in self.acked.items():
+                if stored.get(offset) != value:
+                    raise InvariantViolation(
+                        f"acknowledged record {value!r} at offset {offset} missing from "
+                        f"broker {member} (ISR {part.isr}, ELR {part.elr}): it holds "
+                        f"{stored.get(offset)!r}")
+        hws = {b: self._hw(b) for b in BROKERS}
+        for a in BROKERS:
+            for b in BROKERS:
+                if a < b:
+                    below = min(hws[a], hws[b])
+                    for offset in range(below):
+                        if logs[a].get(offset) != logs[b].get(offset):
+                            raise InvariantViolation(
+                                f"brokers {a} and {b} disagree at offset {offset} below "
+                                f"their high watermarks ({hws[a]}, {hws[b]}): "
+                                f"{logs[a].get(offset)!r} vs {logs[b].get(offset)!r}")
+        for broker in self.brokers.values():
+            if broker.alive and broker.replica is not None:
+                broker.replica.check()
+
+    def _hw(self, broker_id: int) -> int:
+        replica = self._replica(broker_id)
+        return 0 if replica is None else replica.high_watermark
+
+    def _stored(self, broker_id: int) -> dict[int, str]:
+        """offset -> value of what the broker's log holds (read from its files if it is
+        down: a crash keeps what was written)."""
+        broker = self.brokers[broker_id]
+        replica = broker.replica
+        opened = None
+        if replica is None:
+            opened = replica = PartitionReplica(broker_id, TOPIC, str(self.topic_id), 0,
+                                                broker.directory, LogConfig(segment_bytes=8 << 20))
+        try:
+            log = replica.log
+            if log is None or log.end_offset == log.start_offset:
+                return {}
+            out: dict[int, str] = {}
+            for batch in log.read_batches(log.start_offset, max_bytes=64 << 20):
+                for i, body in enumerate(batch.records):
+                    out[batch.base_offset + i] = decode_record(body).value.decode()
+            return out
+        finally:
+            if opened is not None:
+                opened.close()
+
+
+def run(seed: int, bugs: Iterable[str] = (), steps: int = STEPS) -> Stats:
+    """One seed; raises `InvariantViolation` naming what broke."""
+    root = Path(tempfile.mkdtemp(prefix=f"data-sim-{seed}-"))
+    try:
+        sim = DataPlaneSim(seed, root, frozenset(bugs))
+        for step in range(steps):
+            try:
+                sim.step()
+                sim.check()
+            except InvariantViolation as exc:
+                raise InvariantViolation(f"seed {seed}, step {step}: {exc}") from None
+        return sim.stats
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
