@@ -115,6 +115,12 @@ class PartitionReplica:
     """One replica of one partition. `directory` holds its log (created on the first
     append); `clock_ms` is monotonic time for lag, wall time is taken from batches."""
 
+    # A broker hosts one per local replica (hundreds of thousands): no __dict__.
+    __slots__ = ("_log", "_log_config", "broker_id", "damage", "directory", "followers",
+                 "high_watermark", "isr", "leader_epoch", "leader_id",
+                 "leadership_start_offset", "min_isr", "partition", "partition_epoch",
+                 "pending_isr", "producers", "replicas", "role", "topic", "topic_id")
+
     def __init__(self, broker_id: int, topic: str, topic_id: str, partition: int,
                  directory: Path, log_config: LogConfig) -> None:
         self.broker_id = broker_id

@@ -212,17 +212,33 @@ class DataPlaneSim:
         wanted = replica.isr_change(self.h.now_ms, LAG_MAX_MS)
         if wanted is None:
             return
+        # As the manager's IsrReporter: the proposal is pending (the HW counts its new
+        # members) until it is refused, fails to reach the controllers, or commits
+        # and reaches this broker (become_leader clears it).
+        replica.pending_isr = wanted
         if "apply-isr-early" in self.bugs:
             replica.isr = wanted  # the planted bug: before (and whether or not) it commits
         if self.brokers[leader_id].isolated:
-            return  # the controllers are out of reach
+            replica.pending_isr = None  # the controllers are out of reach
+            return
         broker = self.h.state.cluster.broker(leader_id)
         assert broker is not None
+        members = tuple(IsrMember(b, self._member_epoch(replica, b)) for b in wanted)
         request = AlterPartitionRequest(leader_id, broker.broker_epoch, (AlterPartitionItem(
-            str(self.topic_id), 0, replica.leader_epoch, replica.partition_epoch,
-            tuple(IsrMember(b, self._broker_epoch(b)) for b in wanted)),))
+            str(self.topic_id), 0, replica.leader_epoch, replica.partition_epoch, members),))
         (result,) = self.h.apply(self.h.state.replication.alter_partition(request))
+        if not result.error.ok or (result.registration is not None and
+                                   result.registration.partition_epoch <= replica.partition_epoch):
+            replica.pending_isr = None
         self.stats.isr_reports += result.error.ok
+
+    def _member_epoch(self, replica: PartitionReplica, broker_id: int) -> int:
+        """The broker epoch the leader knows a member by: its own registration's, or
+        the one a follower fetched with (the incarnation its progress belongs to)."""
+        if broker_id == replica.broker_id:
+            return self._broker_epoch(broker_id)
+        progress = replica.followers.get(broker_id)
+        return -1 if progress is None else progress.broker_epoch
 
     def _broker_epoch(self, broker_id: int) -> int:
         broker = self.h.state.cluster.broker(broker_id)

@@ -82,7 +82,7 @@ def calls(address: str, tls: TlsCredentials, expect_records: bool) -> dict[str, 
         stub = dpb_grpc.PartitionDataStub(channel)
         produced = stub.Produce(dpb.ProduceRequest(topic=TOPIC, partition=0, acks=-1,
                                                    batch=batch_of("x"), producer_id=-1,
-                                                   timeout_ms=10_000), timeout=20)
+                                                   timeout_ms=30_000), timeout=40)
         fetched = stub.Fetch(dpb.FetchRequest(replica_id=-1, partitions=[
             dpb.FetchPartition(topic=TOPIC, partition=0, fetch_offset=0)]), timeout=10)
         if expect_records:
