@@ -47,7 +47,7 @@ from controller.logformat.batch import (
     iter_batches,
 )
 from controller.logformat.errors import StorageError
-from controller.storage.leader_epoch import UNDEFINED_EPOCH
+from controller.storage.leader_epoch import UNDEFINED_EPOCH, end_offset_for_epoch
 from controller.storage.log import LogConfig, LogDamage, SegmentedLog
 
 logger = get_logger("metakraft.broker.data")
@@ -375,7 +375,7 @@ class PartitionReplica:
             raise DataPlaneError(dpb.NOT_LEADER_OR_FOLLOWER,
                                  f"broker {replica_id} is not a replica of {self.name}")
         if last_fetched_epoch >= 0 and self._log is not None:
-            epoch, end = self._log.end_offset_for_epoch(last_fetched_epoch)
+            epoch, end = self._end_offset_for_epoch(last_fetched_epoch)
             if epoch != last_fetched_epoch or end < fetch_offset:
                 return self._result(b"", Diverged(epoch, end))
         if fetch_offset > self.log_end_offset or fetch_offset < self.log_start_offset:
@@ -388,6 +388,18 @@ class PartitionReplica:
         records = b"" if self._log is None or fetch_offset == self.log_end_offset else \
             b"".join(self._log.read(fetch_offset, max_bytes))
         return self._result(records)
+
+    def _end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= `epoch` in our history, where it ends), counting this
+        leadership as an epoch that starts at `leadership_start_offset` even before we
+        appended in it (Kafka assigns it in the epoch cache on becoming leader): a
+        follower whose last epoch is newer than all our batches but older than our
+        leadership then keeps what we share, instead of being told to drop it all."""
+        assert self._log is not None
+        entries = self._log.epoch_history()
+        if not entries or entries[-1][0] < self.leader_epoch:
+            entries = [*entries, (self.leader_epoch, self.leadership_start_offset)]
+        return end_offset_for_epoch(entries, epoch, self.log_end_offset)
 
     def read_for_consumer(self, fetch_offset: int, max_bytes: int) -> ReadResult:
         self.require_leader()

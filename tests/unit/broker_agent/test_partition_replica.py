@@ -301,3 +301,28 @@ def test_the_high_watermark_stands_still_below_min_isr(tmp_path: Path) -> None:
     leader.read_for_follower(2, 1, 1, 1 << 20, now_ms=0)
     leader.become_leader(1, 2, (1, 2), (1, 2), now_ms=0)  # 2 is reported back in sync
     assert leader.high_watermark == 1
+
+
+def test_a_follower_keeps_what_it_shares_with_a_leader_that_has_not_written_yet(
+        tmp_path: Path) -> None:
+    """Found by the data-plane simulation (seed 527): broker 2 wrote at epoch 1 as a
+    cut-off leader; broker 3 leads epoch 6 and has written nothing in it. Broker 2's
+    last epoch (1) is newer than every batch of 3's but older than its leadership:
+    it must drop only its epoch-1 tail, not its whole log (it may be an eligible
+    leader: what it shares with the leader is committed)."""
+    two, three = replica(tmp_path, 2), replica(tmp_path, 3)
+    two.become_leader(0, 0, (2, 3), (2, 3), now_ms=0)
+    three.become_follower(2, 0, 0, (2, 3), (2, 3))
+    two.append_as_leader(batch_of("a", "b"), None, "", "", 0)
+    assert two.log is not None
+    two.log.flush()
+    replicate(two, three)
+    two.become_leader(1, 1, (2, 3), (2,), now_ms=0)
+    two.append_as_leader(batch_of("tail"), None, "", "", 0)
+    three.become_leader(6, 2, (2, 3), (3,), now_ms=0)
+    two.become_follower(3, 6, 2, (2, 3), (3,))
+    answer = three.read_for_follower(2, two.log_end_offset, two.last_epoch, 1 << 20, now_ms=0)
+    assert answer.diverging == Diverged(0, 2)
+    two.truncate_for_divergence(answer.diverging)
+    assert values(b"".join(two.log.read(0))) == ["a", "b"]
+    assert two.log.epoch_history() == [(0, 0)]
