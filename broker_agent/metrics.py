@@ -97,6 +97,15 @@ class BrokerMetrics:
             "Largest lag, in records, of an in-sync follower behind this leader's log end.",
             registry=r)
 
+        # Zeros for the usual label values, so a rate() has a series from the start.
+        for acks in ("0", "1", "all"):
+            self.produce_requests.labels(acks=acks, result="DATA_ERROR_NONE")
+            self.produce_time.labels(acks=acks)
+        for kind in ("consumer", "follower"):
+            self.fetch_requests.labels(kind=kind)
+        for kind in ("shrink", "expand"):
+            self.isr_changes.labels(kind=kind)
+
     def data_plane(self, led: int, under_min_isr: int, at_min_isr: int,
                    max_lag: int) -> None:
         self.led_partitions.set(led)

@@ -236,3 +236,18 @@ def test_damage_is_reported_the_same_without_change_json(log_dir: tuple[Path, Kn
             for r in b.to_pylist()]
     assert rows[-1]["_corrupt"] is not None and seg.name in rows[-1]["_corrupt"]
     assert all(r["_corrupt"] is None for r in rows[:-1])
+
+
+def test_fast_json_of_eligible_leader_replicas_equals_record_to_dict() -> None:
+    """Records of metadata.version 7 carry the ELR; the fast path prints it too."""
+    from controller.records import encode_record, make_record
+    from controller.records import metadata_pb2 as mpb
+
+    part = mpb.PartitionRecord(partition_id=3, topic_id="t", replicas=[1, 2, 3], isr=[1],
+                               leader=1, eligible_leader_replicas=[2, 3])
+    change = mpb.PartitionChangeRecord(partition_id=3, topic_id="t",
+                                       isr=mpb.BrokerIdList(ids=[1, 2]),
+                                       eligible_leader_replicas=mpb.BrokerIdList(ids=[]))
+    for record in (part, change):
+        raw = encode_record(make_record(record))
+        assert json.loads(record_columns(raw)[8]) == record_to_dict(decode_record(raw))
