@@ -16,7 +16,13 @@ gRPC), each in its own process so the client's GIL is not the limit. Figures:
 3. failover: a producer writing in a closed loop, `--kills` times: kill -9 the
    partition leader's broker, time until the next acknowledged batch (then the
    broker is restarted and the next round waits until it is back in the ISR);
-4. the physical limit: fdatasync of a 4 KiB write on this disk, per second.
+4. ISR expansion by AlterPartition: `--partitions` partitions (RF 3); a broker is
+   killed, its ISRs shrink (fencing), it restarts, and its leaders report it back
+   in sync: the time from its restart until every ISR holds it again;
+5. the physical limit: fdatasync of a 4 KiB write on this disk, per second.
+
+`--session-ms` sets the controllers' broker session timeout (2,000 by default, as
+the tests; failover waits that long before the dead leader is fenced).
 
 Not a test: it prints its figures (docs/benchmarks.md keeps them).
 """
@@ -160,6 +166,27 @@ def failover(cluster: BrokerCluster, admin: AdminClient, kills: int) -> list[flo
     return gaps
 
 
+def isr_expansion(cluster: BrokerCluster, admin: AdminClient, partitions: int) -> dict[str, float]:
+    topic = "expand"
+    result = admin.create_topics([CreatableTopic(topic, partitions, 3)])[0]
+    assert result.error.ok, result.error
+
+    def registrations() -> list:  # type: ignore[type-arg]
+        return [p.registration for p in admin.describe_topics([topic])[0].partitions]
+
+    wait_until(lambda: all(len(r.isr) == 3 for r in registrations()), 120, "full ISRs")
+    victim = 3
+    cluster.brokers[victim].kill()
+    wait_until(lambda: all(victim not in r.isr for r in registrations()), 120, "ISRs shrunk")
+    started = time.monotonic()
+    cluster.brokers[victim].start()
+    cluster.wait_running([victim], timeout_s=120)
+    running_s = time.monotonic() - started
+    wait_until(lambda: all(victim in r.isr for r in registrations()), 300, "ISRs expanded")
+    return {"partitions": partitions, "running_s": running_s,
+            "all_back_s": time.monotonic() - started}
+
+
 def fsync_rate(directory: Path, seconds: float = 2.0) -> float:
     path = directory / "fsync-probe"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -181,31 +208,46 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--producers", default="1,16")
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--session-ms", type=int, default=2000)
+    parser.add_argument("--skip", default="", help="phases to skip: throughput,e2e,"
+                        "failover,expansion")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}")
     with tempfile.TemporaryDirectory(prefix="produce-bench-") as tmp:
         root = Path(tmp)
         print(f"fdatasync of 4 KiB writes on this disk: {fsync_rate(root):.0f}/s")
-        cluster = BrokerCluster(root, brokers=(1, 2, 3), session_timeout_ms=2_000)
+        cluster = BrokerCluster(root, brokers=(1, 2, 3), session_timeout_ms=args.session_ms)
+        skip = set(args.skip.split(","))
         try:
             cluster.start()
             cluster.wait_running(timeout_s=60)
             with cluster.admin() as admin:
-                for producers in (int(p) for p in args.producers.split(",")):
+                for producers in (int(p) for p in args.producers.split(",")
+                                  if "throughput" not in skip):
                     r = throughput(cluster, admin, producers, args.seconds)
                     print(f"acks=all, {producers} producer(s), batches of {BATCH} x 100 B: "
                           f"{r['records_per_s']:,.0f} records/s, {r['mb_per_s']:.2f} MB/s, "
                           f"batch latency p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
-                e2e = end_to_end(cluster, admin)
-                print(f"end to end (produce -> consume, 1 record at a time): "
-                      f"p50 {e2e['p50_ms']:.1f} ms, p99 {e2e['p99_ms']:.1f} ms "
-                      f"({e2e['records']:.0f} records)")
-                gaps = failover(cluster, admin, args.kills)
-                print(f"partition leader kill -9 -> next acknowledged produce ({len(gaps)} "
-                      f"kills, session timeout 2 s): "
-                      + ", ".join(f"{g:.0f}" for g in gaps)
-                      + f" ms; median {statistics.median(gaps):.0f}, max {max(gaps):.0f}")
+                if "e2e" not in skip:
+                    e2e = end_to_end(cluster, admin)
+                    print(f"end to end (produce -> consume, 1 record at a time): "
+                          f"p50 {e2e['p50_ms']:.1f} ms, p99 {e2e['p99_ms']:.1f} ms "
+                          f"({e2e['records']:.0f} records)")
+                if "failover" not in skip:
+                    gaps = failover(cluster, admin, args.kills)
+                    print(f"partition leader kill -9 -> next acknowledged produce "
+                          f"({len(gaps)} kills, session timeout {args.session_ms} ms): "
+                          + ", ".join(f"{g:.0f}" for g in gaps)
+                          + f" ms; median {statistics.median(gaps):.0f}, "
+                          f"max {max(gaps):.0f}")
+                if "expansion" not in skip:
+                    x = isr_expansion(cluster, admin, args.partitions)
+                    print(f"ISR expansion: broker 3 restarted with {x['partitions']:.0f} "
+                          f"partitions (RF 3) to catch up: RUNNING after "
+                          f"{x['running_s']:.1f} s, back in every ISR (AlterPartition) "
+                          f"after {x['all_back_s']:.1f} s")
         finally:
             cluster.close()
 
