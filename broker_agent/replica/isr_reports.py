@@ -39,6 +39,8 @@ class IsrHost(Protocol):
 
     def clock_ms(self) -> int: ...
 
+    def may_join_isr(self, broker_id: int) -> bool: ...
+
 
 class IsrReporter:
     def __init__(self, host: IsrHost) -> None:
@@ -64,6 +66,12 @@ class IsrReporter:
             if replica.role is not Role.LEADER or replica.pending_isr is not None:
                 continue
             wanted = replica.isr_change(now_ms, host.config.replica_lag_time_max_ms)
+            if wanted is not None:
+                # Not a broker the controller would refuse (KIP-841): no report to
+                # be turned down every turn while it shuts down or is fenced.
+                wanted = tuple(b for b in wanted if b in replica.isr or host.may_join_isr(b))
+                if wanted == replica.isr:
+                    wanted = None
             if wanted is None:
                 continue
             replica.pending_isr = wanted

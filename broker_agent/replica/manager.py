@@ -288,6 +288,13 @@ class ReplicaManager:
                                  f"unknown partition {topic or topic_id}-{partition}")
         return topic_id, partition
 
+    def may_join_isr(self, broker_id: int) -> bool:
+        """The image shows `broker_id` registered, unfenced and not shutting down (the
+        controller would refuse it as INELIGIBLE_REPLICA otherwise)."""
+        registration = self.image.brokers.get(broker_id)
+        return registration is not None and not registration.fenced and \
+            not registration.in_controlled_shutdown
+
     def topic_name(self, topic_id: str) -> str:
         topic = self.image.topics.get(topic_id)
         return "" if topic is None else topic.name
@@ -600,7 +607,11 @@ class ReplicaManager:
                                          "unknown or out of step: send a full fetch")
             session = found
         session.epoch = request.session_epoch
-        session.broker_epoch = request.replica_broker_epoch
+        if request.replica_broker_epoch != session.broker_epoch:
+            # Another incarnation (or the first registration): its progress counts
+            # under the new epoch, so every partition is looked at again.
+            session.broker_epoch = request.replica_broker_epoch
+            session.ready.update(session.positions)
         forgotten = []
         for p in request.forgotten:
             forgotten.append((p.topic_id, p.partition))

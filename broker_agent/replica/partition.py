@@ -342,7 +342,8 @@ class PartitionReplica:
         """Leader: the ISR it observes, if it differs from the committed one (None:
         no change). A follower leaves once it has not been caught up for
         `lag_max_ms` (and is not simply idle at our log end); a replica joins once
-        its log reaches the HW and the start of this leadership."""
+        its log reaches the HW and the start of this leadership and it is caught up
+        (at our log end, or recently)."""
         if self.role is not Role.LEADER:
             return None
         end = self.log_end_offset
@@ -358,8 +359,9 @@ class PartitionReplica:
             progress = self.followers.get(replica)
             if replica in self.isr or replica == self.broker_id or progress is None:
                 continue
-            if progress.broker_epoch >= 0 and progress.fetch_offset >= join_at and \
-                    now_ms - progress.last_caught_up_ms <= lag_max_ms:
+            caught_up = progress.fetch_offset >= end or \
+                now_ms - progress.last_caught_up_ms <= lag_max_ms
+            if progress.broker_epoch >= 0 and progress.fetch_offset >= join_at and caught_up:
                 keep.append(replica)
         wanted = tuple(keep)
         return None if wanted == self.isr else wanted

@@ -27,7 +27,7 @@ from controller.api.client import AdminClient
 from controller.cli.main import cli
 from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, decode_batch, encode_batch
 from controller.logformat.errors import StorageError
-from controller.metadata import CreatableTopic
+from controller.metadata import CreatableTopic, TopicPartition
 from controller.metadata.configs import (
     AlterConfigOp,
     AlterConfigsResource,
@@ -369,3 +369,36 @@ def test_an_eligible_leader_replica_is_elected_not_an_out_of_date_one(
                    30, "every acknowledged record readable from the new leader")
     cluster.brokers[leader].start()
     cluster.wait_running([leader], timeout_s=30)
+
+
+def test_a_damaged_and_torn_partition_log_is_cut_refetched_and_never_served(
+        cluster: BrokerCluster, admin: AdminClient) -> None:
+    """The preferred replica's segment gets a flipped byte in a record it had fsynced
+    (and acknowledged) and a torn tail; it restarts, cuts both, fetches the records
+    again, rejoins the ISR, is made leader again, and serves exactly what was
+    committed."""
+    create(admin, "torn")
+    with Producer(admin) as producer:
+        for i in range(3):
+            producer.send("torn", [DataRecord(None, f"r{i}-{j}".encode()) for j in range(5)], 0)
+    committed = [f"r{i}-{j}" for i in range(3) for j in range(5)]
+    victim = admin.describe_topics(["torn"])[0].partitions[0].registration.replicas[0]
+    wait_until(lambda: stored_values(cluster, victim, "torn") == committed, 20,
+               "the preferred replica holds every record")
+    assert cluster.brokers[victim].terminate() == 0  # clean: flushed, recovery point set
+    directory = cluster.brokers[victim].data_dir / "partition-logs" / "torn-0"
+    (segment,) = [p for p in directory.iterdir() if parse_segment_file_name(p.name) is not None]
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the second batch: damage below the recovery point
+    segment.write_bytes(bytes(data) + b"\x00\x00\x00\x00\x00\x17torn")
+    cluster.brokers[victim].start()
+    cluster.wait_running([victim], timeout_s=30)
+    wait_until(lambda: stored_values(cluster, victim, "torn") == committed and victim in
+               admin.describe_topics(["torn"])[0].partitions[0].registration.isr, 30,
+               "the damaged replica re-fetched and rejoined the ISR")
+    assert "event=partition_log_damaged" in cluster.brokers[victim].log_path.read_text()
+    admin.elect_leaders([TopicPartition("torn", 0)])
+    wait_until(lambda: leader_of(admin, "torn")[0] == victim, 20, "the preferred leader back")
+    with Consumer(admin) as consumer:
+        wait_until(lambda: [r.record.value.decode() for r in consumer.read("torn", 0, 0)]
+                   == committed, 20, "the repaired leader serves what was committed")
