@@ -24,7 +24,7 @@ from controller.metadata import CreatableTopic, ReassignmentRequest
 from controller.records.domain import BrokerRegistration
 from controller.storage.log import SegmentedLog
 from controller.storage.meta_properties import DataDir
-from tests.support.broker_processes import BrokerCluster
+from tests.support.broker_processes import BrokerCluster, running_cluster
 from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -35,15 +35,10 @@ SESSION_TIMEOUT_MS = 2_000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    root = tmp_path_factory.mktemp("brokers")
-    c = BrokerCluster(root, brokers=BROKERS, session_timeout_ms=SESSION_TIMEOUT_MS,
-                      snapshot_interval_bytes=16384)
-    try:
-        c.start()
-        c.wait_running(timeout_s=40)
+    with running_cluster(tmp_path_factory.mktemp("brokers"), brokers=BROKERS,
+                         session_timeout_ms=SESSION_TIMEOUT_MS,
+                         snapshot_interval_bytes=16384) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture()

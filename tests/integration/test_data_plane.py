@@ -36,7 +36,7 @@ from controller.metadata.configs import (
     ResourceType,
 )
 from controller.storage.segment import iter_stored_batches, parse_segment_file_name
-from tests.support.broker_processes import BrokerCluster
+from tests.support.broker_processes import BrokerCluster, running_cluster
 from tests.support.polling import wait_until
 from tests.support.tiered_cluster import scrape
 
@@ -48,15 +48,9 @@ SESSION_TIMEOUT_MS = 2_000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    root = tmp_path_factory.mktemp("data-plane")
-    c = BrokerCluster(root, brokers=BROKERS, session_timeout_ms=SESSION_TIMEOUT_MS,
-                      metrics=True)
-    try:
-        c.start()
-        c.wait_running(timeout_s=40)
+    with running_cluster(tmp_path_factory.mktemp("data-plane"), brokers=BROKERS,
+                         session_timeout_ms=SESSION_TIMEOUT_MS, metrics=True) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture()

@@ -16,7 +16,7 @@ import pytest
 
 from controller.api.client import AdminClient
 from controller.metadata import CreatableTopic, ReassignmentRequest
-from tests.support.broker_processes import BrokerCluster
+from tests.support.broker_processes import BrokerCluster, running_cluster
 from tests.support.polling import wait_until
 from tests.support.processes import ChildProcess
 
@@ -74,14 +74,10 @@ def events(process: ChildProcess) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
-    c = BrokerCluster(tmp_path_factory.mktemp("observability"), controllers=1, brokers=(1, 2),
-                      session_timeout_ms=2_000, log_format="json", metrics=True)
-    try:
-        c.start()
-        c.wait_running(timeout_s=40)
+    with running_cluster(tmp_path_factory.mktemp("observability"), controllers=1,
+                         brokers=(1, 2), session_timeout_ms=2_000, log_format="json",
+                         metrics=True) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture()

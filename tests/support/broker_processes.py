@@ -9,10 +9,11 @@ stopped, then SIGTERM, then SIGKILL).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,16 @@ class BrokerCluster:
         for b in ids:
             wait_until(lambda b=b: self.brokers[b].status()["state"] == "RUNNING",  # type: ignore[misc]
                      timeout_s, f"broker {b} RUNNING")
+
+
+@contextlib.contextmanager
+def running_cluster(root: Path, **kwargs: Any) -> Iterator[BrokerCluster]:
+    """A started `BrokerCluster(root, **kwargs)` with every broker RUNNING, closed
+    after (what the module fixtures of the real-process tests share)."""
+    cluster = BrokerCluster(root, **kwargs)
+    try:
+        cluster.start()
+        cluster.wait_running(timeout_s=40)
+        yield cluster
+    finally:
+        cluster.close()

@@ -17,6 +17,7 @@ from broker_agent.image import MetadataImage, topic_image
 from broker_agent.pmap import PersistentMap
 from broker_agent.reconciler import BecomeFollower, BecomeLeader, desired_replica
 from broker_agent.replica.config import DataPlaneConfig
+from broker_agent.replica.isr_reports import AlterPartitionSender
 from broker_agent.replica.manager import ReplicaManager
 from broker_agent.replica.service import add_data_service
 from controller import rpc
@@ -117,7 +118,7 @@ class FakeController:
     async def publish(self, brokers: Sequence[Broker] | None = None) -> None:
         await publish(self.brokers if brokers is None else brokers, self.image())
 
-    def _sender(self, broker_id: int):  # type: ignore[no-untyped-def]
+    def _sender(self, broker_id: int) -> AlterPartitionSender:
         async def send(request: bpb.AlterPartitionRequest) -> bpb.AlterPartitionResponse:
             out = bpb.AlterPartitionResponse(error=bpb.Error(code="NONE"))
             for item in request.items:
