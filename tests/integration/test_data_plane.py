@@ -130,54 +130,75 @@ def test_produce_and_consume_with_the_cli(cluster: BrokerCluster, admin: AdminCl
 
 def test_no_acknowledged_record_is_lost_when_partition_leaders_are_killed(
         cluster: BrokerCluster, admin: AdminClient) -> None:
-    create(admin, "orders")
-    acked: list[str] = []
+    """Three idempotent acks=all producers, one per partition, while partition 0's
+    leader is killed with -9 twice and another broker is paused (SIGSTOP) past its
+    session once: every acknowledged record is read back once, in order, and every
+    replica's files agree below the high watermark."""
+    partitions = 3
+    create(admin, "orders", partitions=partitions)
+    acked: dict[int, list[str]] = {p: [] for p in range(partitions)}
     failures: list[str] = []
     stop = threading.Event()
 
-    def produce() -> None:
+    def produce(partition: int) -> None:
         with cluster.admin() as own_admin, Producer(own_admin, timeout_ms=30_000) as producer:
             n = 0
             while not stop.is_set():
-                batch = [DataRecord(None, f"r{n + i}".encode()) for i in range(5)]
+                batch = [DataRecord(None, f"p{partition}-{n + i}".encode()) for i in range(5)]
                 try:
-                    producer.send("orders", batch, partition=0)
+                    producer.send("orders", batch, partition=partition)
                 except DataClientError as exc:
                     failures.append(str(exc))
                     return
-                acked.extend(r.value.decode() for r in batch)
+                acked[partition].extend(r.value.decode() for r in batch)
                 n += 5
 
-    thread = threading.Thread(target=produce)
-    thread.start()
+    def more(count: int, what: str) -> None:
+        start = len(acked[0])
+        wait_until(lambda: len(acked[0]) >= start + count or failures, 30, what)
+        assert not failures, failures
+
+    threads = [threading.Thread(target=produce, args=(p,)) for p in range(partitions)]
+    for thread in threads:
+        thread.start()
     try:
         for _ in range(2):
-            start = len(acked)
-            wait_until(lambda s=start: len(acked) >= s + 50, 30, "records acknowledged")
+            more(50, "records acknowledged")
             leader, epoch = leader_of(admin, "orders")
             cluster.brokers[leader].kill()
             wait_until(lambda e=epoch: leader_of(admin, "orders")[1] > e, 20, "a new leader")
-            start = len(acked)
-            wait_until(lambda s=start: len(acked) >= s + 50, 30,
-                       "records acknowledged by the new leader")
+            more(50, "records acknowledged by the new leader")
             cluster.brokers[leader].start()
             cluster.wait_running([leader], timeout_s=30)
+        # A follower of partition 0 paused past its session: fenced, out of the ISRs.
+        paused = next(b for b in BROKERS if b != leader_of(admin, "orders")[0])
+        cluster.brokers[paused].signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: paused not in admin.describe_topics(["orders"])[0]
+                       .partitions[0].registration.isr, 20, "the paused broker fenced")
+            more(50, "records acknowledged without the paused broker")
+        finally:
+            cluster.brokers[paused].signal(signal.SIGCONT)
+        cluster.wait_running([paused], timeout_s=30)
     finally:
         stop.set()
-        thread.join(60)
+        for thread in threads:
+            thread.join(60)
     assert not failures, failures
-    assert len(acked) >= 200
-    with Consumer(admin) as consumer:
-        read = [r.record.value.decode() for r in consumer.read("orders", 0, 0)]
-        high_watermark = consumer.offsets("orders", 0).high_watermark
-    # Every acknowledged record, once, in the order acknowledged (the producer is
-    # idempotent: a batch retried across the failover is not written twice).
-    assert read[:len(acked)] == acked, "acknowledged records lost, reordered or duplicated"
-    assert len(read) == high_watermark
-    # The replicas' logs agree up to the high watermark once they caught up.
-    wait_until(lambda: all(stored_values(cluster, b, "orders")[:high_watermark] ==
-                           read[:high_watermark] for b in BROKERS), 30,
-               "every replica holds the committed records")
+    assert len(acked[0]) >= 250
+    for partition in range(partitions):
+        with Consumer(admin) as consumer:
+            read = [r.record.value.decode() for r in consumer.read("orders", partition, 0)]
+            high_watermark = consumer.offsets("orders", partition).high_watermark
+        # Every acknowledged record, once, in the order acknowledged (the producers are
+        # idempotent: a batch retried across the failover is not written twice).
+        assert read[:len(acked[partition])] == acked[partition], \
+            f"partition {partition}: acknowledged records lost, reordered or duplicated"
+        assert len(read) == high_watermark
+        # The replicas' logs agree up to the high watermark once they caught up.
+        wait_until(lambda p=partition, r=read, hw=high_watermark: all(
+            stored_values(cluster, b, "orders", p)[:hw] == r[:hw] for b in BROKERS), 30,
+            f"every replica of partition {partition} holds its committed records")
 
 
 def raw_produce(address: str, topic: str, value: str, epoch: int) -> dpb.ProduceResponse:
