@@ -11,6 +11,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -20,6 +21,7 @@ from controller.metadata.features import METADATA_VERSION, SUPPORTED_FEATURES
 from controller.quorum.driver_config import DriverConfig
 from controller.security.authorizer import AuthorizerConfig
 from controller.security.config_tables import authorizer_table
+from controller.security.identity import UNBOUND, NodeIdentities
 from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
 from controller.storage.errors import MetaPropertiesError
 from controller.storage.meta_properties import check_meta_properties
@@ -80,7 +82,9 @@ replica_fetch_wait_ms = 500             # a follower's fetch waits this long for
 replica_lag_time_max_ms = 10000         # a follower behind this long leaves the ISR
 
 # Who may produce and consume (ACLs from the metadata: WRITE / READ / DESCRIBE on a
-# topic; a follower's fetch needs CLUSTER_ACTION). On by default when TLS is on.
+# topic; a follower's fetch needs CLUSTER_ACTION, and a certificate that names the
+# fetching broker under tls.broker_id_pattern, 'User:broker-(\\d+)' by default).
+# On by default when TLS is on.
 [authorizer]
 # enabled = true
 super_users = ["User:admin"]
@@ -130,6 +134,9 @@ class BrokerConfig:
     # [authorizer] for the data service (None: every authenticated caller may
     # produce and consume); on by default when TLS is.
     authorizer: AuthorizerConfig | None = None
+    # Which broker id a certificate may fetch as a follower for ([tls]
+    # broker_id_pattern, as the controllers'); UNBOUND on plaintext.
+    identities: NodeIdentities = UNBOUND
 
     def driver_config(self) -> DriverConfig:
         """The Raft observer: node id = broker id, not among the voters."""
@@ -169,10 +176,12 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
     values = {k: require_int(broker, k, "broker.", minimum=1) for k in _BROKER_KEYS if k in broker}
     level, log_format = logging_table(doc)
     metrics_address, metrics_port = metrics_table(doc)
-    tls = parse_tls_table(doc, path.parent, required=True)
+    tls = parse_tls_table(doc, path.parent, required=True, extra_keys=("broker_id_pattern",))
+    identities = _identities(doc, tls)
     data_backend, data = _data_table(doc)
     authorizer = authorizer_table(doc, tls)
-    config = BrokerConfig(data_backend=data_backend, data=data, authorizer=authorizer, path=path, broker_id=broker_id, cluster_id=cluster_id,
+    config = BrokerConfig(data_backend=data_backend, data=data, authorizer=authorizer,
+                          identities=identities, path=path, broker_id=broker_id, cluster_id=cluster_id,
                           data_dir=data_dir, listen=listen, rack=rack, controllers=controllers,
                           log_level=level, log_format=log_format, tls=tls,
                           metrics_address=metrics_address, metrics_port=metrics_port, **values)
@@ -181,6 +190,16 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
     except ValueError as exc:
         raise BrokerConfigError(f"inconsistent settings: {exc}") from None
     return config
+
+
+def _identities(doc: Mapping[str, Any], tls: TlsConfig) -> NodeIdentities:
+    table = sub_table(doc, "tls")
+    if not tls.enabled:
+        if "broker_id_pattern" in table:
+            raise BrokerConfigError("tls.broker_id_pattern needs TLS (a plaintext peer has "
+                                    "no identity)")
+        return UNBOUND
+    return attrs.evolve(NodeIdentities.from_table(table), controller_pattern=None)
 
 
 def _data_table(doc: Mapping[str, object]) -> tuple[str, DataPlaneConfig]:

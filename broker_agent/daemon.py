@@ -181,7 +181,8 @@ async def run_broker(config: BrokerConfig) -> int:
     if data is not None:
         authorizer = None if config.authorizer is None else \
             StandardAuthorizer(config.authorizer, data)
-        services.append(add_data_service(server, data, Access(config.tls.mapper, authorizer)))
+        services.append(add_data_service(server, data, Access(config.tls.mapper, authorizer,
+                                                              config.identities)))
     health = add_health_and_reflection(server, services)
     running = RoleHealth(health, RUNNING_BROKER_HEALTH)
     lifecycle.machine.state_listeners.append(

@@ -5,7 +5,8 @@ INVALID_ARGUMENT), the caller's principal comes from its client certificate as o
 the admin API, the broker's authorizer (its `[authorizer]` table, over the ACLs of
 the committed metadata) decides, and the manager answers. Who may do what, as
 Kafka's: Produce needs WRITE on the topic, a consumer's Fetch READ, ListOffsets
-DESCRIBE, a follower's Fetch CLUSTER_ACTION on the cluster. Refusals are answers
+DESCRIBE, a follower's Fetch CLUSTER_ACTION on the cluster and a certificate that
+names that broker (`tls.broker_id_pattern`, as the controllers bind it). Refusals are answers
 with a DataError code (TOPIC_AUTHORIZATION_FAILED here) and a message, never
 gRPC failures, so a client can follow a leader and tell a denial from a fault.
 """
@@ -23,6 +24,7 @@ from controller.log import get_logger
 from controller.security.access import (
     Access,
     Caller,
+    PermissionDeniedError,
     UnauthenticatedError,
     cluster_action,
     topic_action,
@@ -60,7 +62,12 @@ class _Servicer:
 
     async def Fetch(self, request: dpb.FetchRequest, context: Any) -> dpb.FetchResponse:
         if request.replica_id >= 0:
-            _, denied = self._denial(context, cluster_action(Operation.CLUSTER_ACTION))
+            caller, denied = self._denial(context, cluster_action(Operation.CLUSTER_ACTION))
+            if denied is None and caller is not None:
+                try:  # a broker fetches only as itself
+                    self._access.require_broker(caller, request.replica_id)
+                except PermissionDeniedError as exc:
+                    denied = str(exc)
             if denied is not None:
                 return dpb.FetchResponse(error=dpb.TOPIC_AUTHORIZATION_FAILED, message=denied)
             return await self._manager.fetch(request)

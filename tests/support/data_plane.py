@@ -27,6 +27,7 @@ from controller.records.metadata_pb2 import CONFIG_RESOURCE_TYPE_TOPIC
 from controller.security.access import Access
 from controller.security.acl import AclBinding
 from controller.security.authorizer import AuthorizerConfig, StandardAuthorizer
+from controller.security.identity import UNBOUND, NodeIdentities
 from controller.security.tls import TlsCredentials
 
 TOPIC, TOPIC_ID = "orders", "T-orders"
@@ -46,7 +47,8 @@ class Broker:
                                       broker_epoch=lambda: 10 + broker_id)
         self.server = rpc.create_server()
         access = Access(authorizer=None if authorizer is None else
-                        StandardAuthorizer(authorizer, self.manager))
+                        StandardAuthorizer(authorizer, self.manager),
+                        identities=UNBOUND if tls is None else NodeIdentities())
         add_data_service(self.server, self.manager, access)
         self.port = rpc.bind(self.server, "127.0.0.1:0", tls)
         self.running = False

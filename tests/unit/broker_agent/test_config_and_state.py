@@ -43,6 +43,10 @@ def test_example_parses_and_defaults(tmp_path: Path) -> None:
     assert config.controlled_shutdown_timeout_ms == 10_000
     assert config.rack is None
     assert not config.driver_config().is_voter
+    # Plaintext: no authorizer, no identities; the data plane's defaults.
+    assert config.authorizer is None and config.data_backend == "log"
+    assert config.data.min_insync_replicas == 1 and config.data.replica_lag_time_max_ms == 10_000
+    assert example.data.segment_bytes == 64 * 1024 * 1024
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -58,6 +62,12 @@ def test_example_parses_and_defaults(tmp_path: Path) -> None:
     (GOOD.replace("enabled = false", "enabled = true"), "tls.ca_file is required"),
     (GOOD.replace("enabled = false", 'enabled = false\ncert_file = "x"'),
      "tls.enabled is false but cert_file"),
+    (GOOD.replace("enabled = false", "enabled = false\nbroker_id_pattern = 'x(\\d+)'"),
+     "broker_id_pattern needs TLS"),
+    (GOOD + '[data]\nbackend = "kafka"\n', "data.backend must be one of"),
+    (GOOD + "[data]\nsegment_bytes = 10\n", "data.segment_bytes"),
+    (GOOD + "[data]\nreplica_lag_time_max_ms = 0\n", ">= 1"),
+    (GOOD + "[authorizer]\nsuper_users = [\"alice\"]\n", "authorizer.super_users"),
     ("broker_id = ", "not valid TOML"),
 ])
 def test_bad_configs_are_explained(tmp_path: Path, text: str, message: str) -> None:

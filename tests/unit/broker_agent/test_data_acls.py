@@ -68,6 +68,13 @@ def test_produce_and_fetch_need_their_acls(tmp_path: Path) -> None:
             admin = await asyncio.to_thread(calls, brokers[0].address,
                                             pki.credentials("admin"), False)
             assert admin["produce"] == "DATA_ERROR_NONE"  # a super user
+            # CLUSTER_ACTION is not enough to fetch as broker 2: the certificate must
+            # name broker 2 (tls.broker_id_pattern), as at the controllers.
+            await publish(brokers, image_of(brokers, {0: part}, offset=3, acls=[
+                *followers_may, allow(ALICE, Operation.CLUSTER_ACTION, False)]))
+            posing = await asyncio.to_thread(calls, brokers[0].address, alice, False)
+            assert posing["follower"] == "TOPIC_AUTHORIZATION_FAILED"
+            assert posing["produce"] == "TOPIC_AUTHORIZATION_FAILED"
         finally:
             for broker in brokers:
                 await broker.stop()
