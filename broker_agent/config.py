@@ -11,7 +11,6 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -20,7 +19,7 @@ from controller.logformat.batch import MAX_BATCH_BYTES
 from controller.metadata.features import METADATA_VERSION, SUPPORTED_FEATURES
 from controller.quorum.driver_config import DriverConfig
 from controller.security.authorizer import AuthorizerConfig
-from controller.security.config_tables import authorizer_table
+from controller.security.config_tables import authorizer_table, identities_table
 from controller.security.identity import UNBOUND, NodeIdentities
 from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
 from controller.storage.errors import MetaPropertiesError
@@ -177,7 +176,8 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
     level, log_format = logging_table(doc)
     metrics_address, metrics_port = metrics_table(doc)
     tls = parse_tls_table(doc, path.parent, required=True, extra_keys=("broker_id_pattern",))
-    identities = _identities(doc, tls)
+    # A broker binds only broker ids (its followers' fetches).
+    identities = attrs.evolve(identities_table(doc, tls), controller_pattern=None)
     data_backend, data = _data_table(doc)
     authorizer = authorizer_table(doc, tls)
     config = BrokerConfig(data_backend=data_backend, data=data, authorizer=authorizer,
@@ -190,16 +190,6 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
     except ValueError as exc:
         raise BrokerConfigError(f"inconsistent settings: {exc}") from None
     return config
-
-
-def _identities(doc: Mapping[str, Any], tls: TlsConfig) -> NodeIdentities:
-    table = sub_table(doc, "tls")
-    if not tls.enabled:
-        if "broker_id_pattern" in table:
-            raise BrokerConfigError("tls.broker_id_pattern needs TLS (a plaintext peer has "
-                                    "no identity)")
-        return UNBOUND
-    return attrs.evolve(NodeIdentities.from_table(table), controller_pattern=None)
 
 
 def _data_table(doc: Mapping[str, object]) -> tuple[str, DataPlaneConfig]:

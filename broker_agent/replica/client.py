@@ -24,10 +24,10 @@ import grpc
 
 from broker_agent.replica import data_pb2 as dpb
 from broker_agent.replica import data_pb2_grpc as dpb_grpc
-from broker_agent.replica.records import DataRecord, decode_record, encode_record
+from broker_agent.replica.records import DataRecord, decode_record, encode_produce_batch
 from controller import rpc
 from controller.api.client import AdminClient
-from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, encode_batch, iter_batches
+from controller.logformat.batch import iter_batches
 from controller.security.tls import TlsCredentials
 
 ACKS_ALL = -1
@@ -187,8 +187,7 @@ class Producer:
             raise ValueError("nothing to send")
         if partition is None:
             partition = self.partition_for(topic, records[0].key)
-        batch = encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN,
-                                         tuple(encode_record(r) for r in records)))
+        batch = encode_produce_batch(records)
         sequence = self._sequences.get((topic, partition), 0)
 
         def produce(stub: dpb_grpc.PartitionDataStub, leader: LeaderInfo,

@@ -179,9 +179,7 @@ class ReplicaFetcher:
                 # Retention at the leader passed our end: start over at its start.
                 replica.reset_to(answer.log_start_offset)
             elif 0 <= answer.log_end_offset < replica.log_end_offset:
-                replica.truncate_for_divergence(Diverged(-1, -1) if answer.log_end_offset == 0
-                                                else Diverged(replica.last_epoch,
-                                                              answer.log_end_offset))
+                replica.truncate_above(answer.log_end_offset)  # longer than the leader's
             self.changed.add(key)
             return
         log.debug("replica_fetch_refused", partition=replica.name, leader=self.leader_id,

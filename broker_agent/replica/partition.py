@@ -450,7 +450,16 @@ class PartitionReplica:
             own_epoch, own_end = log.end_offset_for_epoch(diverging.epoch)
             target = log.start_offset if own_epoch == UNDEFINED_EPOCH else \
                 min(diverging.end_offset, own_end)
-        target = max(min(target, log.end_offset), log.start_offset)
+        return self.truncate_above(target)
+
+    def truncate_above(self, offset: int) -> int:
+        """Follower: drop what lies at or past `offset` (cut at the batch boundary at or
+        below it: the next fetch brings the rest back). Returns the new log end."""
+        assert self.role is Role.FOLLOWER
+        log = self._log
+        if log is None:
+            return 0
+        target = max(min(offset, log.end_offset), log.start_offset)
         if target < log.end_offset:
             self._truncate_to(target)
         return log.end_offset

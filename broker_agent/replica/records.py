@@ -17,10 +17,17 @@ rebuild the producers' state from its own log.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 import attrs
 
-from controller.logformat.batch import BatchOrigin
+from controller.logformat.batch import (
+    EMPTY_ORIGIN,
+    BatchOrigin,
+    RecordBatch,
+    encode_batch,
+    iter_batches,
+)
 
 _HEAD = struct.Struct(">qi")
 NO_PRODUCER = -1
@@ -55,6 +62,20 @@ def decode_record(body: bytes) -> DataRecord:
         return DataRecord(None, body[_HEAD.size:], timestamp_ms)
     end = _HEAD.size + key_length
     return DataRecord(body[_HEAD.size:end], body[end:], timestamp_ms)
+
+
+def encode_produce_batch(records: Sequence[DataRecord]) -> bytes:
+    """What a producer sends: one batch of `records` at base offset 0 (the leader
+    assigns offsets and its epoch)."""
+    return encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN,
+                                    tuple(encode_record(r) for r in records)))
+
+
+def decode_values(batches: bytes) -> list[bytes]:
+    """The values of every record in back-to-back batches (a fetch answer, a log
+    read), in offset order."""
+    return [decode_record(body).value for batch in iter_batches(batches)
+            for body in batch.records]
 
 
 @attrs.frozen(slots=True)

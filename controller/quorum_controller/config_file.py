@@ -21,7 +21,11 @@ from controller.metadata.levels import LATEST_METADATA_VERSION
 from controller.quorum.driver_config import DriverConfig
 from controller.quorum_controller.ports import ControllerSettings
 from controller.security.authorizer import AuthorizerConfig
-from controller.security.config_tables import authorizer_table, principal_list
+from controller.security.config_tables import (
+    authorizer_table,
+    identities_table,
+    principal_list,
+)
 from controller.security.identity import IDENTITY_KEYS, UNBOUND, NodeIdentities
 from controller.security.tls import PLAINTEXT, TlsConfig, parse_tls_table
 from controller.storage.errors import MetaPropertiesError
@@ -261,13 +265,7 @@ def _controller_principals(doc: Mapping[str, Any], tls: TlsConfig) -> frozenset[
 
 def _identities(doc: Mapping[str, Any], tls: TlsConfig,
                 controller_principals: frozenset[str]) -> NodeIdentities:
-    table = sub_table(doc, "tls")
-    if not tls.enabled:
-        given = sorted(set(table) & set(IDENTITY_KEYS))
-        if given:
-            raise ConfigError(f"tls.{given[0]} needs TLS (a plaintext peer has no identity)")
-        return UNBOUND
-    identities = NodeIdentities.from_table(table)
+    identities = identities_table(doc, tls)
     pattern = identities.controller_pattern
     unbound = sorted(p for p in controller_principals
                      if pattern is not None and not pattern.fullmatch(p))

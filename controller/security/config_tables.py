@@ -8,6 +8,7 @@ from typing import Any
 
 from controller.security.acl import InvalidAclError, check_principal
 from controller.security.authorizer import AuthorizerConfig
+from controller.security.identity import IDENTITY_KEYS, UNBOUND, NodeIdentities
 from controller.security.tls import TlsConfig
 from controller.toml_config import ConfigError, reject_unknown, sub_table
 
@@ -40,3 +41,16 @@ def authorizer_table(doc: Mapping[str, Any], tls: TlsConfig) -> AuthorizerConfig
         return None
     return AuthorizerConfig(super_users=super_users,
                             allow_everyone_if_no_acl_found=allow_everyone)
+
+
+def identities_table(doc: Mapping[str, Any], tls: TlsConfig) -> NodeIdentities:
+    """The node-id bindings of `[tls]` (`controller_id_pattern`, `broker_id_pattern`);
+    UNBOUND on plaintext, where giving one is an error (a plaintext peer has no
+    identity)."""
+    table = sub_table(doc, "tls")
+    if not tls.enabled:
+        given = sorted(set(table) & set(IDENTITY_KEYS))
+        if given:
+            raise ConfigError(f"tls.{given[0]} needs TLS (a plaintext peer has no identity)")
+        return UNBOUND
+    return NodeIdentities.from_table(table)

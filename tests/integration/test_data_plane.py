@@ -21,7 +21,12 @@ from click.testing import CliRunner
 from broker_agent.replica import data_pb2 as dpb
 from broker_agent.replica import data_pb2_grpc as dpb_grpc
 from broker_agent.replica.client import Consumer, DataClientError, Producer
-from broker_agent.replica.records import DataRecord, decode_record, encode_record
+from broker_agent.replica.records import (
+    DataRecord,
+    decode_record,
+    encode_produce_batch,
+    encode_record,
+)
 from controller import rpc
 from controller.api.client import AdminClient
 from controller.cli.main import cli
@@ -204,8 +209,7 @@ def test_no_acknowledged_record_is_lost_when_partition_leaders_are_killed(
 def raw_produce(address: str, topic: str, value: str, epoch: int) -> dpb.ProduceResponse:
     channel = rpc.create_sync_channel(address)
     try:
-        batch = encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN,
-                                         (encode_record(DataRecord(None, value.encode())),)))
+        batch = encode_produce_batch([DataRecord(None, value.encode())])
         answer: dpb.ProduceResponse = dpb_grpc.PartitionDataStub(channel).Produce(
             dpb.ProduceRequest(topic=topic, partition=0, acks=-1, batch=batch,
                                producer_id=-1, leader_epoch=epoch, timeout_ms=3_000),
@@ -252,8 +256,7 @@ def test_malformed_produce_requests_get_clear_errors(cluster: BrokerCluster,
     channel = rpc.create_sync_channel(address)
     try:
         stub = dpb_grpc.PartitionDataStub(channel)
-        good = encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN,
-                                        (encode_record(DataRecord(None, b"x")),)))
+        good = encode_produce_batch([DataRecord(None, b"x")])
         cases = {
             "bad crc": (good[:-1] + bytes([good[-1] ^ 1]), dpb.CORRUPT_MESSAGE),
             "base offset": (encode_batch(RecordBatch(9, 0, 0, False, EMPTY_ORIGIN,

@@ -38,8 +38,11 @@ from pathlib import Path
 import attrs
 
 from broker_agent.replica.partition import Diverged, PartitionReplica, Role
-from broker_agent.replica.records import DataRecord, decode_record, encode_record
-from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, encode_batch
+from broker_agent.replica.records import (
+    DataRecord,
+    decode_record,
+    encode_produce_batch,
+)
 from controller.logformat.errors import StorageError
 from controller.metadata.alter_partition import (
     AlterPartitionItem,
@@ -162,8 +165,7 @@ class DataPlaneSim:
             return  # NOT_ENOUGH_REPLICAS: nothing appended
         values = [f"v{self.next_value + i}" for i in range(self.rng.randint(1, 3))]
         self.next_value += len(values)
-        batch = encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN, tuple(
-            encode_record(DataRecord(None, v.encode())) for v in values)))
+        batch = encode_produce_batch([DataRecord(None, v.encode()) for v in values])
         result = replica.append_as_leader(batch, None, "", "", self.h.now_ms)
         self.pending.append(Pending(target, replica.leader_epoch, result.base_offset, values))
 

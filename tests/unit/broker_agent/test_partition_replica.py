@@ -10,14 +10,23 @@ import pytest
 from broker_agent.replica import data_pb2 as dpb
 from broker_agent.replica.errors import DataPlaneError
 from broker_agent.replica.partition import Diverged, PartitionReplica, Role
-from broker_agent.replica.records import DataRecord, ProducerStamp, decode_record, encode_record
-from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, encode_batch, iter_batches
+from broker_agent.replica.records import (
+    DataRecord,
+    ProducerStamp,
+    decode_record,
+    decode_values,
+    encode_produce_batch,
+    encode_record,
+)
+from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, encode_batch
 from controller.storage.log import LogConfig
 
 CONFIG = LogConfig(segment_bytes=8 * 1024 * 1024)
 
 
 def batch_of(*values: str, base_offset: int = 0) -> bytes:
+    if base_offset == 0:
+        return encode_produce_batch([DataRecord(None, v.encode()) for v in values])
     return encode_batch(RecordBatch(base_offset, 0, 0, False, EMPTY_ORIGIN,
                                     tuple(encode_record(DataRecord(None, v.encode()))
                                           for v in values)))
@@ -28,7 +37,7 @@ def replica(tmp_path: Path, broker_id: int, name: str = "r") -> PartitionReplica
 
 
 def values(records: bytes) -> list[str]:
-    return [decode_record(body).value.decode() for b in iter_batches(records) for body in b.records]
+    return [v.decode() for v in decode_values(records)]
 
 
 def test_record_codec_round_trips_keys_and_values() -> None:

@@ -12,16 +12,17 @@ import attrs
 
 from broker_agent.replica import data_pb2 as dpb
 from broker_agent.replica.config import DataPlaneConfig
-from broker_agent.replica.records import DataRecord, decode_record, encode_record
-from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, encode_batch, iter_batches
+from broker_agent.replica.records import (
+    DataRecord,
+    decode_values,
+    encode_produce_batch,
+)
 from controller.records.domain import PartitionRegistration
 from tests.support.data_plane import TOPIC, Broker, FakeController, image_of, publish
 
 
 def batch_of(*values: str) -> bytes:
-    return encode_batch(RecordBatch(0, 0, 0, False, EMPTY_ORIGIN,
-                                    tuple(encode_record(DataRecord(None, v.encode()))
-                                          for v in values)))
+    return encode_produce_batch([DataRecord(None, v.encode()) for v in values])
 
 
 def with_brokers(tmp_path: Path, body: Callable[[list[Broker]], Awaitable[None]],
@@ -83,9 +84,7 @@ def log_values(broker: Broker) -> list[str]:
     replica = broker.manager.partitions[("T-orders", 0)]
     if replica.log is None:
         return []
-    return [decode_record(body).value.decode()
-            for batch in iter_batches(b"".join(replica.log.read(0)))
-            for body in batch.records]
+    return [v.decode() for v in decode_values(b"".join(replica.log.read(0)))]
 
 
 def test_refusals_name_the_leader_and_change_nothing(tmp_path: Path) -> None:
