@@ -217,7 +217,7 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
         return F.col(counted) - F.last(F.when(is_part, F.col(counted)), ignorenulls=True).over(w)
 
     # Four window passes over the one sort: (1) the state, the previous leader, ISR
-    # and reassignment, the running change count; (2) leader moves; (3) their count
+    # and reassignment, the running change count; (2) leader epoch bumps; (3) their count
     # at the lineage start; (4) the previous epochs.
     state = rows.select(
         *keep,
@@ -237,9 +237,12 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
     state = state.withColumn(
         "leader_changed",
         ~is_part & F.col("_sets_leader") & (F.col("leader") != F.col("prev_leader")))
+    # Replay bumps the leader epoch whenever a change states a leader (the same one
+    # too: a replica removed at metadata.version 7), not only when it moves.
     state = state.select(
         "*", since_lineage_start("_changes").alias("_pe_delta"),
-        F.sum(F.when(F.col("leader_changed"), 1).otherwise(0)).over(w).alias("_moves"))
+        F.sum(F.when(~is_part & F.col("_sets_leader"), 1).otherwise(0)).over(w)
+        .alias("_moves"))
     state = state.select(
         *keep, "replicas", "isr",
         F.col("adding").alias("adding_replicas"), F.col("removing").alias("removing_replicas"),

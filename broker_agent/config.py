@@ -79,6 +79,10 @@ retention_bytes = -1                    # no size limit unless the topic sets re
 min_insync_replicas = 1                 # unless the topic sets min.insync.replicas
 replica_fetch_wait_ms = 500             # a follower's fetch waits this long for data
 replica_lag_time_max_ms = 10000         # a follower behind this long leaves the ISR
+# replication_listen = "127.0.0.1:9193"  # a second listener that followers fetch from
+                                        # (Kafka's inter-broker listener); default: `listen`
+# replication_advertised = "10.0.0.7:9193"  # the address registered for it, when others
+                                        # reach it through a proxy or NAT (default: bound)
 
 # Who may produce and consume (ACLs from the metadata: WRITE / READ / DESCRIBE on a
 # topic; a follower's fetch needs CLUSTER_ACTION, and a certificate that names the
@@ -103,6 +107,7 @@ _TOP_KEYS = ("broker_id", "cluster_id", "data_dir", "listen", "rack", "controlle
              "logging", "metrics", "tls", "data", "authorizer")
 _BROKER_KEYS = ("heartbeat_interval_ms", "controlled_shutdown_timeout_ms")
 DATA_BACKENDS = ("log", "none")
+_REPLICATION_KEYS = ("replication_listen", "replication_advertised")
 _DATA_INT_KEYS = {"segment_bytes": MAX_BATCH_BYTES, "retention_ms": -1, "retention_bytes": -1,
                   "min_insync_replicas": 1, "replica_fetch_wait_ms": 1,
                   "retention_check_interval_ms": 1, "replica_lag_time_max_ms": 1,
@@ -133,6 +138,11 @@ class BrokerConfig:
     # [authorizer] for the data service (None: every authenticated caller may
     # produce and consume); on by default when TLS is.
     authorizer: AuthorizerConfig | None = None
+    # [data] replication_listen / replication_advertised: a listener of its own for
+    # follower fetches (None: followers fetch from `listen`), and the address
+    # registered for it (None: the bound one).
+    replication_listen: str | None = None
+    replication_advertised: str | None = None
     # Which broker id a certificate may fetch as a follower for ([tls]
     # broker_id_pattern, as the controllers'); UNBOUND on plaintext.
     identities: NodeIdentities = UNBOUND
@@ -179,8 +189,16 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
     # A broker binds only broker ids (its followers' fetches).
     identities = attrs.evolve(identities_table(doc, tls), controller_pattern=None)
     data_backend, data = _data_table(doc)
+    replication_listen, replication_advertised = (
+        host_port(require_str(sub_table(doc, "data"), key), f"data.{key}")
+        if key in sub_table(doc, "data") else None for key in _REPLICATION_KEYS)
+    if replication_advertised is not None and replication_listen is None:
+        raise BrokerConfigError("data.replication_advertised needs data.replication_listen "
+                                "(the listener it advertises)")
     authorizer = authorizer_table(doc, tls)
     config = BrokerConfig(data_backend=data_backend, data=data, authorizer=authorizer,
+                          replication_listen=replication_listen,
+                          replication_advertised=replication_advertised,
                           identities=identities, path=path, broker_id=broker_id, cluster_id=cluster_id,
                           data_dir=data_dir, listen=listen, rack=rack, controllers=controllers,
                           log_level=level, log_format=log_format, tls=tls,
@@ -194,7 +212,7 @@ def parse_config(text: str, path: Path) -> BrokerConfig:
 
 def _data_table(doc: Mapping[str, object]) -> tuple[str, DataPlaneConfig]:
     table = sub_table(doc, "data")
-    reject_unknown(table, ("backend", *_DATA_INT_KEYS), "data.")
+    reject_unknown(table, ("backend", *_DATA_INT_KEYS, *_REPLICATION_KEYS), "data.")
     backend = require_str(table, "backend") if "backend" in table else "log"
     if backend not in DATA_BACKENDS:
         raise BrokerConfigError(f"data.backend must be one of {', '.join(DATA_BACKENDS)}, "

@@ -153,12 +153,23 @@ async def run_broker(config: BrokerConfig) -> int:
     port = bind(server, config.listen, config.tls.credentials)
     host = config.listen.rpartition(":")[0]
     address = f"{host}:{port}"
+    # Followers fetch on a listener of its own when one is configured (it can sit on
+    # another network, or behind a proxy: the address registered is the advertised one).
+    replication_server = None
+    replication_address = None
+    if data is not None and config.replication_listen is not None:
+        replication_server = create_server(limits)
+        replication_port = bind(replication_server, config.replication_listen,
+                                config.tls.credentials)
+        replication_address = config.replication_advertised or \
+            f"{config.replication_listen.rpartition(':')[0]}:{replication_port}"
     lifecycle = BrokerLifecycle(
         cluster_id=config.cluster_id, broker_id=config.broker_id, listen=address,
         rack=config.rack, controllers=config.controllers,
         heartbeat_interval_ms=config.heartbeat_interval_ms,
         controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
-        metadata=progress, tls=config.tls.credentials)
+        metadata=progress, tls=config.tls.credentials,
+        replication_address=replication_address)
     lifecycle_box.append(lifecycle)
     if data is not None:
         cluster_id = config.cluster_id
@@ -181,8 +192,10 @@ async def run_broker(config: BrokerConfig) -> int:
     if data is not None:
         authorizer = None if config.authorizer is None else \
             StandardAuthorizer(config.authorizer, data)
-        services.append(add_data_service(server, data, Access(config.tls.mapper, authorizer,
-                                                              config.identities)))
+        access = Access(config.tls.mapper, authorizer, config.identities)
+        services.append(add_data_service(server, data, access))
+        if replication_server is not None:
+            add_data_service(replication_server, data, access)
     health = add_health_and_reflection(server, services)
     running = RoleHealth(health, RUNNING_BROKER_HEALTH)
     lifecycle.machine.state_listeners.append(
@@ -194,8 +207,11 @@ async def run_broker(config: BrokerConfig) -> int:
         log.info("metrics_serving", address=f"{config.metrics_address}:{metrics_port}")
     await progress.metadata.driver.start()
     await server.start()
+    if replication_server is not None:
+        await replication_server.start()
     log.info("listening", address=address, broker=config.broker_id,
-             incarnation=lifecycle.incarnation_id, data_dir=config.data_dir)
+             incarnation=lifecycle.incarnation_id, data_dir=config.data_dir,
+             **({} if replication_address is None else {"replication": replication_address}))
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -232,6 +248,8 @@ async def run_broker(config: BrokerConfig) -> int:
     if data is not None:
         await data.stop()
     await server.stop(grace=0.5)
+    if replication_server is not None:
+        await replication_server.stop(grace=0.5)
     if failure is not None:
         # Say what failed and how (an AssertionError's text alone is two numbers);
         # the traceback was logged where it happened (raft_failed, reconcile_failed).

@@ -19,6 +19,10 @@ from broker_agent.pmap import PersistentMap
 from controller.records.domain import BrokerRegistration, PartitionRegistration
 from controller.security.acl import AclBinding
 
+# The listener name a broker registers its replication listener under
+# (`[data] replication_listen`): followers fetch there.
+REPLICATION_LISTENER = "REPLICATION"
+
 # (topic id, partition index): how partitions are named across the broker agent.
 PartitionKey = tuple[str, int]
 # (resource type wire value, resource name) -> {config key: value}.
@@ -70,6 +74,15 @@ class MetadataImage:
             return ""
         listener = registration.listeners[0]
         return f"{listener.host}:{listener.port}"
+
+    def replication_address(self, broker_id: int) -> str:
+        """Where followers fetch from the broker: its REPLICATION listener if it has one
+        (`[data] replication_listen`), else its first ("" if unknown)."""
+        registration = self.brokers.get(broker_id)
+        for listener in () if registration is None else registration.listeners:
+            if listener.name == REPLICATION_LISTENER:
+                return f"{listener.host}:{listener.port}"
+        return self.broker_address(broker_id)
 
     def partition_count(self) -> int:
         return sum(len(t.partitions) for t in self.topics.values())

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import grpc
 from grpc import aio
 
+from broker_agent.image import REPLICATION_LISTENER
 from broker_agent.lifecycle_machine import Action, LifecycleMachine, LifecycleState
 from controller import rpc
 from controller.api import broker_pb2 as bpb
@@ -120,11 +121,14 @@ class BrokerLifecycle:
                  controllers: Mapping[int, str], heartbeat_interval_ms: int,
                  controlled_shutdown_timeout_ms: int, metadata: MetadataProgress,
                  clock_s: Callable[[], float] = time.monotonic,
-                 tls: TlsCredentials | None = None) -> None:
+                 tls: TlsCredentials | None = None,
+                 replication_address: str | None = None) -> None:
         self.cluster_id = cluster_id
         self.broker_id = broker_id
         self.incarnation_id = str(uuid.uuid4())
         self.listen = listen
+        # Registered as the REPLICATION listener: where followers fetch from.
+        self.replication_address = replication_address
         self.rack = rack
         self.channel = ControllerChannel(controllers, tls)
         # The broker serves with the same credentials it dials with (daemon.py): its
@@ -178,12 +182,17 @@ class BrokerLifecycle:
             await asyncio.wait_for(self._shutdown_requested.wait(), seconds)
 
     async def _register(self) -> None:
-        host, _, port = self.listen.rpartition(":")
+        named = [(self.security_protocol, self.listen)]
+        if self.replication_address is not None:
+            named.append((REPLICATION_LISTENER, self.replication_address))
+        listeners = []
+        for name, address in named:
+            host, _, port = address.rpartition(":")
+            listeners.append(bpb.Listener(name=name, host=host, port=int(port),
+                                          security_protocol=self.security_protocol))
         request = bpb.RegisterBrokerRequest(
             cluster_id=self.cluster_id, broker_id=self.broker_id,
-            incarnation_id=self.incarnation_id,
-            listeners=[bpb.Listener(name=self.security_protocol, host=host, port=int(port),
-                                    security_protocol=self.security_protocol)],
+            incarnation_id=self.incarnation_id, listeners=listeners,
             # What this software reads: the controller refuses to raise the cluster's
             # level past it, and refuses us if the cluster is already past it.
             features=[bpb.SupportedFeature(name=METADATA_VERSION, min_version=low,

@@ -94,7 +94,7 @@ class ReplicaFetcher:
                 await channel.close()
 
     def _address(self) -> str:
-        return self.manager.image.broker_address(self.leader_id)
+        return self.manager.image.replication_address(self.leader_id)
 
     def _position(self, key: PartitionKey) -> dpb.FetchPartition | None:
         replica = self.manager.partitions.get(key)

@@ -181,6 +181,16 @@ def _state(call: Callable[[OpContext, Args], ControllerResult[Any]]) -> Run:
     return lambda ctx, args, _next, _now: call(ctx, args)
 
 
+def _alter_configs(ctx: OpContext, args: Args) -> ControllerResult[Any]:
+    """The config records, and in the same batch the ELRs a min.insync.replicas change
+    drops (`ReplicationControlManager.elr_cleared_by`)."""
+    result = ctx.state.configs.incremental_alter_configs(args.items or (),
+                                                         validate_only=args.validate_only)
+    cleared = ctx.state.replication.elr_cleared_by(result.records)
+    return ControllerResult((*result.records, *cleared), result.response) if cleared \
+        else result
+
+
 def _one(args: Args) -> Any:
     """The call's one item."""
     assert args.items is not None and len(args.items) == 1, args
@@ -360,8 +370,7 @@ ADMIN_RPCS: tuple[AdminRpc, ...] = (
                          "resources", cv.alter_configs_resource_from_pb,
                          cv.alter_configs_resource_to_pb, cv.alter_configs_result_to_pb,
                          cv.alter_configs_result_from_pb, validate_only=True),
-             run=_state(lambda ctx, a: ctx.state.configs.incremental_alter_configs(
-                 a.items or (), validate_only=a.validate_only)),
+             run=_state(_alter_configs),
              fail_all=_each(lambda r, e: AlterConfigsResult(r.resource, e)), remembered=True),
     AdminRpc("DescribeConfigs", apb.DescribeConfigsRequest, False,
              "DESCRIBE_CONFIGS on each topic (the cluster for broker and cluster configs)",

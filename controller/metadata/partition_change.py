@@ -14,7 +14,9 @@ its bytes), applying the rules every caller shares:
   RECOVERING); otherwise no leader;
 - reassignment: once every adding replica is in the ISR, the partition's replicas
   become the target (replicas minus removing), removing replicas leave the ISR, both
-  lists are cleared, and the leader is re-elected if it was being removed;
+  lists are cleared, and the leader is re-elected if it was being removed; at
+  metadata.version 7 a change that removes a replica states the leader even when it
+  stays, so the leader epoch moves (replay bumps it whenever the leader is stated);
 - eligible leader replicas (KIP-966, when ``min_isr`` is given: metadata.version 7):
   a replica that leaves an ISR which is then smaller than min.insync.replicas joins
   the ELR (it holds every record below the high watermark: acks=all writes are
@@ -62,6 +64,7 @@ def build_partition_change(
     removing: tuple[int, ...] | None = None,
     election: Election = Election.KEEP,
     min_isr: Callable[[], int] | None = None,
+    bump_epoch_on_removal: bool = False,
 ) -> PartitionDelta | None:
     """The change taking ``part`` to the requested state (only what differs), or None
     if nothing changes. Arguments left None mean "as now".
@@ -115,9 +118,15 @@ def build_partition_change(
     assert set(new_elr) <= set(new_replicas) and not set(new_elr) & set(new_isr), \
         (new_elr, new_isr, new_replicas)
 
+    # A replica leaving the replica set must see a new leader epoch (Kafka's
+    # triggerLeaderEpochBumpForReplicaReassignmentIfNeeded): stating the leader bumps
+    # it even when it stays. Without it, a leader that never saw the removal (its
+    # metadata skipped that state) keeps the removed replica's fetch progress, and
+    # reports it in sync once it is re-added with an empty log.
+    bump = bump_epoch_on_removal and not set(part.replicas) <= set(new_replicas)
     delta = PartitionDelta(
         isr=None if new_isr == part.isr else new_isr,
-        leader=None if leader == part.leader else leader,
+        leader=None if leader == part.leader and not bump else leader,
         replicas=None if new_replicas == part.replicas else new_replicas,
         removing_replicas=None if new_removing == part.removing_replicas else new_removing,
         adding_replicas=None if new_adding == part.adding_replicas else new_adding,

@@ -30,6 +30,7 @@ from controller.metadata.alter_partition import (
 )
 from controller.metadata.alter_partition import alter_partition as _alter_partition
 from controller.metadata.cluster import ClusterControlManager
+from controller.metadata.config_schema import ResourceType
 from controller.metadata.configs import ConfigurationControlManager
 from controller.metadata.errors import (
     OK,
@@ -170,6 +171,30 @@ class ReplicationControlManager:
             return ControllerResult((), tuple(
                 AlterPartitionResult(i.topic_id, i.partition, error) for i in request.items))
         return _alter_partition(self, request)
+
+    def elr_cleared_by(self, records: Sequence[MetadataRecord]) -> list[MetadataRecord]:
+        """KIP-966: once `records` change min.insync.replicas of a topic, or a default
+        that topics inherit, the ELR of the partitions concerned is dropped. Its members
+        were known to hold every record below the HW only because the HW could not move
+        while fewer than the old min ISR were in the ISR; under a lower one it moves
+        without them (Kafka clears it on any change of the config, as here)."""
+        topics: set[str] = set()
+        every = False
+        for record in records:
+            if record.WhichOneof("record") != "config" or record.config.name != MIN_ISR_KEY:
+                continue
+            if record.config.resource_type == ResourceType.TOPIC:
+                topics.add(record.config.resource_name)
+            else:
+                every = True
+        if every:
+            keys: Iterable[PartKey] = sorted(k for k, p in self._latest_partitions.items()
+                                             if p.elr)
+        else:
+            keys = [(tid, i) for tid in sorted(filter(None, map(self._topic_ids.get, topics)))
+                    for i in range(self._counts[tid])]
+        return [change_record(key[0], key[1], PartitionDelta(elr=()))
+                for key in keys if self._latest_partitions[key].elr]
 
     def replica_reported_isr(self) -> bool:
         """metadata.version 7+: the ISR grows only by AlterPartition."""
@@ -334,6 +359,7 @@ class ReplicationControlManager:
             removing=removing,
             election=election,
             min_isr=min_isr if self.replica_reported_isr() else None,
+            bump_epoch_on_removal=self.replica_reported_isr(),
         )
 
     def lookup_partition(

@@ -122,10 +122,11 @@ class PartitionRegistration:
         carries no epochs; replay derives them so every replica of the log computes
         the same ones:
         - ``partition_epoch`` + 1, always (every record is a change);
-        - ``leader_epoch`` + 1 when the record sets a leader different from the
-          current one. A record that repeats the current leader does not bump it
-          (docs/architecture.md: +1 only when the leader changes); this differs from Kafka,
-          whose replay bumps whenever the leader field is present.
+        - ``leader_epoch`` + 1 when the record states a leader, as Kafka's replay:
+          a new one, or the current one again, which only a change removing a
+          replica writes (metadata.version 7+, `partition_change`), so that the
+          removed replica and any leader that missed the removal see a new epoch.
+          Below level 7 no writer states the current leader.
         """
         leader = self.leader if delta.leader is None else delta.leader
         return PartitionRegistration(
@@ -139,7 +140,7 @@ class PartitionRegistration:
             leader_recovery_state=(self.leader_recovery_state
                                    if delta.leader_recovery_state is None
                                    else delta.leader_recovery_state),
-            leader_epoch=self.leader_epoch + (leader != self.leader),
+            leader_epoch=self.leader_epoch + (delta.leader is not None),
             partition_epoch=self.partition_epoch + 1,
             elr=self.elr if delta.elr is None else delta.elr,
         )

@@ -8,7 +8,6 @@ the replicas' logs are prefixes of one another up to the high watermark.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -23,15 +22,13 @@ from broker_agent.replica import data_pb2_grpc as dpb_grpc
 from broker_agent.replica.client import Consumer, DataClientError, Producer
 from broker_agent.replica.records import (
     DataRecord,
-    decode_record,
     encode_produce_batch,
     encode_record,
 )
 from controller import rpc
 from controller.api.client import AdminClient
 from controller.cli.main import cli
-from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, decode_batch, encode_batch
-from controller.logformat.errors import StorageError
+from controller.logformat.batch import EMPTY_ORIGIN, RecordBatch, encode_batch
 from controller.metadata import CreatableTopic, TopicPartition
 from controller.metadata.configs import (
     AlterConfigOp,
@@ -40,8 +37,9 @@ from controller.metadata.configs import (
     OpType,
     ResourceType,
 )
-from controller.storage.segment import iter_stored_batches, parse_segment_file_name
+from controller.storage.segment import parse_segment_file_name
 from tests.support.broker_processes import BrokerCluster, running_cluster
+from tests.support.partition_logs import create, leader_of, stored_values
 from tests.support.polling import wait_until
 from tests.support.tiered_cluster import scrape
 
@@ -62,47 +60,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
 def admin(cluster: BrokerCluster) -> Iterator[AdminClient]:
     with cluster.admin() as client:
         yield client
-
-
-def create(admin: AdminClient, name: str, partitions: int = 1) -> None:
-    result = admin.create_topics([CreatableTopic(name, partitions, 3)])[0]
-    assert result.error.ok, result.error
-    wait_until(lambda: all(p.registration.leader >= 0
-                           for p in admin.describe_topics([name])[0].partitions),
-               10, f"{name} has leaders")
-    # The leaders' brokers know it too (a consumer's call retries until they do).
-    with Consumer(admin, timeout_ms=20_000) as consumer:
-        for partition in range(partitions):
-            consumer.offsets(name, partition)
-
-
-def leader_of(admin: AdminClient, topic: str, partition: int = 0) -> tuple[int, int]:
-    reg = admin.describe_topics([topic])[0].partitions[partition].registration
-    return reg.leader, reg.leader_epoch
-
-
-def stored_values(cluster: BrokerCluster, broker_id: int, topic: str,
-                  partition: int = 0) -> list[str]:
-    """What one broker's partition log holds, read from its segment files (batches
-    verified by CRC; a torn tail ends the read)."""
-    directory = cluster.brokers[broker_id].data_dir / "partition-logs" / f"{topic}-{partition}"
-    out: list[str] = []
-    if not directory.exists():
-        return out
-    for path in sorted(directory.iterdir()):
-        if parse_segment_file_name(path.name) is None:
-            continue
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            for _, header, buf, rel in iter_stored_batches(fd, 0, size):
-                batch, _ = decode_batch(buf, rel, verified=header)
-                out.extend(decode_record(body).value.decode() for body in batch.records)
-        except StorageError:
-            pass  # a batch being written: the prefix read so far is what is compared
-        finally:
-            os.close(fd)
-    return out
 
 
 def test_produce_and_consume_with_the_cli(cluster: BrokerCluster, admin: AdminClient) -> None:

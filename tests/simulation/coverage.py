@@ -70,6 +70,13 @@ def system_problems(c: Counter[str]) -> list[str]:
         # Disks that lost flushed records, and replicas that repaired them.
         ("damaged_disks", seeds // 2, "disks lost flushed records"),
         ("repaired_logs", seeds // 4, "damaged logs repaired from a leader"),
+        # The data plane (system_data.py).
+        ("records_acknowledged", 10 * seeds, "acks=all records acknowledged"),
+        ("isr_changes_committed", seeds // 2, "AlterPartition committed"),
+        ("replica_truncations", seeds // 20, "divergent replica tails cut"),
+        ("zombie_fetches_fenced", seeds // 20, "followers refused a zombie leader"),
+        ("broker_crashes", seeds // 2, "broker processes crashed"),
+        ("broker_pauses", seeds // 2, "broker processes paused"),
     ])
 
 

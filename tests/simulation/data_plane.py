@@ -37,7 +37,9 @@ from pathlib import Path
 
 import attrs
 
-from broker_agent.replica.partition import Diverged, PartitionReplica, Role
+from broker_agent.replica import data_pb2 as dpb
+from broker_agent.replica.errors import DataPlaneError
+from broker_agent.replica.partition import PartitionReplica, Role
 from broker_agent.replica.records import (
     DataRecord,
     decode_record,
@@ -178,26 +180,9 @@ class DataPlaneSim:
             else None
         if leader is None or not self._reachable(follower_id, follower.leader_id):
             return
-        if leader.role is not Role.LEADER or leader.leader_epoch != follower.leader_epoch:
-            return  # FENCED / UNKNOWN_LEADER_EPOCH: nothing moves
-        last_epoch = -1 if "skip-truncation" in self.bugs else follower.last_epoch
-        try:
-            answer = leader.read_for_follower(follower_id, follower.log_end_offset, last_epoch,
-                                              1 << 20, self.h.now_ms,
-                                              self._broker_epoch(follower_id))
-        except Exception:
-            return  # OFFSET_OUT_OF_RANGE and the like: the real fetcher retries
-        if answer.diverging is not None:
-            follower.truncate_for_divergence(Diverged(answer.diverging.epoch,
-                                                      answer.diverging.end_offset))
-            self.stats.truncations += 1
-            return
-        try:
-            follower.append_as_follower(answer.records, answer.high_watermark)
-        except StorageError:
-            return  # refused (not at our end): the real fetcher logs it and fetches again
-        if follower.log is not None:
-            follower.log.flush()  # a follower fsyncs before it fetches again
+        outcome = fetch_round(leader, follower, self._broker_epoch(follower_id), self.h.now_ms,
+                              skip_truncation="skip-truncation" in self.bugs)
+        self.stats.truncations += outcome == "truncated"
 
     def _flush(self) -> None:
         for broker in self.brokers.values():
@@ -319,25 +304,8 @@ class DataPlaneSim:
     def check(self) -> None:
         part = self.h.part(TOPIC)
         logs = {b: self._stored(b) for b in BROKERS}
-        for member in (*part.isr, *part.elr):
-            stored = logs[member]
-            for offset, value in self.acked.items():
-                if stored.get(offset) != value:
-                    raise InvariantViolation(
-                        f"acknowledged record {value!r} at offset {offset} missing from "
-                        f"broker {member} (ISR {part.isr}, ELR {part.elr}): it holds "
-                        f"{stored.get(offset)!r}")
         hws = {b: self._hw(b) for b in BROKERS}
-        for a in BROKERS:
-            for b in BROKERS:
-                if a < b:
-                    below = min(hws[a], hws[b])
-                    for offset in range(below):
-                        if logs[a].get(offset) != logs[b].get(offset):
-                            raise InvariantViolation(
-                                f"brokers {a} and {b} disagree at offset {offset} below "
-                                f"their high watermarks ({hws[a]}, {hws[b]}): "
-                                f"{logs[a].get(offset)!r} vs {logs[b].get(offset)!r}")
+        check_partition(TOPIC, self.acked, (*part.isr, *part.elr), logs, hws)
         for broker in self.brokers.values():
             if broker.alive and broker.replica is not None:
                 broker.replica.check()
@@ -347,26 +315,93 @@ class DataPlaneSim:
         return 0 if replica is None else replica.high_watermark
 
     def _stored(self, broker_id: int) -> dict[int, str]:
-        """offset -> value of what the broker's log holds (read from its files if it is
-        down: a crash keeps what was written)."""
         broker = self.brokers[broker_id]
-        replica = broker.replica
-        opened = None
-        if replica is None:
-            opened = replica = PartitionReplica(broker_id, TOPIC, str(self.topic_id), 0,
-                                                broker.directory, LogConfig(segment_bytes=8 << 20))
-        try:
-            log = replica.log
-            if log is None or log.end_offset == log.start_offset:
-                return {}
-            out: dict[int, str] = {}
-            for batch in log.read_batches(log.start_offset, max_bytes=64 << 20):
-                for i, body in enumerate(batch.records):
-                    out[batch.base_offset + i] = decode_record(body).value.decode()
-            return out
-        finally:
-            if opened is not None:
-                opened.close()
+        return stored_values(broker.replica, broker_id, TOPIC, str(self.topic_id), 0,
+                             broker.directory)
+
+
+# ------------------------------------------------- shared with the system simulation
+
+
+def fetch_round(leader: PartitionReplica, follower: PartitionReplica, broker_epoch: int,
+                now_ms: int, skip_truncation: bool = False) -> str:
+    """One fetch of `follower` from `leader`, answered and taken as the real fetcher
+    takes it (fetcher.py); returns what happened: "fenced" (the leader epochs differ:
+    FENCED / UNKNOWN_LEADER_EPOCH, nothing moves), "refused", "truncated" or
+    "appended". `skip_truncation` is the planted bug: the follower never sends the
+    epoch of its last batch, so the divergence check cannot run."""
+    if leader.role is not Role.LEADER or leader.leader_epoch != follower.leader_epoch:
+        return "fenced"
+    last_epoch = -1 if skip_truncation else follower.last_epoch
+    try:
+        answer = leader.read_for_follower(follower.broker_id, follower.log_end_offset,
+                                          last_epoch, 1 << 20, now_ms, broker_epoch)
+    except DataPlaneError as exc:
+        if exc.code == dpb.OFFSET_OUT_OF_RANGE:
+            if follower.log_end_offset < leader.log_start_offset:
+                follower.reset_to(leader.log_start_offset)
+            elif leader.log_end_offset < follower.log_end_offset:
+                follower.truncate_above(leader.log_end_offset)
+        return "refused"
+    if answer.diverging is not None:
+        follower.truncate_for_divergence(answer.diverging)
+        return "truncated"
+    try:
+        follower.append_as_follower(answer.records, answer.high_watermark)
+    except StorageError:
+        return "refused"  # not at our end: the real fetcher logs it and fetches again
+    if follower.log is not None:
+        follower.log.flush()  # a follower fsyncs before it fetches again
+    return "appended"
+
+
+def stored_values(replica: PartitionReplica | None, broker_id: int, topic: str, topic_id: str,
+                  partition: int, directory: Path) -> dict[int, str]:
+    """offset -> value of what a replica's log holds; read from its files when it is
+    not open (a crash keeps what was written)."""
+    opened = None
+    if replica is None:
+        if not directory.exists():
+            return {}
+        opened = replica = PartitionReplica(broker_id, topic, topic_id, partition, directory,
+                                            LogConfig(segment_bytes=8 << 20))
+    try:
+        log = replica.log
+        if log is None or log.end_offset == log.start_offset:
+            return {}
+        out: dict[int, str] = {}
+        for batch in log.read_batches(log.start_offset, max_bytes=64 << 20):
+            for i, body in enumerate(batch.records):
+                out[batch.base_offset + i] = decode_record(body).value.decode()
+        return out
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def check_partition(name: str, acked: dict[int, str], members: Iterable[int],
+                    logs: dict[int, dict[int, str]], hws: dict[int, int]) -> None:
+    """The data plane's two safety properties for one partition: every acknowledged
+    record is in the log of every member of the committed ISR and ELR (replicas the
+    controller may elect) at the offset it was acknowledged at; any two replicas'
+    logs hold the same records below the smaller of their high watermarks."""
+    for member in members:
+        stored = logs.get(member, {})
+        for offset, value in acked.items():
+            if stored.get(offset) != value:
+                raise InvariantViolation(
+                    f"{name}: acknowledged record {value!r} at offset {offset} missing from "
+                    f"broker {member} (ISR+ELR {tuple(members)}): it holds "
+                    f"{stored.get(offset)!r}")
+    brokers = sorted(logs)
+    for i, a in enumerate(brokers):
+        for b in brokers[i + 1:]:
+            for offset in range(min(hws.get(a, 0), hws.get(b, 0))):
+                if logs[a].get(offset) != logs[b].get(offset):
+                    raise InvariantViolation(
+                        f"{name}: brokers {a} and {b} disagree at offset {offset} below "
+                        f"their high watermarks ({hws.get(a)}, {hws.get(b)}): "
+                        f"{logs[a].get(offset)!r} vs {logs[b].get(offset)!r}")
 
 
 def run(seed: int, bugs: Iterable[str] = (), steps: int = STEPS) -> Stats:

@@ -23,8 +23,10 @@ Checked as it runs (`SystemCluster._check_node` and the client answers):
 from __future__ import annotations
 
 import random
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from broker_agent.delta import ImageChanges, build_image_from_bytes
@@ -58,9 +60,10 @@ from controller.metadata import (
     ResourceType,
     TopicPartition,
 )
+from controller.metadata.alter_partition import AlterPartitionRequest
 from controller.quorum.errors import NotLeaderError, ProposalRejectedError, proposal_refused
 from controller.quorum_controller.events import Answer, Fail, Mode, ReadConsistency, Request
-from controller.quorum_controller.facade import BROKER_HEARTBEAT, REGISTER_BROKER
+from controller.quorum_controller.facade import ALTER_PARTITION, BROKER_HEARTBEAT, REGISTER_BROKER
 from controller.quorum_controller.machine import ControllerMachine
 from controller.quorum_controller.ports import ControllerSettings
 from controller.quorum_controller.snapshots import iter_image_chunks
@@ -75,6 +78,7 @@ from controller.records.domain import Listener
 from tests.simulation.cluster import Cluster
 from tests.simulation.invariants import InvariantViolation
 from tests.simulation.nodes import CLUSTER_ID, SimNode, StateMachine
+from tests.simulation.system_data import SystemDataPlane
 from tests.support.op_context import StateContext
 
 SESSION_TIMEOUT_MS = 600
@@ -87,6 +91,11 @@ RPCS = {"create": "CreateTopics", "delete": "DeleteTopics", "partitions": "Creat
         "config": "IncrementalAlterConfigs", "reassign": "AlterPartitionReassignments",
         "elect": "ElectLeaders", "describe": "DescribeTopics", "list": "ListTopics",
         "configs": "DescribeConfigs"}
+
+
+# The data plane's files: in memory where the machine has it (thousands of seeds
+# fsync thousands of times each; durability across a machine crash is not simulated).
+_MEMORY_DIR = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
 
 def _encode_snapshot(records: list[bytes]) -> bytes:
@@ -331,7 +340,8 @@ class BrokerSM(StateMachine):
 
 
 class SystemCluster(Cluster):
-    def __init__(self, seed: int, duration_ms: int = 3000, settle_ms: int = 1200) -> None:
+    def __init__(self, seed: int, duration_ms: int = 3000, settle_ms: int = 1200,
+                 data_bugs: frozenset[str] = frozenset()) -> None:
         # The oracle: the cluster-wide committed log replayed into one state, with a
         # registry snapshot after every batch so any committed offset can be read.
         self.oracle = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
@@ -372,12 +382,53 @@ class SystemCluster(Cluster):
         choices = random.Random(seed * 104729 + 17)
         self.snapshot_interval_bytes = choices.choice((400, 1500, 6000))
         self.snapshot_chunk_records = choices.choice((2, 8, 64))
+        self._jitter = choices.random
         super().__init__(seed, duration_ms, settle_ms)
+        # Each broker's process incarnation (its data plane restarts it).
+        self.incarnations = dict.fromkeys(BROKERS, 0)
         for broker_id in BROKERS:
-            self.brokers[broker_id] = LifecycleMachine(
-                broker_id, heartbeat_interval_s=HEARTBEAT_MS / 1000, shutdown_timeout_s=5.0,
-                jitter=choices.random)
+            self.brokers[broker_id] = self._lifecycle(broker_id)
             self._at(self.rng.randint(20, 200), "broker", broker_id)
+        # The brokers' data plane (system_data.py): real partition logs on real files.
+        self.data = SystemDataPlane(seed, Path(tempfile.mkdtemp(prefix=f"system-sim-{seed}-",
+                                                                dir=_MEMORY_DIR)),
+                                    BROKERS, self, data_bugs)
+        self._at(self.data.rng.randint(5, 30), "data")
+
+    def _lifecycle(self, broker_id: int) -> LifecycleMachine:
+        return LifecycleMachine(broker_id, heartbeat_interval_s=HEARTBEAT_MS / 1000,
+                                shutdown_timeout_s=5.0, jitter=self._jitter)
+
+    # ------------------------------------------------------------ the data plane's
+
+    def committed_ends(self) -> list[int]:
+        return list(self.oracle_images)
+
+    def image_at(self, end_offset: int) -> MetadataImage:
+        return self.oracle_images[end_offset]
+
+    def broker_epoch(self, broker_id: int) -> int:
+        return self.brokers[broker_id].broker_epoch
+
+    def new_incarnation(self, broker_id: int) -> None:
+        self.incarnations[broker_id] += 1
+        self.brokers[broker_id] = self._lifecycle(broker_id)
+
+    def send_alter_partition(self, broker_id: int, request: AlterPartitionRequest) -> bool:
+        node = self._pick_controller(leader_only=True)
+        if node is None:
+            return False
+        self._send_request(node, f"alter:{broker_id}:{self.incarnations[broker_id]}", ALTER_PARTITION,
+                           Args(tuple(request.items), extra=request))
+        return True
+
+    def _ev_data(self) -> None:
+        self.data.step(faults=self.now_ms < self.duration_ms - self.settle_ms)
+        self._at(self.now_ms + self.data.rng.randint(4, 20), "data")
+
+    def _ev_heal(self) -> None:
+        super()._ev_heal()
+        self.data.heal()
 
     # ------------------------------------------------------------ plug-ins
 
@@ -637,6 +688,10 @@ class SystemCluster(Cluster):
     def _ev_broker(self, broker_id: int) -> None:
         """One step of a broker's lifecycle: register or heartbeat the active
         controller it finds (a fake network: a call to a down node is lost)."""
+        if not self.data.process_running(broker_id):
+            # Crashed or paused: it sends nothing (its data plane restarts it).
+            self._at(self.now_ms + HEARTBEAT_MS, "broker", broker_id)
+            return
         life = self.brokers[broker_id]
         action = life.next_action(self.now_ms / 1000)
         if action is Action.STOP:
@@ -648,13 +703,13 @@ class SystemCluster(Cluster):
             machine = self._controller(node)
             assert machine is not None
             if action is Action.REGISTER:
-                kind, op = f"register:{broker_id}", REGISTER_BROKER
+                kind, op = f"register:{broker_id}:{self.incarnations[broker_id]}", REGISTER_BROKER
                 extra: Any = BrokerRegistrationRequest(
                     broker_id=broker_id, cluster_id=CLUSTER_ID,
-                    incarnation_id=f"inc-{broker_id}",
+                    incarnation_id=f"inc-{broker_id}-{self.incarnations[broker_id]}",
                     listeners=(Listener("PLAINTEXT", "b", 9092, "PLAINTEXT"),))
             else:
-                kind, op = f"heartbeat:{broker_id}", BROKER_HEARTBEAT
+                kind, op = f"heartbeat:{broker_id}:{self.incarnations[broker_id]}", BROKER_HEARTBEAT
                 extra = BrokerHeartbeatRequest(broker_id, life.broker_epoch, 1 << 40)
             self._send_request(node, kind, op, Args((broker_id,), extra=extra))
         self._at(self.now_ms + max(1, int(life.wait_s * 1000)), "broker", broker_id)
@@ -684,8 +739,11 @@ class SystemCluster(Cluster):
             return kind, Args((CreatePartitionsTopic(topic, self.rng.randint(2, 5)),))
         if kind == "config":
             value = str(self.rng.randint(1, 10) * 1000)
+            key = "retention.ms"
+            if self.data.rng.random() < 0.5:  # its own draw: the seeds' requests stay
+                key, value = "min.insync.replicas", str(self.data.rng.randint(1, 2))
             return kind, Args((AlterConfigsResource(ConfigResource(ResourceType.TOPIC, topic), (
-                AlterConfigOp("retention.ms", OpType.SET, value),)),))
+                AlterConfigOp(key, OpType.SET, value),)),))
         if kind == "reassign":
             target = tuple(self.rng.sample(BROKERS, self.rng.randint(1, len(BROKERS))))
             return kind, Args((ReassignmentRequest(
@@ -782,8 +840,11 @@ class SystemCluster(Cluster):
                 self.reads.pop(out.request_id, None)
                 self.outcomes[type(out.error).__name__] += 1
                 self._maybe_retry(origin_id)
-                if kind.startswith(("register:", "heartbeat:")):
-                    self.brokers[int(kind.partition(":")[2])].unreachable()
+                broker = self._broker_of(kind)
+                if broker is not None and kind.startswith(("register:", "heartbeat:")):
+                    self.brokers[broker].unreachable()
+                elif broker is not None and kind.startswith("alter:"):
+                    self.data.alter_partition_answered(broker, None)
 
     def _check_answer_committed(self, node: SimNode, attempt: int, origin_id: str,
                                 kind: str) -> None:
@@ -818,11 +879,25 @@ class SystemCluster(Cluster):
         self.outcomes["retries_sent"] += 1
         self._at(self.now_ms + self.rng.randint(10, 200), "retry", origin_id)
 
+    def _broker_of(self, kind: str) -> int | None:
+        """The broker a request of `kind` came from ("action:broker:incarnation"), if
+        that process still runs (a restarted one never hears its predecessor's
+        answers)."""
+        parts = kind.split(":")
+        if len(parts) != 3 or parts[0] not in ("register", "heartbeat", "alter"):
+            return None
+        broker, incarnation = int(parts[1]), int(parts[2])
+        return broker if self.incarnations[broker] == incarnation else None
+
     def _broker_answer(self, kind: str, value: Any) -> None:
-        action, _, broker = kind.partition(":")
-        if not broker:
+        broker = self._broker_of(kind)
+        if broker is None:
             return
-        life = self.brokers[int(broker)]
+        action = kind.partition(":")[0]
+        if action == "alter":
+            self.data.alter_partition_answered(broker, value)
+            return
+        life = self.brokers[broker]
         if action == "register":
             life.registered(value.error.code.value, value.broker_epoch)
         else:
@@ -867,10 +942,11 @@ class SystemCluster(Cluster):
         super().check_final()
         for node in self.nodes.values():
             self._check_node(node)
+        self.data.check_all()
 
 
-def run_system_seed(seed: int) -> SystemCluster:
-    cluster = SystemCluster(seed)
+def run_system_seed(seed: int, data_bugs: frozenset[str] = frozenset()) -> SystemCluster:
+    cluster = SystemCluster(seed, data_bugs=data_bugs)
     try:
         cluster.run()
     except Exception as exc:  # every failure names the seed that replays it
@@ -878,6 +954,8 @@ def run_system_seed(seed: int) -> SystemCluster:
             f"system seed {seed} failed at t={cluster.now_ms}ms step {cluster.steps}: "
             f"{exc!r}\nreplay: SYSTEM_SIM_SEED={seed} .venv/bin/python -m pytest "
             "tests/simulation/test_system.py -q") from exc
+    finally:
+        cluster.data.close()
     return cluster
 
 

@@ -80,12 +80,21 @@ def test_seeds(seeds: range) -> None:
         _coverage["wiped_controllers"] += cluster.wipes
         _coverage["damaged_disks"] += cluster.damages
         _coverage["repaired_logs"] += cluster.repairs
+        data = cluster.data.counts
+        _coverage["records_acknowledged"] += data["acked"]
+        _coverage["replica_truncations"] += data["truncations"]
+        _coverage["zombie_fetches_fenced"] += data["zombie_refusals"]
+        _coverage["broker_crashes"] += data["crashes"]
+        _coverage["broker_pauses"] += data["pauses"]
+        _coverage["isr_changes_committed"] += sum(
+            n for kind, n in cluster.outcomes.items()
+            if kind.startswith("alter:") and kind.endswith(":NONE"))
 
 
-def _first_failure(seeds: range) -> str | None:
+def _first_failure(seeds: range, data_bugs: frozenset[str] = frozenset()) -> str | None:
     for seed in seeds:
         try:
-            run_system_seed(seed)
+            run_system_seed(seed, data_bugs)
         except InvariantViolation as exc:
             return str(exc)
     return None
@@ -148,10 +157,13 @@ def test_a_write_committed_before_one_acknowledged_earlier_is_caught() -> None:
     from tests.simulation.system import SystemCluster
 
     cluster = SystemCluster(0)
-    cluster.acked_before_send["7"] = 10
-    stale = RecordBatch(5, 1, 0, False, BatchOrigin("User:sim", "", "7"), (b"x",))
-    with pytest.raises(InvariantViolation, match="not linearizable"):
-        cluster._oracle_apply(stale)
+    try:
+        cluster.acked_before_send["7"] = 10
+        stale = RecordBatch(5, 1, 0, False, BatchOrigin("User:sim", "", "7"), (b"x",))
+        with pytest.raises(InvariantViolation, match="not linearizable"):
+            cluster._oracle_apply(stale)
+    finally:
+        cluster.data.close()
 
 
 def test_a_controller_that_never_fences_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,3 +188,16 @@ def test_a_snapshot_reading_history_already_dropped_is_caught(
     monkeypatch.setattr(ControllerMachine, "release_history", release)
     failure = _first_failure(range(50))
     assert failure is not None and "no live snapshot" in failure, failure
+
+
+@pytest.mark.parametrize(("bug", "finding"), [
+    # A leader that applies the ISR it proposes before it commits counts a follower
+    # the controller never admitted (or refused): the HW passes records that follower
+    # lacks, and the controller elects a replica without them.
+    ("apply-isr-early", "acknowledged record"),
+    # A follower that never sends the epoch of its last batch keeps a zombie's tail.
+    ("skip-truncation", "disagree at offset"),
+])
+def test_a_planted_data_plane_bug_fails_a_seed(bug: str, finding: str) -> None:
+    failure = _first_failure(range(100), frozenset({bug}))
+    assert failure is not None and finding in failure, failure

@@ -13,7 +13,7 @@ import contextlib
 import json
 import shutil
 import signal
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ class BrokerProcess(ChildProcess):
     def __init__(self, broker_id: int, cluster_id: str, root: Path,
                  controllers: dict[int, str], *, heartbeat_interval_ms: int = 200,
                  controlled_shutdown_timeout_ms: int = 10_000, log_format: str = "kv",
-                 metrics: bool = False) -> None:
+                 metrics: bool = False, data_config: str = "") -> None:
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.data_dir = root / f"b{broker_id}"
@@ -55,6 +55,7 @@ class BrokerProcess(ChildProcess):
             f"controlled_shutdown_timeout_ms = {controlled_shutdown_timeout_ms}\n"
             f'[logging]\nlevel = "INFO"\nformat = "{log_format}"\n'
             + ('[metrics]\naddress = "127.0.0.1"\nport = 0\n' if metrics else "")
+            + (f"[data]\n{data_config}\n" if data_config else "")
             + PLAINTEXT_TABLE)
         self.format()
 
@@ -99,10 +100,12 @@ class BrokerCluster:
     def __init__(self, root: Path, *, controllers: int = 3, brokers: Iterable[int] = (1, 2, 3),
                  session_timeout_ms: int = 2_000, snapshot_interval_bytes: int = 16 << 20,
                  heartbeat_interval_ms: int = 200, log_format: str = "kv",
-                 metrics: bool = False, controller_config: str = "") -> None:
+                 metrics: bool = False, controller_config: str = "",
+                 broker_data: Mapping[int, str] | None = None) -> None:
         """`log_format`: every process's `[logging] format`; `metrics`: every process
         serves Prometheus metrics on a free port (logged as `metrics_serving`);
-        `controller_config`: more lines of the controllers' `[controller]` table."""
+        `controller_config`: more lines of the controllers' `[controller]` table;
+        `broker_data`: lines of a broker's `[data]` table, by broker id."""
         self.root = root
         self.cluster_id = random_cluster_id()
         ports = free_ports(controllers)
@@ -127,7 +130,8 @@ class BrokerCluster:
         self.brokers: dict[int, BrokerProcess] = {
             b: BrokerProcess(b, self.cluster_id, root, self.controller_addresses,
                              heartbeat_interval_ms=heartbeat_interval_ms,
-                             log_format=log_format, metrics=metrics) for b in brokers}
+                             log_format=log_format, metrics=metrics,
+                             data_config=(broker_data or {}).get(b, "")) for b in brokers}
 
     @property
     def bootstrap(self) -> list[str]:

@@ -164,3 +164,36 @@ def test_an_offline_partition_still_comes_back_with_its_last_in_sync_replica() -
     assert h.part("o").leader == -1 and h.part("o").isr == (1,)  # 2 is not eligible
     assert not h.heartbeat(1).is_fenced
     assert h.part("o").leader == 1
+
+
+def test_removing_a_replica_moves_the_leader_epoch_at_level_7() -> None:
+    """A reassignment that removes a replica states the leader (it stays), so the leader
+    epoch moves: a leader whose metadata skipped the removal sees a new leadership and
+    forgets the fetch progress of the removed replica's previous life. Found by the
+    whole-system simulation: a replica removed and re-added with an empty log was
+    reported in sync from that stale progress, then elected."""
+    h = Harness()
+    h.add_brokers([1, 2, 3])
+    h.create("moved", assignments=((1, 2, 3),))
+    before = h.part("moved")
+    (result,) = h.apply(h.state.replication.alter_partition_reassignments(
+        [ReassignmentRequest("moved", 0, (1, 2))]))
+    assert result.error.ok, result.error
+    after = h.part("moved")
+    assert (after.leader, after.replicas) == (1, (1, 2))
+    assert after.leader_epoch == before.leader_epoch + 1
+    # Adding a replica moves only the partition epoch.
+    (result,) = h.apply(h.state.replication.alter_partition_reassignments(
+        [ReassignmentRequest("moved", 0, (1, 2, 3))]))
+    assert result.error.ok and h.part("moved").leader_epoch == after.leader_epoch
+    h.check()
+
+
+def test_below_level_7_a_removal_keeps_the_leader_epoch() -> None:
+    h = Harness(metadata_version=HEARTBEAT_ISR_LEVEL)
+    h.add_brokers([1, 2, 3])
+    h.create("moved", assignments=((1, 2, 3),))
+    epoch = h.part("moved").leader_epoch
+    (result,) = h.apply(h.state.replication.alter_partition_reassignments(
+        [ReassignmentRequest("moved", 0, (1, 2))]))
+    assert result.error.ok and h.part("moved").leader_epoch == epoch

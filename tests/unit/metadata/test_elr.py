@@ -3,9 +3,19 @@ ISR cannot, so a clean election survives an ISR that shrank below min ISR."""
 
 from __future__ import annotations
 
+from controller.api.rpcs import ADMIN_RPCS_BY_NAME
+from controller.api.seam import Args
+from controller.metadata.configs import (
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResource,
+    OpType,
+    ResourceType,
+)
 from controller.metadata.errors import ErrorCode
 from controller.metadata.topics import ElectionType, TopicPartition
 from controller.records.domain import LeaderRecoveryState
+from tests.support.op_context import StateContext
 from tests.unit.metadata.support import HEARTBEAT_ISR_LEVEL, SESSION_MS, Harness
 from tests.unit.metadata.test_alter_partition import report
 
@@ -97,3 +107,36 @@ def test_min_isr_one_never_needs_an_elr() -> None:
     fence(h, 3, [1, 2])
     fence(h, 2, [1])
     assert h.part("g").elr == ()
+
+
+def alter_min_isr(h: Harness, resource: ConfigResource, value: str | None) -> None:
+    """IncrementalAlterConfigs as the admin API runs it (its ELR clearing included)."""
+    op = ADMIN_RPCS_BY_NAME["IncrementalAlterConfigs"].op
+    assert op is not None
+    op_type = OpType.SET if value is not None else OpType.DELETE
+    result = op.run(StateContext(h.state), Args((AlterConfigsResource(
+        resource, (AlterConfigOp("min.insync.replicas", op_type, value),)),)), 0, h.now_ms)
+    (answer,) = h.apply(result)
+    assert answer.error.ok, answer.error
+    h.check()
+
+
+def test_a_min_isr_change_clears_the_elr_of_the_topic() -> None:
+    """Found by the whole-system simulation: min ISR 2 -> 1 let the HW move with the
+    leader alone while the ELR still named a replica that lacked those records; the
+    controller could then elect it and lose them. Kafka drops the ELR on any change of
+    the config; a change to another topic leaves it alone."""
+    h = Harness()
+    guarded(h)
+    h.create("other", assignments=((1, 2, 3),), configs=(("min.insync.replicas", "2"),))
+    for topic in ("g", "other"):
+        assert report(h, topic, (1,)).error.ok
+        assert h.part(topic).elr == (2, 3)
+    epoch = h.part("g").partition_epoch
+    alter_min_isr(h, ConfigResource(ResourceType.TOPIC, "g"), "1")
+    assert (h.part("g").isr, h.part("g").elr) == ((1,), ())
+    assert h.part("g").partition_epoch == epoch + 1  # the brokers see the change
+    assert h.part("other").elr == (2, 3)
+    # A default every topic may inherit: every ELR goes.
+    alter_min_isr(h, ConfigResource(ResourceType.BROKER, ""), "2")
+    assert h.part("other").elr == ()

@@ -121,9 +121,13 @@ def test_losing_the_leader_is_a_leader_change() -> None:
     assert (merged.isr, merged.leader_epoch, merged.partition_epoch) == ((), 6, 10)
 
 
-def test_restating_the_same_leader_does_not_bump_leader_epoch() -> None:
+def test_restating_the_same_leader_bumps_leader_epoch() -> None:
+    """Kafka's replay rule: a stated leader is a new leader epoch (what a change
+    removing a replica writes, so the replica sees the epoch move)."""
     merged = BASE.merge(change(leader=1))
-    assert (merged.leader, merged.leader_epoch, merged.partition_epoch) == (1, 5, 10)
+    assert (merged.leader, merged.leader_epoch, merged.partition_epoch) == (1, 6, 10)
+    unstated = BASE.merge(change(isr=pb.BrokerIdList(ids=[1, 2])))
+    assert (unstated.leader_epoch, unstated.partition_epoch) == (5, 10)
 
 
 def test_present_empty_list_clears_absent_list_keeps() -> None:
