@@ -183,7 +183,7 @@ class ReplicationControlManager:
         for record in records:
             if record.WhichOneof("record") != "config" or record.config.name != MIN_ISR_KEY:
                 continue
-            if record.config.resource_type == ResourceType.TOPIC:
+            if int(record.config.resource_type) == ResourceType.TOPIC:
                 topics.add(record.config.resource_name)
             else:
                 every = True
