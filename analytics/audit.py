@@ -9,7 +9,7 @@ Partition state is the subtle part: a PartitionChangeRecord carries only the cha
 fields and no epochs, so `partition_states` rebuilds the full state after every
 partition record with window functions (last non-null value per field, per
 partition, in offset order) and derives the epochs the way replay does: partition
-epoch +1 on every change, leader epoch +1 when the leader actually changes
+epoch +1 on every change, leader epoch +1 when a change states a leader
 (`PartitionRegistration.merge`).
 """
 
@@ -21,12 +21,13 @@ from pyspark.sql import functions as F
 PARTITION_JSON = (
     "fields STRUCT<partition_id INT, topic_id STRING, replicas ARRAY<INT>, isr ARRAY<INT>,"
     " removing_replicas ARRAY<INT>, adding_replicas ARRAY<INT>, leader INT,"
-    " leader_recovery_state STRING, leader_epoch INT, partition_epoch INT>"
+    " leader_recovery_state STRING, leader_epoch INT, partition_epoch INT,"
+    " eligible_leader_replicas ARRAY<INT>>"
 )
 CHANGE_JSON = (
     "fields STRUCT<isr STRUCT<ids ARRAY<INT>>, leader INT, replicas STRUCT<ids ARRAY<INT>>,"
     " removing_replicas STRUCT<ids ARRAY<INT>>, adding_replicas STRUCT<ids ARRAY<INT>>,"
-    " leader_recovery_state STRING>"
+    " leader_recovery_state STRING, eligible_leader_replicas STRUCT<ids ARRAY<INT>>>"
 )
 LEADER_CHANGE_JSON = "fields STRUCT<leader_id INT, epoch INT, voters ARRAY<INT>>"
 
@@ -146,9 +147,10 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
     """The full state of a partition after each of its Partition/PartitionChange records.
 
     Columns: offset, append_time, epoch, principal, record_type, topic_id,
-    topic_name, partition_id, replicas, isr, adding_replicas, removing_replicas,
-    leader, recovery_state, leader_epoch, partition_epoch, reassigning (adding or
-    removing replicas non-empty), prev_leader, prev_isr, prev_replicas (only on a
+    topic_name, partition_id, replicas, isr, elr (eligible leader replicas, KIP-966),
+    adding_replicas, removing_replicas, leader, recovery_state, leader_epoch,
+    partition_epoch, reassigning (adding or removing replicas non-empty), prev_leader,
+    prev_isr, prev_elr, prev_replicas (only on a
     change record that sets the replicas), leader_changed (a change record that
     moved the leader; the first Partition record is not a change),
     prev_leader_epoch, prev_partition_epoch, prev_reassigning. A `prev_*` column is
@@ -202,6 +204,7 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
         F.col("adding_replicas").alias("_adding"),
         F.col("removing_replicas").alias("_removing"), F.col("leader").alias("_leader"),
         F.col("leader_recovery_state").alias("_recovery"),
+        F.col("eligible_leader_replicas").alias("_elr"),
         # Change records carry no epochs (null): replay derives them.
         F.col("leader_epoch").alias("_base_le"), F.col("partition_epoch").alias("_base_pe"))
     is_part = F.col("_part")
@@ -223,9 +226,10 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
         *keep,
         *[F.last(F.col("_" + n), ignorenulls=True).over(w).alias(n)
           for n in ("replicas", "isr", "adding", "removing", "leader", "recovery",
-                    "base_le", "base_pe")],
+                    "base_le", "base_pe", "elr")],
         F.last("_leader", ignorenulls=True).over(before).alias("prev_leader"),
         F.last("_isr", ignorenulls=True).over(before).alias("prev_isr"),
+        F.last("_elr", ignorenulls=True).over(before).alias("prev_elr"),
         # The replicas before a change record that sets them (null on every other row,
         # so the column costs little in the persisted states): a move whose target is
         # already in the ISR is that one record, with no adding/removing phase.
@@ -245,13 +249,16 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
         .alias("_moves"))
     state = state.select(
         *keep, "replicas", "isr",
+        F.coalesce("elr", F.array().cast("array<int>")).alias("elr"),
         F.col("adding").alias("adding_replicas"), F.col("removing").alias("removing_replicas"),
         "leader", F.coalesce("recovery", F.lit("LEADER_RECOVERY_STATE_RECOVERED"))
         .alias("recovery_state"),
         (F.col("base_le") + since_lineage_start("_moves")).cast("int").alias("leader_epoch"),
         (F.col("base_pe") + F.col("_pe_delta")).cast("int").alias("partition_epoch"),
         _reassigning("adding", "removing").alias("reassigning"),
-        "prev_leader", "prev_isr", "prev_replicas", "leader_changed")
+        "prev_leader", "prev_isr",
+        F.coalesce("prev_elr", F.array().cast("array<int>")).alias("prev_elr"),
+        "prev_replicas", "leader_changed")
     # (4) the previous row's epochs and reassigning: the same order again, so no
     # further sort.
     state = state.select(
@@ -377,6 +384,23 @@ def isr_incidents(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
         "partitions_rejoined",
         F.when(is_open, "open").otherwise("recovered").alias("outcome"),
     ).orderBy("start_offset")
+
+
+def eligible_leader_replicas(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
+    """Changes of the eligible leader replicas (KIP-966, metadata.version 7): replicas
+    that left an ISR below min.insync.replicas and so still hold every committed
+    record. Columns: topic_name, topic_id, partition_id, offset, append_time, epoch,
+    principal, isr, prev_elr, elr, joined, left, leader, elected_from_elr (the change
+    made a former ELR member the leader: a clean election the ISR alone could not
+    have made)."""
+    s = _states(df, states).where((F.col("record_type") == "partition_change")
+                                   & ~F.equal_null(F.col("elr"), F.col("prev_elr")))
+    elected = F.col("leader_changed") & F.array_contains("prev_elr", F.col("leader"))
+    return s.select("topic_name", "topic_id", "partition_id", "offset", "append_time", "epoch",
+                    "principal", "isr", "prev_elr", "elr",
+                    F.array_except("elr", "prev_elr").alias("joined"),
+                    F.array_except("prev_elr", "elr").alias("left"), "leader",
+                    elected.alias("elected_from_elr")).orderBy("offset")
 
 
 def _unclean() -> Column:

@@ -21,16 +21,19 @@ from analytics.audit import _states, log_rows, resolve_topic_names, topic_names
 
 def leader_in_isr_subset_replicas(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Partition states where the leader (if any) is not in the ISR, or the ISR is not a
-    subset of the replicas, or the ISR is empty."""
+    subset of the replicas, or the ISR is empty, or an eligible leader replica is not
+    a replica or is also in the ISR (KIP-966: the ELR is replicas out of the ISR)."""
     s = _states(df, states)
     bad_leader = (F.col("leader") != -1) & ~F.array_contains("isr", F.col("leader"))
     bad_isr = F.size(F.array_except("isr", "replicas")) > 0
     empty = F.size("isr") == 0
+    bad_elr = (F.size(F.array_except("elr", "replicas")) > 0) | \
+        (F.size(F.array_intersect("elr", "isr")) > 0)
     reason = (F.when(bad_leader, "leader not in ISR").when(bad_isr, "ISR not within replicas")
-              .otherwise("empty ISR"))
-    return (s.where(bad_leader | bad_isr | empty)
+              .when(empty, "empty ISR").otherwise("ELR not within replicas outside the ISR"))
+    return (s.where(bad_leader | bad_isr | empty | bad_elr)
             .select("topic_name", "topic_id", "partition_id", "offset", "leader", "isr",
-                    "replicas", reason.alias("violation")))
+                    "elr", "replicas", reason.alias("violation")))
 
 
 def registration_intervals(df: DataFrame) -> DataFrame:

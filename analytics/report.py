@@ -44,11 +44,12 @@ SECTIONS: tuple[tuple[str, Callable[..., DataFrame]], ...] = (
     ("Config history", audit.config_history),
     ("Elections per controller epoch", audit.elections_per_epoch),
     ("Unclean elections", audit.unclean_elections),
+    (ELR_TITLE := "Eligible leader replicas (KIP-966)", audit.eligible_leader_replicas),
 )
 # The sections that start from `audit.partition_states` (given it precomputed).
 SECTIONS_USING_STATES = frozenset({
     audit.leader_churn_per_broker, audit.leader_churn_per_partition, audit.isr_incidents,
-    audit.reassignments, audit.elections_per_epoch})
+    audit.reassignments, audit.elections_per_epoch, audit.eligible_leader_replicas})
 PLOTTED = frozenset({"Leader churn per broker", "Fencing intervals"})
 # In a permissive audit, the verdict on the log's damage (rows: the damaged places).
 DAMAGE_CHECK = "log_readable"
@@ -315,7 +316,10 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
             + ", ".join(f"{k} {sum(1 for r in reassigned if r['outcome'] == k)}"
                         for k in ("completed", "cancelled", "replaced", "ongoing")) + ")",
             f"fenced periods: {counts['Fencing intervals']}; ISR incidents: "
-            f"{counts[ISR_TITLE]}; unclean elections: {counts['Unclean elections']}",
+            f"{counts[ISR_TITLE]}; unclean elections: {counts['Unclean elections']}; "
+            f"ELR changes: {counts[ELR_TITLE]} ("
+            f"{sum(1 for r in collected[ELR_TITLE] if r['elected_from_elr'])} elections "
+            "from the ELR)",
             f"audit time: {time.monotonic() - started:.1f} s")),
         Text(verdict),
         Heading("Plots"),

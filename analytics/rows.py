@@ -4,7 +4,8 @@
 partition_id, broker_id, resource_type, resource_name, record_json, partition_fields,
 event_fields)`, where `partition_fields` is None except on Partition and
 PartitionChange records: `(leader, isr, replicas, adding_replicas, removing_replicas,
-leader_recovery_state, leader_epoch, partition_epoch)` as the record sets them (None =
+leader_recovery_state, leader_epoch, partition_epoch, eligible_leader_replicas)` as the
+record sets them (None =
 not set by a change record; id lists are tuples), and `event_fields` is None except
 on broker and config records: `(broker_epoch, incarnation_id, fenced,
 in_controlled_shutdown, config_key, config_value)` (see `analytics.schema`). The
@@ -38,10 +39,11 @@ from controller.records.jsonify import record_to_dict
 from controller.records.registry import RECORD_TYPES
 
 Ids = tuple[int, ...]
-# leader, isr, replicas, adding, removing, recovery state, leader epoch, partition epoch.
+# leader, isr, replicas, adding, removing, recovery state, leader epoch, partition epoch,
+# eligible leader replicas.
 PartitionFields = tuple[
     int | None, Ids | None, Ids | None, Ids | None, Ids | None, str | None, int | None,
-    int | None
+    int | None, Ids | None
 ]
 # broker_epoch, incarnation_id, fenced, in_controlled_shutdown, config_key, config_value.
 EventFields = tuple[int | None, str | None, bool | None, bool | None, str | None, str | None]
@@ -50,7 +52,8 @@ RecordColumns = tuple[
     str | None, PartitionFields | None, EventFields | None
 ]
 # Positions in PartitionFields of the BrokerIdList fields of a PartitionChangeRecord.
-_LIST_SLOT = {"isr": 1, "replicas": 2, "adding_replicas": 3, "removing_replicas": 4}
+_LIST_SLOT = {"isr": 1, "replicas": 2, "adding_replicas": 3, "removing_replicas": 4,
+              "eligible_leader_replicas": 8}
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _VERSIONS = {name: t.version for name, t in RECORD_TYPES.items()}
@@ -109,7 +112,6 @@ _ID_LISTS = {
     "replicas": ',"replicas":{"ids":',
     "removing_replicas": ',"removing_replicas":{"ids":',
     "adding_replicas": ',"adding_replicas":{"ids":',
-    # Printed, not typed: the audit's partition columns do not hold the ELR yet.
     "eligible_leader_replicas": ',"eligible_leader_replicas":{"ids":',
 }
 
@@ -124,7 +126,7 @@ def _change_tail(p: pb.PartitionChangeRecord, *,
     partition_id/topic_id when not `keys_allowed`: the wire fast path has already
     read them, and a restated one would override them)."""
     parts: list[str] = []
-    typed: list[Any] = [None] * 8
+    typed: list[Any] = [None] * 9
     # ListFields: one C call listing just the present fields, in field-number order
     # (cheaper than a HasField per optional field on the hottest record type).
     for field, value in p.ListFields():
@@ -171,14 +173,15 @@ def _partition(rec: pb.MetadataRecord, version: int) -> RecordColumns:
     typed: PartitionFields = (
         p.leader, tuple(p.isr), tuple(p.replicas), tuple(p.adding_replicas),
         tuple(p.removing_replicas), _RECOVERY[p.leader_recovery_state], p.leader_epoch,
-        p.partition_epoch)
+        p.partition_epoch, tuple(p.eligible_leader_replicas))
     return ("partition", version, p.topic_id, None, p.partition_id, None, None, None, text,
             typed, None)
 
 
 def _partition_fields(values: list[Any]) -> PartitionFields:
-    leader, isr, replicas, adding, removing, recovery, leader_epoch, partition_epoch = values
-    return (leader, isr, replicas, adding, removing, recovery, leader_epoch, partition_epoch)
+    leader, isr, replicas, adding, removing, recovery, leader_epoch, partition_epoch, elr = values
+    return (leader, isr, replicas, adding, removing, recovery, leader_epoch, partition_epoch,
+            elr)
 
 
 def _registration_change(rec: pb.MetadataRecord, version: int) -> RecordColumns:

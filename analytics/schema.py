@@ -47,6 +47,9 @@ _COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("leader_recovery_state", pa.string(), "STRING"),
     ("leader_epoch", pa.int32(), "INT"),
     ("partition_epoch", pa.int32(), "INT"),
+    # Eligible leader replicas (metadata.version 7): a Partition record's, or the list
+    # a change record sets (empty: cleared; null: unchanged).
+    ("eligible_leader_replicas", pa.list_(pa.int32()), "ARRAY<INT>"),
     # Broker and config records' fields, typed (null on other records): the broker
     # and config audits read them without parsing JSON. `broker_epoch` is set on
     # RegisterBroker, UnregisterBroker and BrokerRegistrationChange; `incarnation_id`
@@ -64,7 +67,7 @@ _COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
 # The typed partition columns, in the order of `analytics.rows.PartitionFields`.
 PARTITION_FIELD_COLUMNS: tuple[str, ...] = (
     "leader", "isr", "replicas", "adding_replicas", "removing_replicas",
-    "leader_recovery_state", "leader_epoch", "partition_epoch")
+    "leader_recovery_state", "leader_epoch", "partition_epoch", "eligible_leader_replicas")
 
 # The typed broker and config columns, in the order of `analytics.rows.EventFields`.
 EVENT_FIELD_COLUMNS: tuple[str, ...] = (

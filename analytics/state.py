@@ -50,7 +50,7 @@ def partitions_at(df: DataFrame, offset: int) -> DataFrame:
     last = Window.partitionBy("topic_id", "partition_id").orderBy(F.desc("offset"))
     return (partition_states(rows).join(live, "topic_id", "left_semi")
             .withColumn("_n", F.row_number().over(last)).where("_n = 1")
-            .select("topic_name", "topic_id", "partition_id", "replicas", "isr",
+            .select("topic_name", "topic_id", "partition_id", "replicas", "isr", "elr",
                     "adding_replicas", "removing_replicas", "leader", "recovery_state",
                     "leader_epoch", "partition_epoch")
             .orderBy("topic_name", "partition_id"))

@@ -38,7 +38,7 @@ Positions = npt.NDArray[np.int64]
 
 # Longest record the layout check takes (one-byte length after the 0x7a tag).
 _MAX_RECORD_BYTES = 131
-_NO_FIELDS: PartitionFields = (None,) * 8
+_NO_FIELDS: PartitionFields = (None,) * 9
 
 
 @attrs.frozen

@@ -50,10 +50,10 @@ def test_partition_states_equal_replay_after_every_record(
         row = got[offset]
         assert want is not None
         assert (row.replicas, row.isr, row.leader, row.leader_epoch, row.partition_epoch,
-                row.adding_replicas, row.removing_replicas) == (
+                row.adding_replicas, row.removing_replicas, row.elr) == (
             list(want.replicas), list(want.isr), want.leader, want.leader_epoch,
-            want.partition_epoch, list(want.adding_replicas), list(want.removing_replicas)
-        ), offset
+            want.partition_epoch, list(want.adding_replicas), list(want.removing_replicas),
+            list(want.elr)), offset
         # The prev_* columns are the same partition's state before this record.
         prev = before.get(key)
         assert row.reassigning == bool(want.adding_replicas or want.removing_replicas)

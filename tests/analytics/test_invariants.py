@@ -115,3 +115,36 @@ def test_cross_replica_first_divergence(spark: Any, log_dir: tuple[Path, Known],
     # At or below an earlier committed offset they all agree.
     assert inv.first_divergence(spark, [str(other), str(planted_longer)],
                                 committed_offset=tail - 1).count() == 0
+
+
+def test_eligible_leader_replicas_are_audited(spark: Any, log_dir: tuple[Path, Known],
+                                              tmp_path: Path) -> None:
+    """KIP-966 in the audit: replicas that leave an ISR below min ISR join the ELR, an
+    election from the ELR is named as such, and an ELR member also in the ISR breaks
+    the partition invariant."""
+    from analytics import audit
+    from analytics.state import partitions_at
+
+    tid = log_dir[1].topic_ids["orders"]  # orders-0: replicas and ISR 2, 3, 1
+    elr = BrokerIdList
+    df, at = _planted(spark, log_dir, tmp_path, [
+        PartitionChangeRecord(topic_id=tid, partition_id=0, leader=2, isr=elr(ids=[2]),
+                              eligible_leader_replicas=elr(ids=[3, 1])),
+        PartitionChangeRecord(topic_id=tid, partition_id=0, leader=3, isr=elr(ids=[3]),
+                              eligible_leader_replicas=elr(ids=[1, 2])),
+        PartitionChangeRecord(topic_id=tid, partition_id=0,
+                              eligible_leader_replicas=elr(ids=[1, 2, 3])),
+    ])
+    rows = audit.eligible_leader_replicas(df).collect()
+    assert [(r.offset, r.prev_elr, r.elr, r.joined, r.left, r.leader, r.elected_from_elr)
+            for r in rows] == [
+        (at, [], [3, 1], [3, 1], [], 2, False),
+        (at + 1, [3, 1], [1, 2], [2], [3], 3, True),
+        (at + 2, [1, 2], [1, 2, 3], [3], [], 3, False)]
+    bad = inv.leader_in_isr_subset_replicas(df).collect()
+    assert [(r.offset, r.violation) for r in bad] == [
+        (at + 2, "ELR not within replicas outside the ISR")]
+    # What a state query at the end says.
+    (part,) = [p for p in partitions_at(df, at + 2).collect()
+               if p.topic_id == tid and p.partition_id == 0]
+    assert (part.isr, part.elr) == ([3], [1, 2, 3])

@@ -341,7 +341,11 @@ class BrokerSM(StateMachine):
 
 class SystemCluster(Cluster):
     def __init__(self, seed: int, duration_ms: int = 3000, settle_ms: int = 1200,
-                 data_bugs: frozenset[str] = frozenset()) -> None:
+                 data_bugs: frozenset[str] = frozenset(), data_plane: bool = True) -> None:
+        # False: brokers only register and heartbeat (what a test of the controllers
+        # alone wants: the data plane's AlterPartition traffic reaches deposed leaders
+        # too, which then step down sooner, and some controller bugs show later).
+        self.data_plane = data_plane
         # The oracle: the cluster-wide committed log replayed into one state, with a
         # registry snapshot after every batch so any committed offset can be read.
         self.oracle = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
@@ -386,6 +390,8 @@ class SystemCluster(Cluster):
         super().__init__(seed, duration_ms, settle_ms)
         # Each broker's process incarnation (its data plane restarts it).
         self.incarnations = dict.fromkeys(BROKERS, 0)
+        # AlterPartition requests in flight: machine request id -> the data plane's token.
+        self.alter_tokens: dict[int, int] = {}
         for broker_id in BROKERS:
             self.brokers[broker_id] = self._lifecycle(broker_id)
             self._at(self.rng.randint(20, 200), "broker", broker_id)
@@ -414,15 +420,20 @@ class SystemCluster(Cluster):
         self.incarnations[broker_id] += 1
         self.brokers[broker_id] = self._lifecycle(broker_id)
 
-    def send_alter_partition(self, broker_id: int, request: AlterPartitionRequest) -> bool:
-        node = self._pick_controller(leader_only=True)
+    def send_alter_partition(self, broker_id: int, request: AlterPartitionRequest,
+                             token: int) -> bool:
+        node = self._pick_controller(leader_only=True, rng=self.data.rng)
         if node is None:
             return False
-        self._send_request(node, f"alter:{broker_id}:{self.incarnations[broker_id]}", ALTER_PARTITION,
-                           Args(tuple(request.items), extra=request))
+        # Its machine request id: known before the send (a refusal answers at once).
+        self.alter_tokens[self.next_request + 1] = token
+        self._send_request(node, f"alter:{broker_id}:{self.incarnations[broker_id]}",
+                           ALTER_PARTITION, Args(tuple(request.items), extra=request))
         return True
 
     def _ev_data(self) -> None:
+        if not self.data_plane:
+            return
         self.data.step(faults=self.now_ms < self.duration_ms - self.settle_ms)
         self._at(self.now_ms + self.data.rng.randint(4, 20), "data")
 
@@ -716,14 +727,18 @@ class SystemCluster(Cluster):
 
     # ------------------------------------------------------------ clients
 
-    def _pick_controller(self, leader_only: bool = False) -> SimNode | None:
+    def _pick_controller(self, leader_only: bool = False,
+                         rng: random.Random | None = None) -> SimNode | None:
+        """A controller a client finds (`rng`: whose draws; the data plane's own, so
+        the seeds' faults stay what they were without it)."""
+        rng = self.rng if rng is None else rng
         up = [n for n in self.nodes.values()
               if n.raft is not None and not n.paused and self._controller(n) is not None]
         leaders = [n for n in up if n.raft is not None and n.raft.role is Role.LEADER]
         if leader_only:
-            return self.rng.choice(leaders) if leaders else None
-        pool = leaders if leaders and self.rng.random() < 0.85 else up
-        return self.rng.choice(pool) if pool else None
+            return rng.choice(leaders) if leaders else None
+        pool = leaders if leaders and rng.random() < 0.85 else up
+        return rng.choice(pool) if pool else None
 
     def _random_request(self) -> tuple[str, Args]:
         """A random admin request: its kind (`RPCS`) and arguments."""
@@ -834,17 +849,18 @@ class SystemCluster(Cluster):
                 if isinstance(out.value, tuple) and out.value \
                         and hasattr(out.value[0], "error"):
                     self.outcomes[f"{kind}:{out.value[0].error.code.value}"] += 1
-                self._broker_answer(kind, out.value)
+                self._broker_answer(kind, out.value, out.request_id)
             else:
                 assert isinstance(out, Fail)
                 self.reads.pop(out.request_id, None)
                 self.outcomes[type(out.error).__name__] += 1
                 self._maybe_retry(origin_id)
                 broker = self._broker_of(kind)
+                token = self.alter_tokens.pop(out.request_id, None)
                 if broker is not None and kind.startswith(("register:", "heartbeat:")):
                     self.brokers[broker].unreachable()
-                elif broker is not None and kind.startswith("alter:"):
-                    self.data.alter_partition_answered(broker, None)
+                elif broker is not None and token is not None:
+                    self.data.alter_partition_answered(broker, token, None)
 
     def _check_answer_committed(self, node: SimNode, attempt: int, origin_id: str,
                                 kind: str) -> None:
@@ -889,13 +905,15 @@ class SystemCluster(Cluster):
         broker, incarnation = int(parts[1]), int(parts[2])
         return broker if self.incarnations[broker] == incarnation else None
 
-    def _broker_answer(self, kind: str, value: Any) -> None:
+    def _broker_answer(self, kind: str, value: Any, machine_rid: int) -> None:
+        token = self.alter_tokens.pop(machine_rid, None)
         broker = self._broker_of(kind)
         if broker is None:
             return
         action = kind.partition(":")[0]
         if action == "alter":
-            self.data.alter_partition_answered(broker, value)
+            assert token is not None
+            self.data.alter_partition_answered(broker, token, value)
             return
         life = self.brokers[broker]
         if action == "register":
@@ -945,8 +963,9 @@ class SystemCluster(Cluster):
         self.data.check_all()
 
 
-def run_system_seed(seed: int, data_bugs: frozenset[str] = frozenset()) -> SystemCluster:
-    cluster = SystemCluster(seed, data_bugs=data_bugs)
+def run_system_seed(seed: int, data_bugs: frozenset[str] = frozenset(),
+                    data_plane: bool = True) -> SystemCluster:
+    cluster = SystemCluster(seed, data_bugs=data_bugs, data_plane=data_plane)
     try:
         cluster.run()
     except Exception as exc:  # every failure names the seed that replays it

@@ -31,20 +31,19 @@ from typing import Protocol
 
 import attrs
 
+from broker_agent.replica.config import DataPlaneConfig
+from broker_agent.replica.isr_reports import IsrReporter, Proposed
 from broker_agent.replica.partition import PartitionReplica, Role
 from broker_agent.replica.records import DataRecord, encode_produce_batch
+from controller.api.broker_convert import alter_partition_from_pb, alter_partition_results_to_pb
 from controller.metadata import MetadataImage, ResourceType
-from controller.metadata.alter_partition import (
-    AlterPartitionItem,
-    AlterPartitionRequest,
-    AlterPartitionResult,
-    IsrMember,
-)
+from controller.metadata.alter_partition import AlterPartitionRequest, AlterPartitionResult
 from controller.records.domain import PartitionRegistration
 from controller.storage.log import LogConfig
 from tests.simulation.data_plane import check_partition, fetch_round, stored_values
 
 LAG_MAX_MS = 300
+DATA_CONFIG = DataPlaneConfig(replica_lag_time_max_ms=LAG_MAX_MS)
 BUGS = frozenset({"apply-isr-early", "skip-truncation"})
 PartKey = tuple[str, int]  # (topic id, partition)
 
@@ -66,16 +65,19 @@ class Controllers(Protocol):
     def new_incarnation(self, broker_id: int) -> None:
         """The broker process restarted: it registers afresh."""
 
-    def send_alter_partition(self, broker_id: int, request: AlterPartitionRequest) -> bool:
-        """Send to an active controller; False: none was reachable."""
+    def send_alter_partition(self, broker_id: int, request: AlterPartitionRequest,
+                             token: int) -> bool:
+        """Send to an active controller, its answer to come back with `token`
+        (`SystemDataPlane.alter_partition_answered`); False: none was reachable."""
 
 
 @attrs.define
 class DataHost:
-    """One broker process's data plane."""
+    """One broker process's data plane; the `IsrHost` of its `IsrReporter`."""
 
     broker_id: int
     directory: Path
+    controllers: Controllers
     replicas: dict[PartKey, PartitionReplica] = attrs.field(factory=dict)
     topics: dict[PartKey, str] = attrs.field(factory=dict)
     # The partition epoch each replica last applied.
@@ -84,6 +86,31 @@ class DataHost:
     view_offset: int = 0
     up: bool = True
     paused: bool = False
+    # The process's ISR reporter (a new one per process), and its requests in flight.
+    reporter: IsrReporter = attrs.field(init=False)
+    in_flight: dict[int, Proposed] = attrs.field(factory=dict)
+    # IsrHost
+    config: DataPlaneConfig = DATA_CONFIG
+    metrics: None = None
+
+    def __attrs_post_init__(self) -> None:
+        self.reporter = IsrReporter(self)
+
+    @property
+    def partitions(self) -> dict[PartKey, PartitionReplica]:
+        return self.replicas
+
+    def broker_epoch(self) -> int:
+        return self.controllers.broker_epoch(self.broker_id)
+
+    def clock_ms(self) -> int:
+        return self.controllers.now_ms
+
+    def may_join_isr(self, broker_id: int) -> bool:
+        """As the manager: registered, unfenced and not shutting down in its view."""
+        image = self.controllers.image_at(self.view_offset)
+        return any(b.broker_id == broker_id and not b.fenced and not b.in_controlled_shutdown
+                   for b in image.brokers)
 
     @property
     def running(self) -> bool:
@@ -111,7 +138,8 @@ class SystemDataPlane:
         self.root = root
         self.bugs = bugs
         self.controllers = controllers
-        self.hosts = {b: DataHost(b, root / f"broker-{b}") for b in brokers}
+        self.hosts = {b: DataHost(b, root / f"broker-{b}", controllers) for b in brokers}
+        self.next_token = 0
         self.pending: list[Pending] = []
         # Per partition: offset -> value of every acknowledged record.
         self.acked: dict[PartKey, dict[int, str]] = {}
@@ -208,64 +236,41 @@ class SystemDataPlane:
         return touched
 
     def _isr(self) -> set[PartKey]:
+        """A leader's ISR report: the real `IsrReporter` decides what to propose (and
+        what to send again), the real controllers decide, its `answered` takes the
+        answer; the ISR itself changes only once the committed change reaches the
+        broker (`_apply_view`)."""
         hosts = self._running()
         if not hosts:
             return set()
         host = self.rng.choice(hosts)
-        items, proposing = [], []
-        for key, replica in sorted(host.replicas.items()):
-            if replica.role is not Role.LEADER or replica.pending_isr is not None:
-                continue
-            wanted = replica.isr_change(self.controllers.now_ms, LAG_MAX_MS)
-            if wanted is None:
-                continue
-            # As the IsrReporter: pending (the HW counts its new members) until it is
-            # refused, lost, or commits and reaches this broker (become_leader clears it).
-            replica.pending_isr = wanted
-            if "apply-isr-early" in self.bugs:
-                replica.isr = wanted  # the planted bug: before (and whether) it commits
-            members = tuple(IsrMember(b, self._member_epoch(host, replica, b))
-                            for b in wanted)
-            items.append(AlterPartitionItem(key[0], key[1], replica.leader_epoch,
-                                            replica.partition_epoch, members))
-            proposing.append(replica)
-        if not items:
+        request, proposed = host.reporter.proposals()
+        if not proposed:
             return set()
-        request = AlterPartitionRequest(host.broker_id,
-                                        self.controllers.broker_epoch(host.broker_id),
-                                        tuple(items))
-        if not self.controllers.send_alter_partition(host.broker_id, request):
-            for replica in proposing:
-                replica.pending_isr = None
+        if "apply-isr-early" in self.bugs:
+            for key, (_, wanted) in proposed.items():
+                host.replicas[key].isr = wanted  # the planted bug: before (and whether) it commits
         self.counts["isr_reports"] += 1
+        self.next_token += 1
+        host.in_flight[self.next_token] = proposed
+        if not self.controllers.send_alter_partition(host.broker_id,
+                                                     alter_partition_from_pb(request),
+                                                     self.next_token):
+            self.alter_partition_answered(host.broker_id, self.next_token, None)
         return set()
 
-    def _member_epoch(self, host: DataHost, replica: PartitionReplica, broker_id: int) -> int:
-        if broker_id == host.broker_id:
-            return self.controllers.broker_epoch(broker_id)
-        progress = replica.followers.get(broker_id)
-        return -1 if progress is None else progress.broker_epoch
-
-    def alter_partition_answered(self, broker_id: int,
+    def alter_partition_answered(self, broker_id: int, token: int,
                                  results: tuple[AlterPartitionResult, ...] | None) -> None:
-        """The controllers' answer (None: the request failed as a whole): a refused or
-        stale item's proposal is dropped, so the leader decides again."""
+        """The controllers' answer to request `token` (None: it failed as a whole, the
+        outcome unknown), to the reporter of the process that sent it."""
         host = self.hosts[broker_id]
-        if not host.running:
-            return
-        if results is None:
-            for replica in host.replicas.values():
-                replica.pending_isr = None
-            return
-        for result in results:
-            replica = host.replicas.get((result.topic_id, result.partition))
-            if replica is None:
-                continue
-            if not result.error.ok or (result.registration is not None and
-                                       result.registration.partition_epoch
-                                       <= replica.partition_epoch):
-                replica.pending_isr = None
-                self.counts["isr_refused"] += not result.error.ok
+        proposed = host.in_flight.pop(token, None)
+        if proposed is None:
+            return  # the process that sent it is gone
+        host.reporter.answered(proposed, None if results is None else
+                               alter_partition_results_to_pb(results), "no answer")
+        self.counts["isr_refused"] += 0 if results is None else \
+            sum(not r.error.ok for r in results)
 
     def _propagate(self) -> set[PartKey]:
         hosts = self._running()
@@ -320,6 +325,8 @@ class SystemDataPlane:
             replica.close()
         host.replicas.clear()
         host.seen.clear()
+        host.in_flight.clear()  # its answers go nowhere
+        host.reporter = IsrReporter(host)
         self.counts["crashes"] += 1
         return set()
 

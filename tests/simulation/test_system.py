@@ -91,10 +91,11 @@ def test_seeds(seeds: range) -> None:
             if kind.startswith("alter:") and kind.endswith(":NONE"))
 
 
-def _first_failure(seeds: range, data_bugs: frozenset[str] = frozenset()) -> str | None:
+def _first_failure(seeds: range, data_bugs: frozenset[str] = frozenset(),
+                   data_plane: bool = True) -> str | None:
     for seed in seeds:
         try:
-            run_system_seed(seed, data_bugs)
+            run_system_seed(seed, data_bugs, data_plane)
         except InvariantViolation as exc:
             return str(exc)
     return None
@@ -136,7 +137,9 @@ def test_reads_served_without_confirming_leadership_are_caught(
         self._serve_read(req)
 
     monkeypatch.setattr(ControllerMachine, "_start_read", at_once)
-    failure = _first_failure(range(300))
+    # Without the data plane: its AlterPartition traffic makes deposed leaders step
+    # down sooner, and the first seed that shows this bug is 310 with it, 5 without.
+    failure = _first_failure(range(300), data_plane=False)
     assert failure is not None and "a stale read, not linearizable" in failure, failure
 
 
