@@ -2,7 +2,8 @@
 controller logic, under faults, checked after every step.
 
 What is real: `PartitionReplica` (append, replication, the high watermark, the
-divergence check and truncation, ISR proposals, on real log files), and the
+divergence check and truncation, ISR proposals, on real log files), the leaders'
+`IsrReporter` (what to propose, what an answer proves), and the
 controller's metadata managers (`tests/unit/metadata/support.Harness`: fencing by
 session timeout, AlterPartition's validation, elections from the ISR then the ELR).
 What is modelled: the network (a fetch round is one call; links between brokers go
@@ -38,19 +39,17 @@ from pathlib import Path
 import attrs
 
 from broker_agent.replica import data_pb2 as dpb
+from broker_agent.replica.config import DataPlaneConfig
 from broker_agent.replica.errors import DataPlaneError
+from broker_agent.replica.isr_reports import IsrReporter
 from broker_agent.replica.partition import PartitionReplica, Role
 from broker_agent.replica.records import (
     DataRecord,
     decode_record,
     encode_produce_batch,
 )
+from controller.api.broker_convert import alter_partition_from_pb, alter_partition_results_to_pb
 from controller.logformat.errors import StorageError
-from controller.metadata.alter_partition import (
-    AlterPartitionItem,
-    AlterPartitionRequest,
-    IsrMember,
-)
 from controller.storage.log import LogConfig
 from tests.simulation.invariants import InvariantViolation
 from tests.unit.metadata.support import SESSION_MS, Harness
@@ -61,18 +60,43 @@ TICK_MS = 200
 LAG_MAX_MS = 1_500
 STEPS = 400
 BUGS = frozenset({"apply-isr-early", "skip-truncation"})
+DATA_CONFIG = DataPlaneConfig(replica_lag_time_max_ms=LAG_MAX_MS)
 
 
 @attrs.define
 class SimBroker:
+    """One broker; the `IsrHost` of its `IsrReporter`."""
+
     broker_id: int
     directory: Path
+    harness: Harness
     replica: PartitionReplica | None = None
     alive: bool = True
     # Cut off from the controllers: no heartbeats, no metadata (a zombie if it leads).
     isolated: bool = False
     # The partition epoch this broker last applied (-1: none).
     seen_partition_epoch: int = -1
+    reporter: IsrReporter = attrs.field(init=False)
+    config: DataPlaneConfig = DATA_CONFIG
+    metrics: None = None
+
+    def __attrs_post_init__(self) -> None:
+        self.reporter = IsrReporter(self)
+
+    @property
+    def partitions(self) -> dict[tuple[str, int], PartitionReplica]:
+        replica = self.replica
+        return {} if replica is None else {(replica.topic_id, 0): replica}
+
+    def broker_epoch(self) -> int:
+        broker = self.harness.state.cluster.broker(self.broker_id)
+        return -1 if broker is None else broker.broker_epoch
+
+    def clock_ms(self) -> int:
+        return self.harness.now_ms
+
+    def may_join_isr(self, broker_id: int) -> bool:
+        return True  # the controller's validation is what this simulation checks
 
 
 @attrs.define
@@ -103,7 +127,7 @@ class DataPlaneSim:
         self.h.create(TOPIC, assignments=(BROKERS,),
                       configs=(("min.insync.replicas", str(self.min_isr)),))
         self.topic_id = self.h.state.replication.topic_id(TOPIC)
-        self.brokers = {b: SimBroker(b, root / f"b{b}") for b in BROKERS}
+        self.brokers = {b: SimBroker(b, root / f"b{b}", self.h) for b in BROKERS}
         self.links_down: set[frozenset[int]] = set()
         self.pending: list[Pending] = []
         # offset -> value of every acknowledged record.
@@ -192,40 +216,24 @@ class DataPlaneSim:
                 replica.maybe_advance_high_watermark()
 
     def _isr(self) -> None:
-        leader_id = self.rng.choice(BROKERS)
-        replica = self._replica(leader_id)
-        if replica is None or replica.role is not Role.LEADER or replica.pending_isr is not None:
+        """A leader's ISR report, by its real `IsrReporter`, answered by the
+        controller's validation (the ISR changes once the broker syncs the commit)."""
+        broker = self.brokers[self.rng.choice(BROKERS)]
+        if not broker.alive:
             return
-        wanted = replica.isr_change(self.h.now_ms, LAG_MAX_MS)
-        if wanted is None:
+        request, proposed = broker.reporter.proposals()
+        if not proposed:
             return
-        # As the manager's IsrReporter: the proposal is pending (the HW counts its new
-        # members) until it is refused, fails to reach the controllers, or commits
-        # and reaches this broker (become_leader clears it).
-        replica.pending_isr = wanted
         if "apply-isr-early" in self.bugs:
-            replica.isr = wanted  # the planted bug: before (and whether or not) it commits
-        if self.brokers[leader_id].isolated:
-            replica.pending_isr = None  # the controllers are out of reach
+            for replica in broker.partitions.values():
+                replica.isr = proposed[(replica.topic_id, 0)][1]  # the planted bug
+        if broker.isolated:
+            broker.reporter.answered(proposed, None, "the controllers are out of reach")
             return
-        broker = self.h.state.cluster.broker(leader_id)
-        assert broker is not None
-        members = tuple(IsrMember(b, self._member_epoch(replica, b)) for b in wanted)
-        request = AlterPartitionRequest(leader_id, broker.broker_epoch, (AlterPartitionItem(
-            str(self.topic_id), 0, replica.leader_epoch, replica.partition_epoch, members),))
-        (result,) = self.h.apply(self.h.state.replication.alter_partition(request))
-        if not result.error.ok or (result.registration is not None and
-                                   result.registration.partition_epoch <= replica.partition_epoch):
-            replica.pending_isr = None
-        self.stats.isr_reports += result.error.ok
-
-    def _member_epoch(self, replica: PartitionReplica, broker_id: int) -> int:
-        """The broker epoch the leader knows a member by: its own registration's, or
-        the one a follower fetched with (the incarnation its progress belongs to)."""
-        if broker_id == replica.broker_id:
-            return self._broker_epoch(broker_id)
-        progress = replica.followers.get(broker_id)
-        return -1 if progress is None else progress.broker_epoch
+        results = self.h.apply(self.h.state.replication.alter_partition(
+            alter_partition_from_pb(request)))
+        broker.reporter.answered(proposed, alter_partition_results_to_pb(results))
+        self.stats.isr_reports += sum(r.error.ok for r in results)
 
     def _broker_epoch(self, broker_id: int) -> int:
         broker = self.h.state.cluster.broker(broker_id)
@@ -250,6 +258,7 @@ class DataPlaneSim:
             if broker.replica is not None:
                 broker.replica.close()
             broker.replica = None
+            broker.reporter = IsrReporter(broker)  # the next process starts afresh
 
     def _restart(self) -> None:
         dead = [b for b in self.brokers.values() if not b.alive]

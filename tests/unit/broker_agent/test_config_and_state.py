@@ -47,6 +47,12 @@ def test_example_parses_and_defaults(tmp_path: Path) -> None:
     assert config.authorizer is None and config.data_backend == "log"
     assert config.data.min_insync_replicas == 1 and config.data.replica_lag_time_max_ms == 10_000
     assert example.data.segment_bytes == 64 * 1024 * 1024
+    assert config.replication_listen is None and config.replication_advertised is None
+    replicating = parse_config(GOOD + '[data]\nreplication_listen = "127.0.0.1:9093"\n'
+                               'replication_advertised = "10.0.0.7:19093"\n',
+                               tmp_path / "b.toml")
+    assert (replicating.replication_listen, replicating.replication_advertised) == (
+        "127.0.0.1:9093", "10.0.0.7:19093")
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -67,6 +73,9 @@ def test_example_parses_and_defaults(tmp_path: Path) -> None:
     (GOOD + '[data]\nbackend = "kafka"\n', "data.backend must be one of"),
     (GOOD + "[data]\nsegment_bytes = 10\n", "data.segment_bytes"),
     (GOOD + "[data]\nreplica_lag_time_max_ms = 0\n", ">= 1"),
+    (GOOD + '[data]\nreplication_listen = "9093"\n', "data.replication_listen: expected HOST"),
+    (GOOD + '[data]\nreplication_advertised = "10.0.0.1:9093"\n',
+     "replication_advertised needs data.replication_listen"),
     (GOOD + "[authorizer]\nsuper_users = [\"alice\"]\n", "authorizer.super_users"),
     ("broker_id = ", "not valid TOML"),
 ])

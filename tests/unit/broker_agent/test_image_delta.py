@@ -174,3 +174,20 @@ def test_one_partition_change_does_not_scale_with_topic_count() -> None:
     small, large = per_change_us(1_000), per_change_us(100_000)
     assert large < 5_000, large  # the target: <= 5 ms
     assert large < small * 4 + 200, (small, large)
+
+
+def test_followers_fetch_on_the_replication_listener_when_there_is_one() -> None:
+    from broker_agent.image import REPLICATION_LISTENER
+    from controller.records.domain import BrokerRegistration, Listener
+
+    plain = Listener("PLAINTEXT", "10.0.0.1", 9092, "PLAINTEXT")
+    both = BrokerRegistration(1, "inc-1", 5, (plain, Listener(
+        REPLICATION_LISTENER, "10.1.0.1", 9093, "PLAINTEXT")), fenced=False)
+    one = BrokerRegistration(2, "inc-2", 6, (plain,), fenced=False)
+    image = MetadataImage(0, PersistentMap(), PersistentMap(),
+                          PersistentMap.from_mapping({1: both, 2: one}), PersistentMap(),
+                          PersistentMap(), PersistentMap(), 0)
+    assert (image.broker_address(1), image.replication_address(1)) == ("10.0.0.1:9092",
+                                                                       "10.1.0.1:9093")
+    assert image.replication_address(2) == image.broker_address(2) == "10.0.0.1:9092"
+    assert image.replication_address(3) == ""
