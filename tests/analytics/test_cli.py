@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli.main import cli
-from controller.records import PartitionChangeRecord
+from controller.records import BrokerIdList, PartitionChangeRecord
 from tests.analytics.history import Known
 from tests.analytics.plant import copy_log, damage_crc, plant, record_count
 
@@ -262,3 +262,26 @@ def test_report_cache_gives_the_same_answers(spark: Any, log_dir: tuple[Path, Kn
         answers.append(got)
     assert answers[0] == answers[1]
     assert any(answers[0])
+
+
+@pytest.mark.spark
+def test_the_report_shows_eligible_leader_replicas(spark: Any, log_dir: tuple[Path, Known],
+                                                   tmp_path: Path) -> None:
+    """KIP-966 in the report: the summary counts ELR changes and elections from the
+    ELR, and a section lists them."""
+    copy = copy_log(log_dir[0], tmp_path / "log")
+    tid = log_dir[1].topic_ids["orders"]
+    at = plant(copy, [
+        PartitionChangeRecord(topic_id=tid, partition_id=0, leader=2, isr=BrokerIdList(ids=[2]),
+                              eligible_leader_replicas=BrokerIdList(ids=[3, 1])),
+        PartitionChangeRecord(topic_id=tid, partition_id=0, leader=3, isr=BrokerIdList(ids=[3]),
+                              eligible_leader_replicas=BrokerIdList(ids=[1, 2]))])
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["audit", "--log-dir", str(copy), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = (out / "report.md").read_text()
+    assert "ELR changes: 2 (1 elections from the ELR)" in report
+    section = report.split("## Eligible leader replicas (KIP-966)")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| orders")]
+    assert [row.split(" | ")[3] for row in rows] == [str(at), str(at + 1)]
+    assert rows[1].rstrip(" |").endswith("| 3 | True")

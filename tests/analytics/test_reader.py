@@ -66,12 +66,14 @@ def _typed_from_json(record: dict[str, Any]) -> tuple[object, ...] | None:
     if record["type"] == "partition":
         return (f["leader"], tuple(f["isr"]), tuple(f["replicas"]),
                 tuple(f["adding_replicas"]), tuple(f["removing_replicas"]),
-                f["leader_recovery_state"], f["leader_epoch"], f["partition_epoch"])
+                f["leader_recovery_state"], f["leader_epoch"], f["partition_epoch"],
+                tuple(f["eligible_leader_replicas"]))
     if record["type"] == "partition_change":
         def ids(key: str) -> tuple[int, ...] | None:
             return tuple(f[key]["ids"]) if key in f else None
         return (f.get("leader"), ids("isr"), ids("replicas"), ids("adding_replicas"),
-                ids("removing_replicas"), f.get("leader_recovery_state"), None, None)
+                ids("removing_replicas"), f.get("leader_recovery_state"), None, None,
+                ids("eligible_leader_replicas"))
     return None
 
 

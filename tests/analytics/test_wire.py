@@ -159,7 +159,7 @@ def test_file_rows_equal_the_per_record_path(tmp_path: Path, change_json: bool) 
              "resource_type", "resource_name", "record_json"]
     for row, cols in zip(rows, rows_of(records, change_json=change_json), strict=True):
         assert [row[n] for n in names] == list(cols[:9])
-        typed = [list(v) if isinstance(v, tuple) else v for v in cols[9] or (None,) * 8]
+        typed = [list(v) if isinstance(v, tuple) else v for v in cols[9] or (None,) * 9]
         assert [row[n] for n in PARTITION_FIELD_COLUMNS] == typed
         assert [row[n] for n in EVENT_FIELD_COLUMNS] == list(cols[10] or (None,) * 6)
     # Batch fields per row: the run each row came from.
