@@ -294,6 +294,7 @@ class RequestHeader(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     PRINCIPAL_FIELD_NUMBER: _builtins.int
     CONSISTENCY_FIELD_NUMBER: _builtins.int
+    MIN_OFFSET_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """A caller-chosen id (e.g. a uuid) to find this request's records in the log."""
     @_builtins.property
@@ -314,7 +315,17 @@ class RequestHeader(_message.Message):
 
     consistency: Global___ReadConsistency.ValueType
     """How a read is served (writes ignore it). Every successful read answers with the
-    committed end offset it read at in trailing metadata `x-metakraft-read-offset`.
+    committed end offset it read at in trailing metadata `x-metakraft-read-offset`
+    (a write, with the committed end offset that covers it); a stale read also with
+    the high watermark the answering controller knows, `x-metakraft-high-watermark`
+    (how far behind the leader it may be).
+    """
+    min_offset: _builtins.int
+    """Reads: answer only at a committed end offset of at least this (0: any). A
+    controller that has not applied that far waits for it, a bounded time
+    (`stale_read_wait_ms`), then answers UNAVAILABLE naming how far behind it is.
+    Clients send the highest offset they have seen (session consistency: never
+    older state than already seen, from any controller). Writes ignore it.
     """
     def __init__(
         self,
@@ -322,10 +333,11 @@ class RequestHeader(_message.Message):
         request_id: _builtins.str = ...,
         principal: _builtins.str = ...,
         consistency: Global___ReadConsistency.ValueType = ...,
+        min_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency", b"consistency", "principal", b"principal", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency", b"consistency", "min_offset", b"min_offset", "principal", b"principal", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -45,7 +45,7 @@ def admin_handler(spec: AdminRpc, facade: ControllerFacade, access: Access,
             header = getattr(request, "header", None)
             origin = Origin(caller.principal, caller.address,
                             header.request_id if header is not None else "",
-                            _consistency(header))
+                            _consistency(header), _min_offset(header))
             audit.principal, audit.request_id = origin.principal, origin.request_id
             if not spec.local:
                 facade.check_serves(write=spec.write, consistency=origin.consistency)
@@ -63,6 +63,13 @@ def _consistency(header: apb.RequestHeader | None) -> ReadConsistency:
     if value == apb.READ_CONSISTENCY_STALE:
         return ReadConsistency.STALE
     raise MalformedRequestError(f"unknown read consistency {value} (0: linearizable, 1: stale)")
+
+
+def _min_offset(header: apb.RequestHeader | None) -> int:
+    value = 0 if header is None else header.min_offset
+    if value < 0:
+        raise MalformedRequestError(f"min_offset {value} is negative (0: any offset)")
+    return value
 
 
 def add_api_services(

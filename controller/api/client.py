@@ -46,7 +46,13 @@ from google.protobuf import message_factory
 from controller import rpc
 from controller.api import admin_pb2 as apb
 from controller.api import admin_pb2_grpc as apb_grpc
-from controller.api.handlers import BUSY_KEY, LEADER_ADDRESS_KEY, LEADER_ID_KEY, READ_OFFSET_KEY
+from controller.api.handlers import (
+    BUSY_KEY,
+    HIGH_WATERMARK_KEY,
+    LEADER_ADDRESS_KEY,
+    LEADER_ID_KEY,
+    READ_OFFSET_KEY,
+)
 from controller.api.rpcs import ADMIN_RPCS_BY_NAME, AdminRpc
 from controller.api.seam import (
     Args,
@@ -180,6 +186,7 @@ class AdminClient:
         sleep: Callable[[float], None] = time.sleep,
         consistency: ReadConsistency = ReadConsistency.LINEARIZABLE,
         attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS,
+        session_consistent: bool = True,
     ) -> None:
         if timeout_ms <= 0 or attempt_timeout_ms <= 0:
             raise ValueError("timeouts must be positive")
@@ -208,6 +215,14 @@ class AdminClient:
         # and the committed end offset the last read was served at.
         self.consistency = consistency
         self.last_read_offset: int | None = None
+        # A stale read's answer: the high watermark the answering controller knew.
+        self.last_high_watermark: int | None = None
+        # Session consistency (ZooKeeper's session guarantee): the highest committed
+        # end offset any answer named, sent as every read's min_offset, so no read
+        # shows older state than this client already saw, whichever controller
+        # answers. Another client may be handed it to continue the session.
+        self.session_consistent = session_consistent
+        self.session_offset = 0
 
     def close(self) -> None:
         for stream in self._streams.values():
@@ -303,7 +318,9 @@ class AdminClient:
         request.header.request_id = request_id
         if not write:
             request.header.consistency = _CONSISTENCY_TO_PB[self.consistency]
-            self.last_read_offset = None
+            if self.session_consistent:
+                request.header.min_offset = self.session_offset
+            self.last_read_offset = self.last_high_watermark = None
         deadline = time.monotonic() + self._timeout_ms / 1000
         backoff = Backoff(_BACKOFF_FIRST_MS / 1000, _BACKOFF_MAX_MS / 1000, random.random)
         redirects = 0
@@ -334,7 +351,12 @@ class AdminClient:
                     self.leader_address = target  # only the active one answers these
                 offset = trailing.get(READ_OFFSET_KEY, "")
                 if offset.isdigit():
-                    self.last_read_offset = int(offset)
+                    self.session_offset = max(self.session_offset, int(offset))
+                    if not write:
+                        self.last_read_offset = int(offset)
+                high_watermark = trailing.get(HIGH_WATERMARK_KEY, "")
+                if not write and high_watermark.isdigit():
+                    self.last_high_watermark = int(high_watermark)
                 return response
             except StreamItemError as item:
                 problem = f"{target}: {item.code.name}: {item.details}"

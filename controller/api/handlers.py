@@ -23,7 +23,9 @@ from controller import rpc
 from controller.api.audit_log import RequestAudit
 from controller.api.convert import MalformedRequestError
 from controller.api.seam import (
+    HIGH_WATERMARK,
     READ_OFFSET,
+    BehindError,
     ControllerBusyError,
     ControllerTimeoutError,
     NotControllerError,
@@ -43,6 +45,11 @@ LEADER_ADDRESS_KEY = "x-metakraft-leader-address"
 BUSY_KEY = "x-metakraft-busy"
 # Trailing metadata of a successful read: the committed end offset it read at.
 READ_OFFSET_KEY = "x-metakraft-read-offset"
+# A stale read's answer: the Raft high watermark the controller knew.
+HIGH_WATERMARK_KEY = "x-metakraft-high-watermark"
+# A read refused as BEHIND (its min_offset not applied in time): how far this
+# controller had applied.
+APPLIED_OFFSET_KEY = "x-metakraft-applied-offset"
 
 _Resp = TypeVar("_Resp", bound=pb_message.Message)
 
@@ -58,7 +65,10 @@ async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_R
         response = await body()
         read_offset = READ_OFFSET.get()
         if read_offset is not None:
-            context.set_trailing_metadata(((READ_OFFSET_KEY, str(read_offset)),))
+            high_watermark = HIGH_WATERMARK.get()
+            context.set_trailing_metadata(((READ_OFFSET_KEY, str(read_offset)),) + (
+                () if high_watermark is None else
+                ((HIGH_WATERMARK_KEY, str(high_watermark)),)))
         if audit is not None:
             audit.finish("OK", response)
         return response
@@ -85,6 +95,10 @@ async def guarded(context: Context, method: str, body: Callable[[], Awaitable[_R
         code = grpc.StatusCode.UNAVAILABLE
         details = f"CONTROLLER_BUSY: the controller is overloaded, retry later ({exc})"
         trailing = ((BUSY_KEY, "true"),)
+    except BehindError as exc:
+        code = grpc.StatusCode.UNAVAILABLE
+        details = f"BEHIND: {exc}; retry, or read at another controller"
+        trailing = ((APPLIED_OFFSET_KEY, str(exc.applied_offset)),)
     except ControllerTimeoutError as exc:
         code = grpc.StatusCode.DEADLINE_EXCEEDED
         details = (

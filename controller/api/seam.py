@@ -71,6 +71,9 @@ class Origin:
     request_id: str = ""
     # Reads only: linearizable (the default) or stale (any controller, at once).
     consistency: ReadConsistency = ReadConsistency.LINEARIZABLE
+    # Reads only: answer at a committed end offset of at least this (0: any), the
+    # highest the client has seen (session consistency).
+    min_offset: int = 0
 
 
 # The committed end offset the current task's last read was served at (None: no read
@@ -79,6 +82,10 @@ class Origin:
 # requests (each its own task) never see each other's.
 READ_OFFSET: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "metakraft_read_offset", default=None)
+# For a stale read: the Raft high watermark the answering controller knew (how far
+# behind the leader its answer may be), returned as `x-metakraft-high-watermark`.
+HIGH_WATERMARK: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "metakraft_high_watermark", default=None)
 
 
 @attrs.frozen
@@ -204,6 +211,21 @@ class ResultNotKeptError(Exception):
 
 class ControllerBusyError(Exception):
     """Refused before it was queued: the controller is overloaded. Nothing applied."""
+
+
+class BehindError(Exception):
+    """A read asked for state at least as new as `min_offset`, and this controller had
+    not applied that far within its wait (`stale_read_wait_ms`). Nothing is wrong with
+    the request: another controller, or this one a little later, can answer it."""
+
+    def __init__(self, applied_offset: int, min_offset: int, high_watermark: int | None) -> None:
+        known = "" if high_watermark is None else \
+            f"; the leader's high watermark it knows is {high_watermark}"
+        super().__init__(f"this controller has applied the log to offset {applied_offset}, "
+                         f"{min_offset - applied_offset} short of the requested min_offset "
+                         f"{min_offset}{known}")
+        self.applied_offset = applied_offset
+        self.min_offset = min_offset
 
 
 class ControllerTimeoutError(Exception):

@@ -59,6 +59,8 @@ class AdminOptions:
     # The client certificate from --command-config; None: plaintext.
     tls: TlsCredentials | None
     consistency: ReadConsistency = ReadConsistency.LINEARIZABLE
+    # Reads: answer at a committed end offset of at least this (--min-offset).
+    min_offset: int = 0
 
     @property
     def json(self) -> bool:
@@ -128,18 +130,24 @@ def admin_options(command: F) -> F:
         "stale: any controller answers at once from what it has committed (may be "
         "behind; works without a leader); the offset read at is printed on stderr.",
     )
+    @click.option(
+        "--min-offset", type=click.IntRange(min=0), default=0, show_default=True,
+        help="Reads only: answer from state at least this new (a committed end offset, "
+        "e.g. one an earlier stale read printed); a controller that has not applied "
+        "that far waits a moment, then says how far behind it is.",
+    )
     @command_config_option
     @functools.wraps(command)
     def wrapper(
         *args: Any, bootstrap: str, output: str, timeout_ms: int, consistency: str,
-        command_config: Path | None, **kwargs: Any
+        min_offset: int, command_config: Path | None, **kwargs: Any
     ) -> Any:
         try:
             addresses = tuple(parse_bootstrap([bootstrap]))
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--bootstrap") from exc
         opts = AdminOptions(addresses, output, timeout_ms, load_command_config(command_config),
-                            ReadConsistency(consistency))
+                            ReadConsistency(consistency), min_offset)
         return command(*args, opts=opts, **kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -151,10 +159,13 @@ def run_admin(opts: AdminOptions, action: Callable[[AdminClient], int]) -> None:
     try:
         with AdminClient(opts.bootstrap, timeout_ms=opts.timeout_ms, tls=opts.tls,
                          consistency=opts.consistency) as client:
+            client.session_offset = opts.min_offset
             code = action(client)
             if opts.consistency is ReadConsistency.STALE and client.last_read_offset is not None:
-                click.echo(f"(stale read at committed offset {client.last_read_offset})",
-                           err=True)
+                offset, known = client.last_read_offset, client.last_high_watermark
+                behind = "" if known is None else \
+                    f"; {max(0, known - offset)} behind the high watermark it knew, {known}"
+                click.echo(f"(stale read at committed offset {offset}{behind})", err=True)
     except (ControllerUnreachableError, ControllerOverloadedError) as exc:
         click.echo(f"error: {exc}", err=True)
         code = EXIT_UNREACHABLE

@@ -109,6 +109,10 @@ class NodeTaskAccess:
         """The leader to name to clients: never this node unless it leads."""
         return self._node().advertised_leader_id()
 
+    @property
+    def high_watermark(self) -> int | None:
+        return self._node().high_watermark
+
     def append(self, records: Sequence[bytes], origin: BatchOrigin) -> int:
         """Append one batch now; its base offset. Raises `NotLeaderError` or
         `ProposalRejectedError` (nothing appended)."""

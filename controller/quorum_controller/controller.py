@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.api.seam import (
+    HIGH_WATERMARK,
     READ_OFFSET,
     Args,
     ControllerBusyError,
@@ -220,16 +221,23 @@ class QuorumController(CommitListener):
         assert op.run is not None, op.name
         answer = await self._submit(Request(next(self._ids), op, args, self, self._clock_ms(),
                                             origin=origin, codec=codec))
+        READ_OFFSET.set(answer.read_offset)  # the committed end that covers it
         return answer.value
 
     async def read(self, op: Operation, args: Args,
-                   consistency: ReadConsistency = ReadConsistency.LINEARIZABLE) -> Any:
-        """Run read `op` at a committed offset: linearizable on the active controller
-        (ReadIndex), or stale on this one at once. Sets `READ_OFFSET` to the offset."""
+                   consistency: ReadConsistency = ReadConsistency.LINEARIZABLE,
+                   min_offset: int = 0) -> Any:
+        """Run read `op` at a committed offset of at least `min_offset`: linearizable
+        on the active controller (ReadIndex), or stale on this one once it has
+        applied that far (`BehindError` past `stale_read_wait_ms`). Sets
+        `READ_OFFSET` to the offset, and for a stale read `HIGH_WATERMARK` to the
+        commit point this node knows."""
         assert op.query is not None, op.name
         answer = await self._submit(Request(next(self._ids), op, args, self, self._clock_ms(),
-                                            consistency=consistency))
+                                            consistency=consistency, min_offset=min_offset))
         READ_OFFSET.set(answer.read_offset)
+        if consistency is ReadConsistency.STALE and self._quorum is not None:
+            HIGH_WATERMARK.set(self._quorum.status().high_watermark)
         return answer.value
 
     async def change_voters(self, kind: str, voter: Voter, *, timeout_s: float,

@@ -45,6 +45,8 @@ class Request:
     enqueued_ms: int
     origin: BatchOrigin = EMPTY_ORIGIN
     consistency: ReadConsistency = ReadConsistency.LINEARIZABLE
+    # Reads: served only at a committed end offset of at least this.
+    min_offset: int = 0
     # Writes with a request id in `origin` and a codec are remembered (exactly once).
     codec: ResultCodec | None = None
     # Set while parked waiting for this node to become active.
@@ -63,7 +65,8 @@ class Request:
 class Answer:
     """Answer request `request_id` with `value`. `commit_ms`: how long its batch took
     from append to commit (None: a read, or a write that appended nothing).
-    `read_offset`: for a read, the committed end offset it read at."""
+    `read_offset`: for a read, the committed end offset it read at; for a write, the
+    committed end offset that covers it (None: not known)."""
 
     request_id: int
     value: Any

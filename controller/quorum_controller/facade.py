@@ -136,7 +136,7 @@ class ControllerApi:
         error = self._count_error(args)
         if error is not None:
             return fail_all(args, error)
-        return await self.controller.read(op, args, origin.consistency)
+        return await self.controller.read(op, args, origin.consistency, origin.min_offset)
 
     # ---------------------------------------------------------------- quorum and node
 

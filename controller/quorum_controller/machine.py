@@ -45,6 +45,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.api.seam import (
+    BehindError,
     ControllerBusyError,
     ControllerTimeoutError,
     NotControllerError,
@@ -145,6 +146,9 @@ class ControllerMachine:
         # Linearizable reads the Raft node is confirming, by request id: the request,
         # and its read index once a majority confirmed our leadership (None before).
         self._reads: dict[int, tuple[Request, int | None]] = {}
+        # Reads waiting for this node to apply the log up to their min_offset, in
+        # arrival order, with the time they give up (`stale_read_wait_ms`).
+        self._behind: deque[tuple[Request, int]] = deque()
         self._parked: deque[Request] = deque()
         # Requests whose callers gave up (never dispatched once parked).
         self._forgotten: set[int] = set()
@@ -262,7 +266,7 @@ class ControllerMachine:
         """An admin request, run now (on the Raft node's turn)."""
         self._sync_leadership(node, now_ms)
         if not req.is_write and req.consistency is ReadConsistency.STALE:
-            self._serve_read(req)  # from our committed state, whatever our mode
+            self._serve_read(req, now_ms)  # from our committed state, whatever our mode
             return
         if self._mode is Mode.ACTIVE:
             self._dispatch(req, node, now_ms)
@@ -277,6 +281,8 @@ class ControllerMachine:
         if any(r.id == request_id for r in self._parked):
             self._forgotten.add(request_id)
         self._reads.pop(request_id, None)
+        if any(r.id == request_id for r, _ in self._behind):
+            self._behind = deque(e for e in self._behind if e[0].id != request_id)
 
     def reads_confirmed(self, reads: Iterable[tuple[int, int]]) -> None:
         """The Raft node confirmed these (read id, read index) pairs (`Ready.reads`):
@@ -297,6 +303,8 @@ class ControllerMachine:
             log.warning("orphans_expired", count=expired)
         while self._parked and self._parked[0].deadline_ms <= now_ms:
             self._fail(self._parked.popleft().id, self.not_controller())
+        if self._behind:
+            self._expire_behind_reads(now_ms, node.high_watermark)
         if self._mode is Mode.ACTIVE:
             result = self.state.cluster.fence_stale_brokers(now_ms)
             if result.records:
@@ -388,7 +396,29 @@ class ControllerMachine:
             self.release_history()
             if self._reads:
                 self._serve_confirmed_reads()
+            if self._behind:
+                self._serve_caught_up_reads()
         return tick_soon
+
+    def _serve_caught_up_reads(self) -> None:
+        waiting, self._behind = self._behind, deque()
+        for req, deadline_ms in waiting:
+            if req.min_offset <= self._committed_next:
+                self._serve_read(req, None)
+            else:
+                self._behind.append((req, deadline_ms))
+
+    def _expire_behind_reads(self, now_ms: int, high_watermark: int | None) -> None:
+        """Reads whose wait for `min_offset` is over: refused, naming how far behind."""
+        if not any(deadline <= now_ms for _, deadline in self._behind):
+            return
+        waiting, self._behind = self._behind, deque()
+        for req, deadline_ms in waiting:
+            if deadline_ms <= now_ms:
+                self._fail(req.id, BehindError(self._committed_next, req.min_offset,
+                                               high_watermark))
+            else:
+                self._behind.append((req, deadline_ms))
 
     def load_snapshot(self, end_offset: int, epoch: int, records: Iterable[bytes]) -> None:
         """Replace the whole state with a snapshot's encoded records covering
@@ -490,7 +520,7 @@ class ControllerMachine:
             return True
         value = req.codec.decode(seen.response)
         if seen.offset < self._committed_next:
-            self._answer(req.id, value)
+            self._answer(req.id, value, read_offset=self._committed_next)
             return True
         # Still uncommitted: one of our own batches (we are active) holds it.
         key = next(k for k in self._uncommitted.values()
@@ -559,13 +589,14 @@ class ControllerMachine:
             if request_id is not None:
                 self._wait_for(key, response, request_id, None)
         else:
-            self._answer(request_id, response)
+            self._answer(request_id, response, read_offset=self._committed_next)
 
     def _wait_for(self, key: BatchKey, response: Any, request_id: int,
                   appended_ms: int | None) -> None:
         def success(now_ms: int) -> None:
             self._answer(request_id, response,
-                         None if appended_ms is None else max(0, now_ms - appended_ms))
+                         None if appended_ms is None else max(0, now_ms - appended_ms),
+                         read_offset=key.last_offset + 1)
 
         def lost() -> None:
             self._fail(request_id, self.not_controller())
@@ -596,14 +627,25 @@ class ControllerMachine:
         due = [rid for rid, (_, index) in self._reads.items()
                if index is not None and index <= self._committed_next]
         for rid in due:
-            self._serve_read(self._reads.pop(rid)[0])
+            self._serve_read(self._reads.pop(rid)[0], None)
 
-    def _serve_read(self, req: Request) -> None:
+    def _serve_read(self, req: Request, now_ms: int | None) -> None:
         """Answer a read from the committed state (a registry snapshot exists at
-        `committed_next - 1`: the invariant of `__init__`)."""
+        `committed_next - 1`: the invariant of `__init__`), once that is at least at
+        the read's `min_offset`: until then it waits in `_behind` (`now_ms` None: it
+        was confirmed by a commit, the time is the one it arrived at)."""
         query = req.op.query
         assert query is not None
         offset = self._committed_next
+        if offset < req.min_offset:
+            if len(self._behind) >= self.settings.max_queued_events:
+                self._fail(req.id, ControllerBusyError(
+                    f"{len(self._behind)} reads already wait for this controller to catch "
+                    "up; retry later, or at another controller"))
+                return
+            start_ms = req.enqueued_ms if now_ms is None else now_ms
+            self._behind.append((req, start_ms + self.settings.stale_read_wait_ms))
+            return
         try:
             result = query(req.ctx, req.args, offset - 1)
         except Exception as exc:

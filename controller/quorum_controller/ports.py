@@ -37,6 +37,11 @@ class NodeAccess(Protocol):
     @property
     def known_leader_id(self) -> int | None: ...
 
+    @property
+    def high_watermark(self) -> int | None:
+        """The commit point this node knows (None: not known yet)."""
+        ...
+
     def append(self, records: Sequence[bytes], origin: BatchOrigin) -> int:
         """Append one batch now and return its base offset; raises
         `controller.quorum.errors.NotLeaderError` or `ProposalRejectedError`."""
@@ -108,6 +113,11 @@ class ControllerSettings:
     orphan_timeout_ms: int = attrs.field(default=5_000, validator=_positive)
     # How long a request waits for a new leader to become active.
     activation_wait_ms: int = attrs.field(default=3_000, validator=_positive)
+    # How long a read waits for this controller to apply the log up to the
+    # min_offset it asks for (then it is refused, naming how far behind we are):
+    # under the AdminClient's attempt deadline (1 s), so the client hears why and
+    # asks elsewhere, instead of timing out.
+    stale_read_wait_ms: int = attrs.field(default=500, validator=_positive)
     # The longest a caller waits for any answer.
     request_timeout_ms: int = attrs.field(default=30_000, validator=_positive)
     # A snapshot is written after this many bytes of newly committed records ...

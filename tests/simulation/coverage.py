@@ -62,6 +62,7 @@ def system_problems(c: Counter[str]) -> list[str]:
         ("snapshots_lost_in_crash", seeds // 10, "crashes mid-snapshot"),
         ("linearizable_reads", 10 * seeds, "linearizable reads"),
         ("stale_reads", 4 * seeds, "stale reads"),
+        ("session_reads", seeds, "stale reads with a min_offset"),
         ("retries_sent", 10 * seeds, "retries with the same request id"),
         ("retries_answered_from_table", seeds // 100, "retries answered from the table"),
         # Membership through the active controller: removals, re-adds, wiped disks.

@@ -134,6 +134,11 @@ class SimAccess:
         assert raft is not None
         return raft.advertised_leader_id()
 
+    @property
+    def high_watermark(self) -> int | None:
+        raft = self._node.raft
+        return None if raft is None else raft.high_watermark
+
     def append(self, records: Any, origin: BatchOrigin) -> int:
         raft = self._node.raft
         assert raft is not None
@@ -772,13 +777,19 @@ class SystemCluster(Cluster):
         return kind, Args()
 
     def _send_read(self, node: SimNode, kind: str, args: Args) -> None:
-        """A read: linearizable (the default) or, one in five, stale."""
+        """A read: linearizable (the default) or, one in five, stale; half the stale
+        ones continue a session (`min_offset`: the newest state the client saw, which
+        the answer must not be older than)."""
         stale = self.rng.random() < 0.2
         floor = 0 if stale else max(self.max_acked_offset + 1, self.max_read_offset)
+        min_offset = 0
+        if stale and self.data.rng.random() < 0.5:  # its own draw: the seeds' faults stay
+            min_offset = floor = max(self.max_acked_offset + 1, self.max_read_offset)
         rpc = ADMIN_RPCS_BY_NAME[RPCS[kind]]
         self.reads[self.next_request + 1] = (rpc, args, floor, not stale)
         consistency = ReadConsistency.STALE if stale else ReadConsistency.LINEARIZABLE
-        self._send_request(node, f"{kind}:stale" if stale else kind, rpc, args, consistency)
+        self._send_request(node, f"{kind}:stale" if stale else kind, rpc, args, consistency,
+                           min_offset=min_offset)
 
     def _check_read_answer(self, node: SimNode, answer: Answer) -> None:
         """A read's answer is the oracle's at the offset it names, a committed one; a
@@ -794,7 +805,7 @@ class SystemCluster(Cluster):
             raise InvariantViolation(
                 f"node {node.id} answered read {answer.request_id} at offset {offset}, below "
                 f"{floor} (acknowledged or read before it was sent): a stale read, not "
-                "linearizable")
+                + ("linearizable" if linearizable else "session-consistent (its min_offset)"))
         assert rpc.op is not None and rpc.op.query is not None
         if answer.value != rpc.op.query(StateContext(self.oracle), args, offset - 1):
             raise InvariantViolation(f"node {node.id} answered read {answer.request_id} at "
@@ -804,10 +815,12 @@ class SystemCluster(Cluster):
             self.outcomes["linearizable_reads"] += 1
         else:
             self.outcomes["stale_reads"] += 1
+            self.outcomes["session_reads"] += floor > 0
 
     def _send_request(self, node: SimNode, kind: str, op: AdminRpc | Operation, args: Args,
                       consistency: ReadConsistency = ReadConsistency.LINEARIZABLE,
-                      origin_id: str | None = None, codec: ResultCodec | None = None) -> None:
+                      origin_id: str | None = None, codec: ResultCodec | None = None,
+                      min_offset: int = 0) -> None:
         machine = self._controller(node)
         assert machine is not None and node.raft is not None
         self.next_request += 1
@@ -822,7 +835,8 @@ class SystemCluster(Cluster):
         # an answer is checked against the batch of its own attempt.
         machine.request(Request(rid, operation, args, StateContext(machine.state), self.now_ms,
                                 origin=BatchOrigin("User:sim", f"attempt-{rid}", origin_id),
-                                consistency=consistency, codec=codec),
+                                consistency=consistency, codec=codec,
+                                min_offset=min_offset),
                         SimAccess(self, node), self.now_ms)
         self._answers(node)
         self._after_event(node)

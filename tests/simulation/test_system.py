@@ -73,6 +73,7 @@ def test_seeds(seeds: range) -> None:
         _coverage["snapshots_lost_in_crash"] += cluster.snapshots_lost
         _coverage["linearizable_reads"] += cluster.outcomes["linearizable_reads"]
         _coverage["stale_reads"] += cluster.outcomes["stale_reads"]
+        _coverage["session_reads"] += cluster.outcomes["session_reads"]
         _coverage["retries_sent"] += cluster.outcomes["retries_sent"]
         _coverage["retries_answered_from_table"] += \
             cluster.outcomes["retries_answered_from_table"]
@@ -205,3 +206,19 @@ def test_a_planted_data_plane_bug_fails_a_seed(bug: str, finding: str) -> None:
     # Today's first failing seeds: 0 (apply-isr-early) and 110 (skip-truncation).
     failure = _first_failure(range(200), frozenset({bug}))
     assert failure is not None and finding in failure, failure
+
+
+def test_stale_reads_that_ignore_their_min_offset_are_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session consistency: a controller that answered a stale read from whatever it
+    had applied, below the offset the client had already seen, would fail a seed."""
+    import attrs
+
+    original = ControllerMachine._serve_read
+
+    def ignoring(self: ControllerMachine, req: Request, now_ms: int | None) -> None:
+        original(self, attrs.evolve(req, min_offset=0), now_ms)
+
+    monkeypatch.setattr(ControllerMachine, "_serve_read", ignoring)
+    failure = _first_failure(range(100))
+    assert failure is not None and "not session-consistent" in failure, failure

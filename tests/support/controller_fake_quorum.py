@@ -74,6 +74,10 @@ class _Access:
         c = self._node.cluster
         return None if c.resigned else c.leader_id
 
+    @property
+    def high_watermark(self) -> int | None:
+        return None
+
     def append(self, records: Sequence[bytes], origin: BatchOrigin) -> int:
         c = self._node.cluster
         if self.leader_epoch is None:

@@ -105,6 +105,10 @@ class Node:
     def known_leader_id(self) -> int | None:
         return self.log.leader
 
+    @property
+    def high_watermark(self) -> int | None:
+        return None
+
     def append(self, records: Sequence[bytes], origin: BatchOrigin) -> int:
         if self.leader_epoch is None:
             raise NotLeaderError(self.log.leader, self.log.epoch)
@@ -571,3 +575,49 @@ def test_an_unsafe_downgrade_is_followed_by_a_snapshot_at_once() -> None:
         METADATA_VERSION, 3, UpgradeType.UNSAFE_DOWNGRADE),)), StateContext(state), h.now))
     h.commit()
     assert snapshots.started == [h.log.end - 1]
+
+
+def test_a_read_waits_for_its_min_offset_then_answers_or_says_how_far_behind() -> None:
+    """Session consistency: a read names the newest offset its client has seen; a
+    controller that has not applied that far waits (it never answers older state),
+    and past `stale_read_wait_ms` refuses, naming how far behind it is."""
+    from controller.api.seam import BehindError
+
+    h = Harness()
+    h.elect_me()
+    h.register_broker()
+    end = h.machine.committed_offset
+    h.ids += 1
+    ahead = Request(h.ids, LIST_TOPIC_NAMES, Args(), StateContext(h.machine.state), h.now,
+                    consistency=ReadConsistency.STALE, min_offset=end + 1)
+    assert h.send(ahead) == []  # not applied that far yet: it waits
+    create = h.create("orders")
+    assert h.send(create) == []
+    answers = {a.request_id: a for a in h.commit()}
+    read = answers[ahead.id]
+    assert isinstance(read, Answer) and read.value == ("orders",)
+    assert read.read_offset is not None and read.read_offset >= end + 1
+    # The write's answer names the committed end that covers it (what a client sends
+    # as its next min_offset).
+    written = answers[create.id]
+    assert isinstance(written, Answer) and written.read_offset == h.machine.committed_offset
+    # Asked for an offset nobody has reached: refused once the wait is over.
+    h.ids += 1
+    far = Request(h.ids, LIST_TOPIC_NAMES, Args(), StateContext(h.machine.state), h.now,
+                  consistency=ReadConsistency.STALE, min_offset=h.machine.committed_offset + 50)
+    assert h.send(far) == []
+    h.machine.tick(h.node, h.now + h.machine.settings.stale_read_wait_ms - 20)
+    assert h.step() == []
+    h.machine.tick(h.node, h.now + h.machine.settings.stale_read_wait_ms)
+    [refused] = h.step()
+    assert isinstance(refused, Fail) and isinstance(refused.error, BehindError)
+    assert refused.error.applied_offset == h.machine.committed_offset
+    assert "50 short of the requested min_offset" in str(refused.error)
+    # A linearizable read waits the same way.
+    h.ids += 1
+    lin = Request(h.ids, LIST_TOPIC_NAMES, Args(), StateContext(h.machine.state), h.now,
+                  min_offset=h.machine.committed_offset)
+    h.send(lin)
+    h.machine.reads_confirmed([(lin.id, h.machine.committed_offset)])
+    [confirmed] = h.step()
+    assert isinstance(confirmed, Answer) and confirmed.value == ("orders",)

@@ -160,8 +160,8 @@ def test_merge_applies_exactly_the_present_fields(
         assert getattr(merged, name) == expected, name
     assert merged.leader == (delta.leader if delta.HasField("leader") else base.leader)
     assert merged.partition_epoch == base.partition_epoch + 1
-    leader_changed = merged.leader != base.leader
-    assert merged.leader_epoch == base.leader_epoch + int(leader_changed)
+    # Kafka's rule: a stated leader (a new one, or the same again) is a new epoch.
+    assert merged.leader_epoch == base.leader_epoch + int(delta.HasField("leader"))
 
 
 # --- BrokerRegistration.apply ------------------------------------------------------
