@@ -456,6 +456,15 @@ class Cluster:
         voters = leaders[0].voters
         if not voters.dynamic or self._live_identities(voters) - 1 < voters.majority:
             return
+        # Every voter set that may still be in force, not the leader's alone: a set in
+        # another log (a deposed leader's uncommitted removal) can win an election
+        # too, and must keep a live majority without the wiped disk (seed 1039: a
+        # removal pending in three logs, a repairing voter, then a wipe left that set
+        # two live voters of four).
+        sets = [self.history.committed_voters] + [
+            n.raft.voters for n in self.nodes.values() if n.raft is not None]
+        if any(self._live_identities(vs) - 1 < vs.majority for vs in sets if len(vs)):
+            return
         candidates = [v for v in voters if self._is_live_identity(v)]
         if not candidates:
             return

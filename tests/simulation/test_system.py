@@ -135,7 +135,7 @@ def test_reads_served_without_confirming_leadership_are_caught(
     committed state at once. A leader cut off from the other voters (but not from a
     client) then answers reads that miss writes a newer leader acknowledged."""
     def at_once(self: ControllerMachine, req: Request, node: object, now_ms: int) -> None:
-        self._serve_read(req)
+        self._serve_read(req, now_ms)
 
     monkeypatch.setattr(ControllerMachine, "_start_read", at_once)
     # Without the data plane: its AlterPartition traffic makes deposed leaders step
