@@ -50,6 +50,7 @@ from broker_agent.replica.records import (
 )
 from controller.api.broker_convert import alter_partition_from_pb, alter_partition_results_to_pb
 from controller.logformat.errors import StorageError
+from controller.records.domain import PartitionRegistration
 from controller.storage.log import LogConfig
 from tests.simulation.invariants import InvariantViolation
 from tests.unit.metadata.support import SESSION_MS, Harness
@@ -162,13 +163,7 @@ class DataPlaneSim:
         if part.partition_epoch == broker.seen_partition_epoch:
             return
         broker.seen_partition_epoch = part.partition_epoch
-        replica.min_isr = self.min_isr
-        if part.leader == broker.broker_id:
-            replica.become_leader(part.leader_epoch, part.partition_epoch, part.replicas,
-                                  part.isr, self.h.now_ms)
-        else:
-            replica.become_follower(part.leader, part.leader_epoch, part.partition_epoch,
-                                    part.replicas, part.isr)
+        apply_registration(replica, part, self.min_isr, self.h.now_ms)
 
     # ------------------------------------------------------------------ actions
 
@@ -330,6 +325,19 @@ class DataPlaneSim:
 
 
 # ------------------------------------------------- shared with the system simulation
+
+
+def apply_registration(replica: PartitionReplica, part: PartitionRegistration, min_isr: int,
+                       now_ms: int) -> None:
+    """The committed registration reaches the replica's broker (what the manager does
+    with a BecomeLeader / BecomeFollower instruction, without the I/O)."""
+    replica.min_isr = min_isr
+    if part.leader == replica.broker_id:
+        replica.become_leader(part.leader_epoch, part.partition_epoch, part.replicas, part.isr,
+                              now_ms)
+    else:
+        replica.become_follower(part.leader, part.leader_epoch, part.partition_epoch,
+                                part.replicas, part.isr)
 
 
 def fetch_round(leader: PartitionReplica, follower: PartitionReplica, broker_epoch: int,

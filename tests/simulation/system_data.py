@@ -40,7 +40,12 @@ from controller.metadata import MetadataImage, ResourceType
 from controller.metadata.alter_partition import AlterPartitionRequest, AlterPartitionResult
 from controller.records.domain import PartitionRegistration
 from controller.storage.log import LogConfig
-from tests.simulation.data_plane import check_partition, fetch_round, stored_values
+from tests.simulation.data_plane import (
+    apply_registration,
+    check_partition,
+    fetch_round,
+    stored_values,
+)
 
 LAG_MAX_MS = 300
 DATA_CONFIG = DataPlaneConfig(replica_lag_time_max_ms=LAG_MAX_MS)
@@ -305,13 +310,7 @@ class SystemDataPlane:
             if host.seen.get(key) == part.partition_epoch:
                 continue
             host.seen[key] = part.partition_epoch
-            replica.min_isr = _min_isr(image, name)
-            if part.leader == host.broker_id:
-                replica.become_leader(part.leader_epoch, part.partition_epoch, part.replicas,
-                                      part.isr, self.controllers.now_ms)
-            else:
-                replica.become_follower(part.leader, part.leader_epoch, part.partition_epoch,
-                                        part.replicas, part.isr)
+            apply_registration(replica, part, _min_isr(image, name), self.controllers.now_ms)
             touched.add(key)
         return touched
 
