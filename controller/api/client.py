@@ -325,6 +325,9 @@ class AdminClient:
         backoff = Backoff(_BACKOFF_FIRST_MS / 1000, _BACKOFF_MAX_MS / 1000, random.random)
         redirects = 0
         problem = "no attempt made"
+        # A controller's answer that it is behind the session (worth more to the
+        # caller than the last attempt's timeout, which may follow it).
+        behind = ""
         unknown_before = self.outcome_unknown_retries
         while True:
             remaining = deadline - time.monotonic()
@@ -337,6 +340,7 @@ class AdminClient:
                 raise ControllerUnreachableError(
                     f"no controller answered {method} within {self._timeout_ms} ms "
                     f"(tried {', '.join(self._bootstrap)}); last problem: {problem}"
+                    + (f"; before that {behind}" if behind and behind != problem else "")
                     + ("" if self._tls is not None else
                        " (if the controllers require TLS, give the client a certificate: "
                        "--command-config or METAKRAFT_COMMAND_CONFIG)")
@@ -360,6 +364,7 @@ class AdminClient:
                 return response
             except StreamItemError as item:
                 problem = f"{target}: {item.code.name}: {item.details}"
+                behind = problem if item.details.startswith("BEHIND") else behind
                 retry_now = self._on_error(
                     item.code,
                     item.details,
@@ -374,6 +379,7 @@ class AdminClient:
             except grpc.RpcError as exc:
                 code, details = exc.code(), exc.details() or ""
                 problem = f"{target}: {code.name}: {details}"
+                behind = problem if details.startswith("BEHIND") else behind
                 if code is grpc.StatusCode.UNIMPLEMENTED and target not in self._unary_only:
                     # A controller without Stream: the request was never handled.
                     self._close_stream(target)

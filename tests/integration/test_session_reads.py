@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from controller.api.client import AdminClient, ControllerUnreachableError
 from controller.api.seam import ReadConsistency
+from controller.cli.main import cli
 from controller.metadata import CreatableTopic
 from tests.support.controller_processes import ControllerCluster
 from tests.support.nemesis import Nemesis
@@ -105,9 +107,18 @@ def test_a_controller_that_cannot_catch_up_says_how_far_behind_it_is(
         reader.session_offset = 0
         assert "fresh" not in {t.name for t in reader.list_topics()}
         assert reader.last_read_offset is not None and reader.last_read_offset < seen
+    # The CLI: --min-offset, the same refusal (exit 3, the reason on stderr).
+    cli_args = ["topics", "list", "--bootstrap", controllers.addresses[standby_id],
+                "--consistency", "stale", "--min-offset", str(seen), "--timeout-ms", "3000"]
+    refused = CliRunner().invoke(cli, cli_args)
+    assert refused.exit_code == 3 and "BEHIND" in refused.stderr, refused.output
     nemesis.heal()
     with stale_client(controllers.addresses[standby_id], seen) as reader:
         assert "fresh" in {t.name for t in reader.list_topics()}
         assert reader.last_read_offset is not None and reader.last_read_offset >= seen
         assert reader.last_high_watermark is not None
         assert reader.last_high_watermark >= reader.last_read_offset - 1
+    listed = CliRunner().invoke(cli, cli_args)
+    assert listed.exit_code == 0 and "fresh" in listed.stdout, listed.output
+    assert "(stale read at committed offset" in listed.stderr
+    assert "behind the high watermark it knew" in listed.stderr
