@@ -25,22 +25,11 @@ from __future__ import annotations
 import random
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from broker_agent.delta import ImageChanges, build_image_from_bytes
-from broker_agent.image import MetadataImage as BrokerImage
 from broker_agent.lifecycle_machine import Action, LifecycleMachine
-from broker_agent.loader import MetadataLoader
-from broker_agent.reconciler import (
-    LocalReplica,
-    Plan,
-    ReplicaRole,
-    plan_delta,
-    plan_full,
-    replica_dir_name,
-)
 from controller.api.rpcs import ADMIN_RPCS_BY_NAME, AdminRpc
 from controller.api.seam import Args, Operation, ResultCodec
 from controller.logformat import BatchOrigin, RecordBatch, SnapshotId
@@ -78,6 +67,7 @@ from controller.records.domain import Listener
 from tests.simulation.cluster import Cluster
 from tests.simulation.invariants import InvariantViolation
 from tests.simulation.nodes import CLUSTER_ID, SimNode, StateMachine
+from tests.simulation.system_brokers import BrokerDisk, BrokerSM, decode_snapshot, encode_snapshot
 from tests.simulation.system_data import SystemDataPlane
 from tests.support.op_context import StateContext
 
@@ -96,19 +86,6 @@ RPCS = {"create": "CreateTopics", "delete": "DeleteTopics", "partitions": "Creat
 # The data plane's files: in memory where the machine has it (thousands of seeds
 # fsync thousands of times each; durability across a machine crash is not simulated).
 _MEMORY_DIR = "/dev/shm" if Path("/dev/shm").is_dir() else None
-
-
-def _encode_snapshot(records: list[bytes]) -> bytes:
-    return b"".join(len(r).to_bytes(4, "big") + r for r in records)
-
-
-def _decode_snapshot(data: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(data):
-        n = int.from_bytes(data[pos:pos + 4], "big")
-        out.append(data[pos + 4:pos + 4 + n])
-        pos += 4 + n
-    return out
 
 
 class SimAccess:
@@ -224,7 +201,7 @@ class SimSnapshots:
             return None
         self.job = None
         self.finishing = True
-        return SnapshotId(last + 1, epoch), _encode_snapshot(written)
+        return SnapshotId(last + 1, epoch), encode_snapshot(written)
 
 
 class ControllerSM(StateMachine):
@@ -252,96 +229,6 @@ class ControllerSM(StateMachine):
     @applied_offset.setter
     def applied_offset(self, _value: int) -> None:
         pass  # StateMachine's constructor sets it; the machine keeps its own
-
-
-class BrokerDisk:
-    """What a broker keeps on disk across crashes: its local replicas, and the offset
-    its last full reconcile reflected (the daemon's `LocalPartitionStore.read_offset`)."""
-
-    def __init__(self) -> None:
-        self.replicas: dict[str, LocalReplica] = {}
-        self.offset = -1
-
-
-class BrokerSM(StateMachine):
-    """An observer is a broker: the real `MetadataLoader` (its image delta by delta, or
-    built from a snapshot; nothing published until caught up with the high watermark
-    of its first fetch), publishing to the real reconciler, whose plans are applied to
-    the broker's disk, which survives crashes. The loader's publisher is this class,
-    doing synchronously what the daemon's `BrokerAgent` does on its worker thread."""
-
-    def __init__(self, broker_id: int, disk: BrokerDisk, fetched_hw: Callable[[], int]) -> None:
-        super().__init__()
-        self.broker_id = broker_id
-        self.disk = disk
-        self.loader = MetadataLoader(self, fetched_hw)
-        self.loader.min_start_offset = disk.offset
-        self.version = 0  # bumped on every change the checker must look at
-        self.checked = -1
-
-    @property
-    def reconciled(self) -> bool:
-        return self.loader.caught_up
-
-    def start(self, end_offset: int, data: bytes) -> None:
-        """At process start: the snapshot the local log starts at."""
-        self.loader.start_from(build_image_from_bytes(_decode_snapshot(data), end_offset - 1))
-        self.applied_offset = end_offset
-        self.version += 1
-
-    def apply(self, batch: RecordBatch) -> None:
-        assert batch.base_offset == self.applied_offset, (batch.base_offset, self.applied_offset)
-        self.loader.on_commit([batch])
-        self.applied_offset = batch.next_offset
-        self.version += 1
-
-    def load(self, end_offset: int, data: bytes) -> None:
-        """A snapshot the leader sent replaces the image."""
-        self.loader.snapshot_loaded(build_image_from_bytes(_decode_snapshot(data),
-                                                           end_offset - 1))
-        self.applied_offset = end_offset
-        self.version += 1
-
-    def check_caught_up(self) -> None:
-        """A fetch answered (the high watermark is known): maybe publish now."""
-        if not self.loader.caught_up and self.loader.check_caught_up():
-            self.version += 1
-
-    # ImagePublisher
-    def publish_full(self, image: BrokerImage) -> None:
-        self._apply(plan_full(self.disk.replicas, image, self.broker_id))
-        self.disk.offset = image.offset
-
-    def publish_delta(self, previous: BrokerImage, image: BrokerImage,
-                      changes: ImageChanges) -> None:
-        self._apply(plan_delta(previous, image, changes.changed_partitions,
-                               changes.removed_topics, self.broker_id))
-
-    def _apply(self, plan: Plan) -> None:
-        for delete in plan.deletes:
-            self.disk.replicas.pop(delete.dir_name, None)
-        for change in (*plan.leaders, *plan.followers):
-            self.disk.replicas[change.replica.dir_name] = change.replica
-
-    def check(self, want: MetadataImage) -> str | None:
-        """What is wrong against the controller's image at the same offset, if anything:
-        the image always; the local replicas once caught up."""
-        image = self.loader.image
-        if image.offset != self.applied_offset - 1:
-            return f"its image is at {image.offset}, its log applied to {self.applied_offset}"
-        view = (want.features, want.brokers,
-                tuple((t.name, t.topic_id, t.partitions) for t in want.topics), want.configs)
-        if image.comparable() != view:
-            return "its image differs from a replay of the committed log"
-        if not self.reconciled:
-            return None  # catching up: its local replicas are not reconciled yet
-        desired = {replica_dir_name(topic.name, index): part.leader == self.broker_id
-                   for topic, index, part in image.iter_partitions()
-                   if self.broker_id in part.replicas}
-        local = {name: r.role is ReplicaRole.LEADER for name, r in self.disk.replicas.items()}
-        if local != desired:
-            return f"its local replicas {sorted(local)} differ from its assignment {sorted(desired)}"
-        return None
 
 
 class SystemCluster(Cluster):
@@ -466,11 +353,11 @@ class SystemCluster(Cluster):
             return
         node.sm = ControllerSM(self, node)
         if data is not None:
-            node.sm.machine.load_snapshot(start.end_offset, start.epoch, _decode_snapshot(data))
+            node.sm.machine.load_snapshot(start.end_offset, start.epoch, decode_snapshot(data))
 
     def _snapshot_voters(self, data: bytes) -> VoterSet:
         found = EMPTY_VOTER_SET
-        for record in _decode_snapshot(data):
+        for record in decode_snapshot(data):
             decoded = decode_record(record)
             if decoded.WhichOneof("record") == "voters":
                 found = voters_from_record(decoded.voters)
@@ -498,7 +385,7 @@ class SystemCluster(Cluster):
             assert isinstance(node.sm, BrokerSM)
             node.sm.load(snapshot_id.end_offset, data)
             return
-        machine.load_snapshot(snapshot_id.end_offset, snapshot_id.epoch, _decode_snapshot(data))
+        machine.load_snapshot(snapshot_id.end_offset, snapshot_id.epoch, decode_snapshot(data))
         self._answers(node)
 
     def _on_ready(self, node: SimNode, ready: Any) -> None:
