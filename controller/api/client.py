@@ -427,6 +427,11 @@ class AdminClient:
                 return True
             self._skip(target)
             return False
+        if code is grpc.StatusCode.UNAVAILABLE and details.startswith("BEHIND"):
+            # A healthy controller that has not applied what this session saw yet:
+            # ask the next one (its channel is fine).
+            self._skip(target)
+            return False
         if code is grpc.StatusCode.UNAVAILABLE:
             busy = trailing.get(BUSY_KEY) == "true"
             if write and busy:
