@@ -345,6 +345,8 @@ def test_malformed_and_oversized_requests_are_refused_and_the_server_serves_on(
                 ),
             ),
             (stub.ElectLeaders, apb.ElectLeadersRequest(all_partitions=True)),
+            # A read may not ask for state older than offset 0.
+            (stub.ListTopics, apb.ListTopicsRequest(header=apb.RequestHeader(min_offset=-1))),
             (
                 stub.UpdateFeatures,
                 apb.UpdateFeaturesRequest(updates=[apb.FeatureUpdate(name="metadata.version")]),
