@@ -31,7 +31,8 @@ class Feature(enum.Enum):
     REPLICA_REPORTED_ISR = (7, "replica-reported ISR (AlterPartition): partition leaders "
                             "report their in-sync replicas; a returning broker rejoins an "
                             "ISR only once its leader reports it caught up; eligible leader "
-                            "replicas (KIP-966)")
+                            "replicas (KIP-966); a change removing a replica moves the "
+                            "leader epoch")
 
     @property
     def level(self) -> int:
