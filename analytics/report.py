@@ -10,10 +10,12 @@ drawn from aggregates.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -91,15 +93,39 @@ def session_conf(master: str, driver_memory: str | None = None,
 
 def audit_session(master: str, app_name: str = "metakraft-audit",
                   driver_memory: str | None = None,
-                  extra: Mapping[str, str] | None = None) -> SparkSession:
+                  extra: Mapping[str, str] | None = None,
+                  jvm_log: Path | None = None) -> SparkSession:
     """A SparkSession with `session_conf(master, driver_memory, extra)`. The JVM
-    settings hold only if this starts the JVM (the first session of the process)."""
+    settings hold only if this starts the JVM (the first session of the process);
+    so does `jvm_log`: the file the JVM (and the Python workers it starts) write
+    their own output to, its warnings and launch banners, instead of the terminal."""
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in session_conf(master, driver_memory, extra).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with contextlib.ExitStack() as stack:
+        if jvm_log is not None:
+            stack.enter_context(_stderr_to(jvm_log))
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """File descriptor 2 points at `path` while the block runs: a process started in
+    it (the JVM) keeps it as its stderr; ours is given back after."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
 
 
 def _table(rows: Sequence[Any], columns: Sequence[str], total: int | None = None) -> Table:

@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import click
 
@@ -154,12 +155,16 @@ def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snap
     def progress(message: str) -> None:
         click.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
 
-    progress(f"starting Spark ({master})")
+    # Spark's own output (JVM warnings, log4j banners) goes to a file beside the
+    # report; the terminal gets the audit's progress and verdicts.
+    jvm_log = Path(out_dir) / "spark.log"
+    progress(f"starting Spark ({master}); its own output: {jvm_log}")
     import analytics
     from analytics.report import audit_session, run_audit
 
     try:
-        spark = audit_session(master, driver_memory=driver_memory, extra=spark_conf)
+        spark = audit_session(master, driver_memory=driver_memory, extra=spark_conf,
+                              jvm_log=jvm_log)
         if ship_code:
             progress(f"code for the executors: {analytics.ship_code(spark)}")
         violations = run_audit(spark, log_dir and os.path.abspath(log_dir), out_dir, progress,

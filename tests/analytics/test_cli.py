@@ -104,6 +104,10 @@ def test_audit_command_as_its_own_process(log_dir: tuple[Path, Known], tmp_path:
         capture_output=True, text=True, timeout=600, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "starting Spark (local[1])" in done.stderr
+    # Quiet: the JVM's own output went to spark.log beside the report, not here.
+    assert "log4j" not in done.stderr and "WARN" not in done.stderr, done.stderr
+    assert "log4j" in (out / "spark.log").read_text()
+    assert all(line.startswith("[") for line in done.stderr.splitlines()), done.stderr
     assert "VIOLATED" not in done.stdout
     assert done.stdout.split() == [w for name in INVARIANTS for w in ("ok", name)]
     report = (out / "report.md").read_text()
