@@ -108,3 +108,35 @@ def test_metakraft_notebooks_finds_them_and_says_what_to_install() -> None:
     if importlib.util.find_spec("jupyterlab") is None:
         missing = CliRunner().invoke(cli, ["notebooks"])
         assert missing.exit_code == 1 and '.[notebooks]' in missing.stderr
+
+
+def test_metakraft_notebooks_opens_copies_and_never_writes_the_installed_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run writes outputs into the notebook it runs: `metakraft notebooks` copies
+    them to --workdir and opens JupyterLab there; an edited copy is kept."""
+    import importlib.util
+    import subprocess
+
+    from click.testing import CliRunner
+
+    from controller.cli import notebooks_cmd
+    from controller.cli.main import cli
+
+    before = {p.name: p.read_bytes() for p in NOTEBOOKS.glob("*.ipynb")}
+    work = tmp_path / "work"
+    (work).mkdir()
+    (work / "topic_forensics.ipynb").write_text("{}")  # the user's own edits
+    launched: list[list[str]] = []
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object()
+                        if name == "jupyterlab" else real_find_spec(name, *a))
+    monkeypatch.setattr(subprocess, "call",
+                        lambda args, env=None: launched.append(list(args)) or 0)
+    result = CliRunner().invoke(cli, ["notebooks", "--workdir", str(work)])
+    assert result.exit_code == 0, result.output
+    assert launched == [[sys.executable, "-m", "jupyterlab", f"--notebook-dir={work.resolve()}"]]
+    assert sorted(p.name for p in work.glob("*.ipynb")) == sorted(before)
+    assert (work / "topic_forensics.ipynb").read_text() == "{}"
+    assert (work / "cluster_overview.ipynb").read_bytes() == before["cluster_overview.ipynb"]
+    assert {p.name: p.read_bytes() for p in NOTEBOOKS.glob("*.ipynb")} == before
+    assert notebooks_cmd.copy_notebooks(NOTEBOOKS, work) == []  # nothing left to copy
