@@ -340,7 +340,8 @@ def isr_incidents(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     leave an ISR, and a new replica joining one did not come back: neither counts.
     Columns: broker_id, start_offset, start_time, end_offset, end_time (null: still
     out when the log ends), duration_s, partitions_left, partitions_rejoined, outcome
-    ('recovered' or 'open'). A fenced broker drops out of hundreds of ISRs at once:
+    ('recovered'; 'stopped': still out at the end because the broker stopped cleanly,
+    controlled shutdown or unregistered; 'open': an outage in progress). A fenced broker drops out of hundreds of ISRs at once:
     this is the table to read; `isr_changes` has every row."""
     changes = isr_changes(df, states).select(
         "topic_id", "partition_id", "offset", "append_time",
@@ -376,13 +377,20 @@ def isr_incidents(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
         F.count("end_offset").alias("partitions_rejoined"))
     is_open = F.col("partitions_rejoined") < F.col("partitions_left")
     duration = (F.unix_micros("end_time") - F.unix_micros("start_time")) / 1e6
+    # A broker still out when the log ends because it was stopped cleanly is not an
+    # outage in progress: 'stopped'.
+    stopped = _stopped_brokers(df).withColumn("_stopped", F.lit(True))
+    grouped = grouped.join(F.broadcast(stopped), "broker_id", "left")
+    last_incident = F.col("_incident") == F.max("_incident").over(
+        Window.partitionBy("broker_id"))
     return grouped.select(
         "broker_id", "start_offset", "start_time",
         F.when(~is_open, F.col("end_offset")).alias("end_offset"),
         F.when(~is_open, F.col("end_time")).alias("end_time"),
         F.when(~is_open, duration).alias("duration_s"), "partitions_left",
         "partitions_rejoined",
-        F.when(is_open, "open").otherwise("recovered").alias("outcome"),
+        F.when(is_open & F.coalesce("_stopped", F.lit(False)) & last_incident, "stopped")
+        .when(is_open, "open").otherwise("recovered").alias("outcome"),
     ).orderBy("start_offset")
 
 
@@ -491,13 +499,32 @@ def _broker_events(df: DataFrame) -> DataFrame:
              .when(F.col("in_controlled_shutdown"), "controlled_shutdown")
              .otherwise("changed"))
     return rows.select("broker_id", "offset", "append_time", "epoch", event.alias("event"),
-                       "broker_epoch", "incarnation_id", *WHO)
+                       "broker_epoch", "incarnation_id", "in_controlled_shutdown", *WHO)
+
+
+def _with_shutdown_cause(events: DataFrame) -> DataFrame:
+    """`events` (of `_broker_events`) with `cause`: the event, except that a fence of a
+    broker that entered controlled shutdown since it last registered is
+    'controlled_shutdown' (it asked to stop), not 'fenced' (its session expired)."""
+    upto = Window.partitionBy("broker_id").orderBy("offset").rowsBetween(
+        Window.unboundedPreceding, Window.currentRow)
+    last_registered = F.max(F.when(F.col("event") == "registered", F.col("offset"))).over(upto)
+    last_shutdown = F.max(F.when((F.col("event") == "controlled_shutdown")
+                                 | F.coalesce(F.col("in_controlled_shutdown"), F.lit(False)),
+                                 F.col("offset"))).over(upto)
+    stopping = last_shutdown.isNotNull() & (last_registered.isNull()
+                                            | (last_shutdown > last_registered))
+    return events.withColumn("cause", F.when((F.col("event") == "fenced") & stopping,
+                                             "controlled_shutdown").otherwise(F.col("event")))
 
 
 def fencing_intervals(df: DataFrame) -> DataFrame:
-    """Per broker, each period it was fenced: from (offset/time) until unfenced (or null)."""
-    t = _broker_events(df).where(F.col("event").isin("registered", "fenced", "unfenced",
-                                                     "unregistered"))
+    """Per broker, each period it was fenced: from (offset/time) until unfenced (or
+    null), and why: 'registered' (a broker starts fenced), 'fenced' (its session
+    expired: the controller fenced it), 'controlled_shutdown' (it stopped cleanly)."""
+    t = _with_shutdown_cause(_broker_events(df).where(F.col("event").isin(
+        "registered", "fenced", "unfenced", "unregistered", "controlled_shutdown")))
+    t = t.where(F.col("event") != "controlled_shutdown")
     w = Window.partitionBy("broker_id").orderBy("offset")
     t = (t.withColumn("_next_offset", F.lead("offset").over(w))
          .withColumn("_next_time", F.lead("append_time").over(w))
@@ -505,10 +532,21 @@ def fencing_intervals(df: DataFrame) -> DataFrame:
     # A registration starts fenced; a fence record starts a fenced period.
     return t.where(F.col("event").isin("registered", "fenced")).select(
         "broker_id", F.col("offset").alias("fenced_offset"),
-        F.col("append_time").alias("fenced_time"), F.col("event").alias("cause"),
+        F.col("append_time").alias("fenced_time"), "cause",
         F.col("_next_offset").alias("unfenced_offset"),
         F.col("_next_time").alias("unfenced_time"),
         F.col("_next_event").alias("ended_by")).orderBy("fenced_offset")
+
+
+def _stopped_brokers(df: DataFrame) -> DataFrame:
+    """`broker_id` of the brokers whose last event in the log is a clean stop: fenced
+    after a controlled shutdown, or unregistered."""
+    t = _with_shutdown_cause(_broker_events(df).where(F.col("event").isin(
+        "registered", "fenced", "unfenced", "unregistered", "controlled_shutdown")))
+    last = Window.partitionBy("broker_id").orderBy(F.desc("offset"))
+    return (t.withColumn("_n", F.row_number().over(last)).where(F.col("_n") == 1)
+            .where(F.col("cause").isin("controlled_shutdown", "unregistered"))
+            .select("broker_id"))
 
 
 # ------------------------------------------------------------- configs, epochs, types
@@ -527,8 +565,9 @@ def config_history(df: DataFrame) -> DataFrame:
 
 
 def elections_per_epoch(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
-    """Per Raft epoch: the controller that led it, when it started, and the partition
-    leader elections (and unclean ones) its controller made."""
+    """Per Raft epoch (from 1): the controller that led it, when it started, and the
+    partition leader elections (`leader_elections`: partition leader changes, and
+    unclean ones) its controller made."""
     log = log_rows(df)
     lc = with_fields(log.where(F.col("record_type") == "leader_change"), LEADER_CHANGE_JSON)
     f = fields()
@@ -540,7 +579,10 @@ def elections_per_epoch(df: DataFrame, states: DataFrame | None = None) -> DataF
     # Records and unclean elections (as `unclean_elections` finds them) in one pass.
     records = log.groupBy("epoch").agg(F.count("*").alias("records"),
                                        F.count(F.when(_unclean(), 1)).alias("unclean_elections"))
+    # Epoch 0 holds only what `storage format` wrote (a dynamic quorum's first voter
+    # set), before any controller led: no row of its own.
     return (terms.join(records, "epoch", "full").join(moves, "epoch", "left")
+            .where(F.col("epoch") > 0)
             .fillna(0, ["leader_elections", "unclean_elections", "records"])
             .orderBy("epoch"))
 

@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -53,6 +54,10 @@ SECTIONS_USING_STATES = frozenset({
     audit.leader_churn_per_broker, audit.leader_churn_per_partition, audit.isr_incidents,
     audit.reassignments, audit.elections_per_epoch, audit.eligible_leader_replicas})
 PLOTTED = frozenset({"Leader churn per broker", "Fencing intervals"})
+# Sections counted by a column's values for the report's head (over every row, not
+# the rows shown).
+BREAKDOWN = {"Fencing intervals": "cause", ISR_TITLE: "outcome", "Reassignments": "outcome",
+             ELR_TITLE: "elected_from_elr"}
 # In a permissive audit, the verdict on the log's damage (rows: the damaged places).
 DAMAGE_CHECK = "log_readable"
 # With logs to compare with, the verdict on the replicas (rows: one per log at the first
@@ -264,15 +269,20 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
     total, last_offset, last_epoch, last_time, first_offset, first_time = stats
 
     def section(title: str, fn: Callable[..., DataFrame]
-                ) -> tuple[list[str], list[Any], int]:
+                ) -> tuple[list[str], list[Any], int, dict[Any, int]]:
         t = time.monotonic()
         result = fn(raw, states) if fn in SECTIONS_USING_STATES else fn(raw)
         # The plotted sections are collected once, for the table and the plot.
         limit = max(max_rows, PLOT_INTERVALS + 1) if title in PLOTTED else max_rows + 1
         rows = result.limit(limit).collect()
         count = result.count() if len(rows) > max_rows else len(rows)
+        by: dict[Any, int] = {}
+        if title in BREAKDOWN:
+            column = BREAKDOWN[title]
+            by = ({r[column]: r["count"] for r in result.groupBy(column).count().collect()}
+                  if count > len(rows) else dict(Counter(r[column] for r in rows)))
         progress(f"audit: {title}: {time.monotonic() - t:.1f} s")
-        return result.columns, rows, count
+        return result.columns, rows, count, by
 
     def check(name: str, fn: Callable[..., DataFrame]) -> tuple[list[str], list[Any], int]:
         t = time.monotonic()
@@ -302,19 +312,23 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
         body: list[Block] = []
         collected: dict[str, list[Any]] = {}
         counts: dict[str, int] = {}
+        kinds: dict[str, dict[Any, int]] = {}
         for title, future in section_futures:
-            columns, rows, count = future.result()
+            columns, rows, count, kinds[title] = future.result()
             collected[title], counts[title] = rows, count
             body += [Heading(title), _table(rows[:max_rows], columns, count)]
         violations: dict[str, int] = {}
-        details: list[Block] = []
+        verdicts: list[tuple[str, str]] = []
+        failures: list[Block] = []
         for name, cfuture in check_futures:
             columns, rows, count = cfuture.result()
             violations[name] = count
-            details.append(Heading(f"{name}: " + ("OK" if count == 0 else
-                                                  f"**{count} violating rows**"), 3))
+            verdicts.append((name, "OK" if count == 0 else f"VIOLATED ({count} rows)"))
             if count:
-                details.append(_table(rows, columns, count))
+                failures += [Heading(f"{name}: **{count} violating rows**", 3),
+                             _table(rows, columns, count)]
+        # One compact table of every check, then the rows at fault of the failing ones.
+        details: list[Block] = [Table(("check", "verdict"), tuple(verdicts)), *failures]
         per_type_rows = per_type.result()
         extra_parts: list[Block] = []
         for name, efuture in extra_futures:
@@ -330,7 +344,8 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
     failed = sorted(name for name, n in violations.items() if n)
     verdict = (f"**{len(failed)} of {len(violations)} checks failed**: {', '.join(failed)}"
                if failed else f"All {len(violations)} checks pass.")
-    reassigned = collected["Reassignments"]
+    reassigned = kinds["Reassignments"]
+    fencing, incidents = kinds["Fencing intervals"], kinds[ISR_TITLE]
     head: list[Block] = [
         Heading("metakraft audit report", 1),
         Bullets((
@@ -339,13 +354,16 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
             f"epoch {last_epoch}",
             f"time {first_time} to {last_time} UTC ({span_s:.0f} s)",
             f"reassignments: {counts['Reassignments']} ("
-            + ", ".join(f"{k} {sum(1 for r in reassigned if r['outcome'] == k)}"
+            + ", ".join(f"{k} {reassigned.get(k, 0)}"
                         for k in ("completed", "cancelled", "replaced", "ongoing")) + ")",
-            f"fenced periods: {counts['Fencing intervals']}; ISR incidents: "
-            f"{counts[ISR_TITLE]}; unclean elections: {counts['Unclean elections']}; "
-            f"ELR changes: {counts[ELR_TITLE]} ("
-            f"{sum(1 for r in collected[ELR_TITLE] if r['elected_from_elr'])} elections "
-            "from the ELR)",
+            f"brokers fenced: {fencing.get('fenced', 0)} by an expired session, "
+            f"{fencing.get('controlled_shutdown', 0)} after a controlled shutdown "
+            f"({fencing.get('registered', 0)} start-ups, fenced until caught up)",
+            f"ISR incidents: {counts[ISR_TITLE]} ({incidents.get('recovered', 0)} recovered, "
+            f"{incidents.get('stopped', 0)} stopped with their broker, "
+            f"{incidents.get('open', 0)} open); unclean elections: "
+            f"{counts['Unclean elections']}; ELR changes: {counts[ELR_TITLE]} "
+            f"({kinds[ELR_TITLE].get(True, 0)} elections from the ELR)",
             f"audit time: {time.monotonic() - started:.1f} s")),
         Text(verdict),
         Heading("Plots"),
@@ -360,8 +378,11 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
         "highest_epoch": last_epoch, "checks": violations, "failed_checks": failed,
         "sections": {title: counts[title] for title, _ in SECTIONS},
         "reassignment_outcomes": {
-            k: sum(1 for r in reassigned if r["outcome"] == k)
-            for k in ("completed", "cancelled", "replaced", "ongoing")},
+            k: reassigned.get(k, 0) for k in ("completed", "cancelled", "replaced", "ongoing")},
+        "fencing_causes": {k: fencing.get(k, 0)
+                           for k in ("fenced", "controlled_shutdown", "registered")},
+        "isr_incident_outcomes": {k: incidents.get(k, 0)
+                                  for k in ("recovered", "stopped", "open")},
     }
     write_report(out, head + body, summary)
     progress(f"report written to {out / 'report.html'} (also report.md, summary.json)")

@@ -104,6 +104,11 @@ def fencing_timeline(fencing: Sequence[Any], last_time: Any, out: Path) -> Plot 
                                           "When each broker was fenced (no bar: in service)")
 
 
+# Bars by why the broker was fenced (`audit.fencing_intervals`' cause).
+_FENCE_COLORS = {"fenced": "tab:red", "controlled_shutdown": "tab:blue",
+                 "registered": "tab:gray"}
+
+
 def draw_fencing_timeline(fencing: Sequence[Any], last_time: Any) -> Any:
     """`audit.fencing_intervals` rows (an open period ends at `last_time`): one bar per
     fenced period, one row per broker."""
@@ -117,17 +122,21 @@ def draw_fencing_timeline(fencing: Sequence[Any], last_time: Any) -> Any:
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.45 * len(brokers)))
     for r in drawn:
         stop = r["unfenced_time"] or last_time
-        if stop is not None:
+        color = _FENCE_COLORS.get(r["cause"], "tab:gray")
+        if stop is not None and stop > r["fenced_time"]:
             ax.plot([r["fenced_time"], stop], [row[r["broker_id"]]] * 2, linewidth=8,
-                    solid_capstyle="butt",
-                    color="tab:red" if r["cause"] == "fenced" else "tab:gray")
+                    solid_capstyle="butt", color=color)
+        else:  # fenced as the log ends (a bar of no length): a mark
+            ax.plot([r["fenced_time"]], [row[r["broker_id"]]], marker="s", markersize=8,
+                    color=color)
     # One row per broker, labelled with its id (not a numeric axis: 1.0, 1.5, ...).
     ax.set_yticks(range(len(brokers)), [str(b) for b in brokers])
     ax.set_ylim(-0.7, len(brokers) - 0.3)
     ax.set_ylabel("broker id")
     ax.set_xlabel("append time (UTC)")
     cut = len(fencing) > PLOT_INTERVALS
-    ax.set_title("Broker fenced periods (red: fenced after a failure, grey: starting up)"
+    ax.set_title("Broker fenced periods (red: session expired, blue: stopped cleanly, "
+                 "grey: starting up)"
                  + (f"; the first {PLOT_INTERVALS}" if cut else ""))
     fig.autofmt_xdate()
     return fig

@@ -6,8 +6,10 @@ machine needs: spans, verdicts, counts)."""
 from __future__ import annotations
 
 import base64
+import datetime
 import html
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,8 +52,23 @@ class Plot:
 Block = Heading | Text | Bullets | Table | Plot
 
 
+# A topic id or incarnation id (a UUID): shown by its first 8 characters in tables
+# (enough to tell them apart in one cluster; summary.json and the data keep them whole).
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def _cell(value: Any) -> str:
-    text = "" if value is None else str(value)
+    """A table cell as people read it: times to the millisecond (no trailing zeros of
+    microseconds), ids short, one line, bounded."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime.datetime):
+        text = value.strftime("%Y-%m-%d %H:%M:%S")
+        millis = value.microsecond // 1000
+        return text + (f".{millis:03d}" if millis else "")
+    if isinstance(value, float):
+        return f"{value:g}"
+    text = _UUID.sub(lambda m: m.group(0)[:8] + "…", str(value))
     return text.replace("\n", " ")[:120]
 
 

@@ -289,3 +289,45 @@ def test_the_report_shows_eligible_leader_replicas(spark: Any, log_dir: tuple[Pa
     rows = [line for line in section.splitlines() if line.startswith("| orders")]
     assert [row.split(" | ")[3] for row in rows] == [str(at), str(at + 1)]
     assert rows[1].rstrip(" |").endswith("| 3 | True")
+
+
+@pytest.mark.spark
+def test_a_clean_stop_is_not_an_outage_and_only_expired_sessions_count_as_fencing(
+        spark: Any, log_dir: tuple[Path, Known], tmp_path: Path) -> None:
+    """Broker 3 stops cleanly at the end of the log: it enters controlled shutdown,
+    leaves an ISR, and is fenced. That is a controlled shutdown, not a fencing, and
+    the ISR it left is 'stopped', not an open outage."""
+    import analytics
+    from analytics import audit
+    from controller.records import BrokerRegistrationChangeRecord, metadata_pb2
+
+    copy = copy_log(log_dir[0], tmp_path / "log")
+    known = log_dir[1]
+    epoch = known.broker_epochs[3]
+    at = plant(copy, [
+        BrokerRegistrationChangeRecord(
+            broker_id=3, broker_epoch=epoch,
+            in_controlled_shutdown=metadata_pb2.CONTROLLED_SHUTDOWN_CHANGE_ENTER),
+        PartitionChangeRecord(topic_id=known.topic_ids["orders"], partition_id=0,
+                              isr=BrokerIdList(ids=[2, 1])),
+        BrokerRegistrationChangeRecord(broker_id=3, broker_epoch=epoch,
+                                       fenced=metadata_pb2.FENCE_CHANGE_FENCE)])
+    df = analytics.load(spark, str(copy))
+    causes = [(r.broker_id, r.cause) for r in audit.fencing_intervals(df).collect()
+              if r.cause != "registered"]
+    # The three failures of the scripted history, then the clean stop.
+    assert causes == [(2, "fenced"), (3, "fenced"), (1, "fenced"), (3, "controlled_shutdown")]
+    incidents = [(r.broker_id, r.start_offset, r.outcome)
+                 for r in audit.isr_incidents(df).collect()]
+    assert incidents[-1] == (3, at + 1, "stopped")
+    assert [o for _, _, o in incidents[:-1]] == ["recovered"] * 3
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["audit", "--log-dir", str(copy), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = (out / "report.md").read_text()
+    assert ("brokers fenced: 3 by an expired session, 1 after a controlled shutdown"
+            in report), report[:1500]
+    assert "ISR incidents: 4 (3 recovered, 1 stopped with their broker, 0 open)" in report
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["fencing_causes"]["controlled_shutdown"] == 1
+    assert summary["isr_incident_outcomes"] == {"recovered": 3, "stopped": 1, "open": 0}
