@@ -502,10 +502,13 @@ def _broker_events(df: DataFrame) -> DataFrame:
                        "broker_epoch", "incarnation_id", "in_controlled_shutdown", *WHO)
 
 
-def _with_shutdown_cause(events: DataFrame) -> DataFrame:
-    """`events` (of `_broker_events`) with `cause`: the event, except that a fence of a
-    broker that entered controlled shutdown since it last registered is
-    'controlled_shutdown' (it asked to stop), not 'fenced' (its session expired)."""
+def _fencing_events(df: DataFrame) -> DataFrame:
+    """The broker events that start or end a fenced period, and controlled shutdowns,
+    with `cause`: the event, except that a fence of a broker that entered controlled
+    shutdown since it last registered is 'controlled_shutdown' (it asked to stop), not
+    'fenced' (its session expired)."""
+    events = _broker_events(df).where(F.col("event").isin(
+        "registered", "fenced", "unfenced", "unregistered", "controlled_shutdown"))
     upto = Window.partitionBy("broker_id").orderBy("offset").rowsBetween(
         Window.unboundedPreceding, Window.currentRow)
     last_registered = F.max(F.when(F.col("event") == "registered", F.col("offset"))).over(upto)
@@ -522,9 +525,7 @@ def fencing_intervals(df: DataFrame) -> DataFrame:
     """Per broker, each period it was fenced: from (offset/time) until unfenced (or
     null), and why: 'registered' (a broker starts fenced), 'fenced' (its session
     expired: the controller fenced it), 'controlled_shutdown' (it stopped cleanly)."""
-    t = _with_shutdown_cause(_broker_events(df).where(F.col("event").isin(
-        "registered", "fenced", "unfenced", "unregistered", "controlled_shutdown")))
-    t = t.where(F.col("event") != "controlled_shutdown")
+    t = _fencing_events(df).where(F.col("event") != "controlled_shutdown")
     w = Window.partitionBy("broker_id").orderBy("offset")
     t = (t.withColumn("_next_offset", F.lead("offset").over(w))
          .withColumn("_next_time", F.lead("append_time").over(w))
@@ -541,8 +542,7 @@ def fencing_intervals(df: DataFrame) -> DataFrame:
 def _stopped_brokers(df: DataFrame) -> DataFrame:
     """`broker_id` of the brokers whose last event in the log is a clean stop: fenced
     after a controlled shutdown, or unregistered."""
-    t = _with_shutdown_cause(_broker_events(df).where(F.col("event").isin(
-        "registered", "fenced", "unfenced", "unregistered", "controlled_shutdown")))
+    t = _fencing_events(df)
     last = Window.partitionBy("broker_id").orderBy(F.desc("offset"))
     return (t.withColumn("_n", F.row_number().over(last)).where(F.col("_n") == 1)
             .where(F.col("cause").isin("controlled_shutdown", "unregistered"))

@@ -41,7 +41,7 @@ answer names the committed offset it was read at.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.api.seam import (
@@ -401,24 +401,21 @@ class ControllerMachine:
         return tick_soon
 
     def _serve_caught_up_reads(self) -> None:
-        waiting, self._behind = self._behind, deque()
-        for req, deadline_ms in waiting:
-            if req.min_offset <= self._committed_next:
-                self._serve_read(req, None)
-            else:
-                self._behind.append((req, deadline_ms))
+        for req, _ in self._take_behind(lambda req, _: req.min_offset <= self._committed_next):
+            self._serve_read(req, None)
 
     def _expire_behind_reads(self, now_ms: int, high_watermark: int | None) -> None:
         """Reads whose wait for `min_offset` is over: refused, naming how far behind."""
-        if not any(deadline <= now_ms for _, deadline in self._behind):
-            return
-        waiting, self._behind = self._behind, deque()
-        for req, deadline_ms in waiting:
-            if deadline_ms <= now_ms:
-                self._fail(req.id, BehindError(self._committed_next, req.min_offset,
-                                               high_watermark))
-            else:
-                self._behind.append((req, deadline_ms))
+        for req, _ in self._take_behind(lambda _, deadline_ms: deadline_ms <= now_ms):
+            self._fail(req.id, BehindError(self._committed_next, req.min_offset,
+                                           high_watermark))
+
+    def _take_behind(self, due: Callable[[Request, int], bool]) -> list[tuple[Request, int]]:
+        """Remove and return the waiting reads `due` says are done waiting, in order."""
+        taken = [entry for entry in self._behind if due(*entry)]
+        if taken:
+            self._behind = deque(entry for entry in self._behind if not due(*entry))
+        return taken
 
     def load_snapshot(self, end_offset: int, epoch: int, records: Iterable[bytes]) -> None:
         """Replace the whole state with a snapshot's encoded records covering
