@@ -285,6 +285,80 @@ ACL_PERMISSION_DENY: AclPermission.ValueType  # 1
 ACL_PERMISSION_ALLOW: AclPermission.ValueType  # 2
 Global___AclPermission: _TypeAlias = AclPermission  # noqa: Y015
 
+class _WatchResourceType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WatchResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WatchResourceType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WATCH_RESOURCE_TYPE_UNSPECIFIED: _WatchResourceType.ValueType  # 0
+    WATCH_RESOURCE_TYPE_TOPIC: _WatchResourceType.ValueType  # 1
+    """topic (created), remove_topic."""
+    WATCH_RESOURCE_TYPE_PARTITION: _WatchResourceType.ValueType  # 2
+    """partition (created), partition_change (leader, ISR, ELR, replicas)."""
+    WATCH_RESOURCE_TYPE_CONFIG: _WatchResourceType.ValueType  # 3
+    """config (set or deleted), of a topic, a broker or the cluster."""
+    WATCH_RESOURCE_TYPE_BROKER: _WatchResourceType.ValueType  # 4
+    """register_broker, unregister_broker, broker_registration_change (fencing)."""
+    WATCH_RESOURCE_TYPE_ACL: _WatchResourceType.ValueType  # 5
+    """access_control_entry, remove_access_control_entry."""
+    WATCH_RESOURCE_TYPE_QUORUM: _WatchResourceType.ValueType  # 6
+    """voters, leader_change (control records of the Raft quorum)."""
+    WATCH_RESOURCE_TYPE_FEATURE: _WatchResourceType.ValueType  # 7
+    """feature_level (metadata.version and other features)."""
+    WATCH_RESOURCE_TYPE_INTERNAL: _WatchResourceType.ValueType  # 8
+    """The controller's own bookkeeping: no_op, request_result, remote_log_segment*.
+    Delivered only when asked for by name.
+    """
+
+class WatchResourceType(_WatchResourceType, metaclass=_WatchResourceTypeEnumTypeWrapper):
+    """---- watch -----------------------------------------------------------------------
+
+    Watch streams the metadata log's committed changes, decoded, from any offset the
+    cluster still holds: the remote tier (when configured), then the answering
+    controller's local log, then live as batches commit. Every record's offset is
+    delivered at most once and in log order; a response's `next_offset` is the resume
+    token: watch again from it (at any controller) to continue with no gap and no
+    duplicate. Standbys serve watches at their own committed offset.
+
+    Ends of a watch (all but the client's own cancel carry trailing metadata
+    x-metakraft-resume-offset, the offset to resume from):
+      OUT_OF_RANGE        `from_offset` is below the oldest offset held (no tier, or the
+                          tier's retention dropped it): the message names the oldest;
+                          or beyond the committed end the active controller knows.
+      UNAVAILABLE         this controller has not committed `from_offset` yet (BEHIND,
+                          after a bounded wait), holds no copy of the offsets asked for,
+                          or is stopping: resume here later, or at another controller.
+      RESOURCE_EXHAUSTED  WATCH_TOO_SLOW: the watcher did not take its events in time
+                          (`watch_send_timeout_ms`), so it was cut off rather than
+                          buffered for; or TOO_MANY_WATCHERS. Resume from the token.
+      PERMISSION_DENIED   the watch names a topic, or asks for cluster-wide resource
+                          types, its principal may not DESCRIBE.
+
+    What a record is about.
+    """
+
+WATCH_RESOURCE_TYPE_UNSPECIFIED: WatchResourceType.ValueType  # 0
+WATCH_RESOURCE_TYPE_TOPIC: WatchResourceType.ValueType  # 1
+"""topic (created), remove_topic."""
+WATCH_RESOURCE_TYPE_PARTITION: WatchResourceType.ValueType  # 2
+"""partition (created), partition_change (leader, ISR, ELR, replicas)."""
+WATCH_RESOURCE_TYPE_CONFIG: WatchResourceType.ValueType  # 3
+"""config (set or deleted), of a topic, a broker or the cluster."""
+WATCH_RESOURCE_TYPE_BROKER: WatchResourceType.ValueType  # 4
+"""register_broker, unregister_broker, broker_registration_change (fencing)."""
+WATCH_RESOURCE_TYPE_ACL: WatchResourceType.ValueType  # 5
+"""access_control_entry, remove_access_control_entry."""
+WATCH_RESOURCE_TYPE_QUORUM: WatchResourceType.ValueType  # 6
+"""voters, leader_change (control records of the Raft quorum)."""
+WATCH_RESOURCE_TYPE_FEATURE: WatchResourceType.ValueType  # 7
+"""feature_level (metadata.version and other features)."""
+WATCH_RESOURCE_TYPE_INTERNAL: WatchResourceType.ValueType  # 8
+"""The controller's own bookkeeping: no_op, request_result, remote_log_segment*.
+Delivered only when asked for by name.
+"""
+Global___WatchResourceType: _TypeAlias = WatchResourceType  # noqa: Y015
+
 @_typing.final
 class RequestHeader(_message.Message):
     """About the request, for the log's batch origin. Optional."""
@@ -2640,3 +2714,148 @@ class DeleteAclsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteAclsResponse: _TypeAlias = DeleteAclsResponse  # noqa: Y015
+
+@_typing.final
+class WatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    FROM_OFFSET_FIELD_NUMBER: _builtins.int
+    RESOURCE_TYPES_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    TOPIC_PREFIX_FIELD_NUMBER: _builtins.int
+    PROGRESS_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    from_offset: _builtins.int
+    """The first offset to deliver. Absent: now (the committed end offset when the watch
+    starts). 0: the whole history the cluster holds.
+    """
+    topic: _builtins.str
+    """Only changes of this topic (its topic, partition and config records)."""
+    topic_prefix: _builtins.str
+    """Only changes of topics whose names start with this (not with `topic`)."""
+    progress_interval_ms: _builtins.int
+    """While nothing matches, an empty response (progress) at most this often, so a
+    watcher knows how far it has seen. 0: 1000 ms; at least 50.
+    """
+    @_builtins.property
+    def header(self) -> Global___RequestHeader: ...
+    @_builtins.property
+    def resource_types(self) -> _containers.RepeatedScalarFieldContainer[Global___WatchResourceType.ValueType]:
+        """Resource types to deliver (empty: all but INTERNAL)."""
+
+    def __init__(
+        self,
+        *,
+        header: Global___RequestHeader | None = ...,
+        from_offset: _builtins.int | None = ...,
+        resource_types: _abc.Iterable[Global___WatchResourceType.ValueType] | None = ...,
+        topic: _builtins.str = ...,
+        topic_prefix: _builtins.str = ...,
+        progress_interval_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_from_offset", b"_from_offset", "from_offset", b"from_offset", "header", b"header"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_from_offset", b"_from_offset", "from_offset", b"from_offset", "header", b"header", "progress_interval_ms", b"progress_interval_ms", "resource_types", b"resource_types", "topic", b"topic", "topic_prefix", b"topic_prefix"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__from_offset: _TypeAlias = _typing.Literal["from_offset"]  # noqa: Y015
+    _WhichOneofArgType__from_offset: _TypeAlias = _typing.Literal["_from_offset", b"_from_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__from_offset) -> _WhichOneofReturnType__from_offset | None: ...
+
+Global___WatchRequest: _TypeAlias = WatchRequest  # noqa: Y015
+
+@_typing.final
+class WatchEvent(_message.Message):
+    """One committed record."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    APPEND_TIME_MS_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RECORD_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    RECORD_JSON_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    append_time_ms: _builtins.int
+    """The append time of its batch (ms since the epoch) and the Raft epoch it was
+    appended in.
+    """
+    leader_epoch: _builtins.int
+    principal: _builtins.str
+    """The batch's origin: the principal, and the request id the client gave."""
+    request_id: _builtins.str
+    resource_type: Global___WatchResourceType.ValueType
+    record_type: _builtins.str
+    """The record type ("topic", "partition_change", "config", ...)."""
+    resource_name: _builtins.str
+    """What it is about: the topic's name (topic, partition and topic config records;
+    "" when the topic is unknown to this watch, see the docs), the broker id, the
+    config resource ("BROKER:1", "CLUSTER:"), the ACL's "TYPE:PATTERN:name", the
+    feature's name.
+    """
+    topic_id: _builtins.str
+    """Topic and partition records: the topic's id; partition records: the index
+    (-1 otherwise).
+    """
+    partition: _builtins.int
+    record_json: _builtins.str
+    """The record as `metakraft log dump` prints it: {"type", "version", "fields"}."""
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+        append_time_ms: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        principal: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+        resource_type: Global___WatchResourceType.ValueType = ...,
+        record_type: _builtins.str = ...,
+        resource_name: _builtins.str = ...,
+        topic_id: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        record_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append_time_ms", b"append_time_ms", "leader_epoch", b"leader_epoch", "offset", b"offset", "partition", b"partition", "principal", b"principal", "record_json", b"record_json", "record_type", b"record_type", "request_id", b"request_id", "resource_name", b"resource_name", "resource_type", b"resource_type", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchEvent: _TypeAlias = WatchEvent  # noqa: Y015
+
+@_typing.final
+class WatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    COMMITTED_OFFSET_FIELD_NUMBER: _builtins.int
+    next_offset: _builtins.int
+    """The resume token: every matching record below this offset has been delivered."""
+    committed_offset: _builtins.int
+    """The committed end offset this controller had when it sent this response (the
+    watcher is `committed_offset - next_offset` behind; equal: live).
+    """
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___WatchEvent]:
+        """In log order; empty for a progress response."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___WatchEvent] | None = ...,
+        next_offset: _builtins.int = ...,
+        committed_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "events", b"events", "next_offset", b"next_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchResponse: _TypeAlias = WatchResponse  # noqa: Y015

@@ -159,6 +159,11 @@ class AdminStub:
                 request_serializer=controller_dot_api_dot_admin__pb2.StreamRequest.SerializeToString,
                 response_deserializer=controller_dot_api_dot_admin__pb2.StreamResponse.FromString,
                 _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/metakraft.admin.v1.Admin/Watch',
+                request_serializer=controller_dot_api_dot_admin__pb2.WatchRequest.SerializeToString,
+                response_deserializer=controller_dot_api_dot_admin__pb2.WatchResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -314,6 +319,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Watch(self, request, context):
+        """The log's committed changes from an offset, then live (see WatchRequest).
+        Needs DESCRIBE on each topic shown and on the cluster for everything else.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -436,6 +449,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Stream,
                     request_deserializer=controller_dot_api_dot_admin__pb2.StreamRequest.FromString,
                     response_serializer=controller_dot_api_dot_admin__pb2.StreamResponse.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=controller_dot_api_dot_admin__pb2.WatchRequest.FromString,
+                    response_serializer=controller_dot_api_dot_admin__pb2.WatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1091,6 +1109,33 @@ class Admin:
             '/metakraft.admin.v1.Admin/Stream',
             controller_dot_api_dot_admin__pb2.StreamRequest.SerializeToString,
             controller_dot_api_dot_admin__pb2.StreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/metakraft.admin.v1.Admin/Watch',
+            controller_dot_api_dot_admin__pb2.WatchRequest.SerializeToString,
+            controller_dot_api_dot_admin__pb2.WatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -101,6 +101,10 @@ class AdminStub:
     DeleteAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]
     Stream: _grpc.StreamStreamMultiCallable[_admin_pb2.StreamRequest, _admin_pb2.StreamResponse]
     """Any of the unary methods above, multiplexed (see StreamRequest)."""
+    Watch: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.WatchResponse]
+    """The log's committed changes from an offset, then live (see WatchRequest).
+    Needs DESCRIBE on each topic shown and on the cluster for everything else.
+    """
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -137,6 +141,10 @@ class AdminAsyncStub(AdminStub):
     DeleteAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]  # type: ignore[assignment]
     Stream: _aio.StreamStreamMultiCallable[_admin_pb2.StreamRequest, _admin_pb2.StreamResponse]  # type: ignore[assignment]
     """Any of the unary methods above, multiplexed (see StreamRequest)."""
+    Watch: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchRequest, _admin_pb2.WatchResponse]  # type: ignore[assignment]
+    """The log's committed changes from an offset, then live (see WatchRequest).
+    Needs DESCRIBE on each topic shown and on the cluster for everything else.
+    """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     """Reads are answered at a committed offset (linearizable unless the header asks for a
@@ -314,5 +322,15 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_admin_pb2.StreamResponse], _abc.AsyncIterator[_admin_pb2.StreamResponse]]:
         """Any of the unary methods above, multiplexed (see StreamRequest)."""
+
+    @_abc_1.abstractmethod
+    def Watch(
+        self,
+        request: _admin_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admin_pb2.WatchResponse], _abc.AsyncIterator[_admin_pb2.WatchResponse]]:
+        """The log's committed changes from an offset, then live (see WatchRequest).
+        Needs DESCRIBE on each topic shown and on the cluster for everything else.
+        """
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -239,6 +239,19 @@ class AdminClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    @property
+    def bootstrap_addresses(self) -> tuple[str, ...]:
+        return tuple(self._bootstrap)
+
+    @property
+    def timeout_ms(self) -> int:
+        return self._timeout_ms
+
+    def channel(self, address: str) -> grpc.Channel:
+        """This client's channel to `address` (its TLS and message limits), for calls
+        the retry loop does not make (`watch_client.Watcher`)."""
+        return self._channel(address)
+
     # -- the retry loop ----------------------------------------------------------------
 
     def _channel(self, address: str) -> grpc.Channel:

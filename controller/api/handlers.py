@@ -138,13 +138,15 @@ def register_service(
     *,
     stream_method: str | None = None,
     closing: asyncio.Event | None = None,
+    server_streams: dict[str, Callable[[bytes, Any], Awaitable[None]]] | None = None,
 ) -> str:
     """Register `unary` (method name -> handler of raw request bytes, see `decoding`)
     for `service`; every unary method of the service must have one (a method without
     a handler, hence without its authorization, is a bug found at start).
     `stream_method` names the bidi-streaming method that multiplexes them all
     (``controller.api.stream``; `closing` ends its open streams before a stop).
-    Returns the service's full name."""
+    `server_streams`: server-streaming methods (name -> handler of the raw request
+    that writes its responses on the context). Returns the service's full name."""
     expected = {m.name for m in service.methods
                 if not (m.client_streaming or m.server_streaming)}
     assert set(unary) == expected, (sorted(expected ^ set(unary)), service.full_name)
@@ -163,6 +165,10 @@ def register_service(
             request_deserializer=None,  # raw bytes: a bad message gets our own status
             response_serializer=_serialize,
         )
+    for name, serve in (server_streams or {}).items():
+        assert service.methods_by_name[name].server_streaming, name
+        handlers[name] = grpc.unary_stream_rpc_method_handler(
+            serve, request_deserializer=None, response_serializer=_serialize)
     generic = grpc.method_handlers_generic_handler(service.full_name, handlers)
     server.add_generic_rpc_handlers((generic,))
     return service.full_name

@@ -22,6 +22,7 @@ from controller.cli.notebooks_cmd import notebooks
 from controller.cli.shell_cmd import shell
 from controller.cli.storage_cmd import storage
 from controller.cli.tier_cmd import tier
+from controller.cli.watch_cmd import watch
 
 
 def metakraft_version() -> str:
@@ -56,6 +57,7 @@ cli.add_command(endpoint)
 cli.add_command(shell)
 cli.add_command(produce)
 cli.add_command(consume)
+cli.add_command(watch)
 for _command in ADMIN_COMMANDS:
     cli.add_command(_command)
 

@@ -379,6 +379,26 @@ class RaftDriver:
         assert to_offset <= node.high_watermark, (to_offset, node.high_watermark)
         return log.read_committed_range(from_offset, to_offset, max_bytes)
 
+    def read_committed_batches(self, from_offset: int, to_offset: int,
+                               max_bytes: int) -> list[RecordBatch]:
+        """Decoded committed batches from the one holding `from_offset` to below
+        `to_offset` (at most the high watermark), for watchers; `OffsetOutOfRangeError`
+        / ValueError when the local log no longer (or not yet) holds `from_offset`."""
+        node, log = self._node, self._log
+        if node is None or log is None:
+            raise DriverStoppedError("the Raft node is not running")
+        to_offset = min(to_offset, node.high_watermark)
+        if from_offset >= to_offset:
+            return []
+        return log.read_batches_below(from_offset, to_offset, max_bytes)
+
+    def local_start_offset(self) -> int:
+        """The first offset the local log holds (segments kept for the tier included)."""
+        log = self._log
+        if log is None:
+            raise DriverStoppedError("the Raft node is not running")
+        return log.retained_start_offset
+
     async def apply_retention_floor(self, floor: int | None) -> int:
         """Let local retention delete segments below `floor` (and the snapshot), on
         the node task; returns the local log's first offset."""

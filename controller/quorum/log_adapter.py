@@ -286,6 +286,19 @@ class DurableRaftLog:
     def segment_infos(self) -> list[SegmentInfo]:
         return self._log.segment_infos()
 
+    def read_batches_below(self, from_offset: int, to_offset: int, max_bytes: int
+                           ) -> list[RecordBatch]:
+        """Decoded batches from the one holding `from_offset` (at or above the retained
+        start) that start below `to_offset`, at most about `max_bytes`: the recent
+        batches when they hold it (the live tail, no read), else the segments (not
+        remembered in the batch cache: a reader of old offsets must not push the
+        tail out of it)."""
+        if from_offset in self._recent:
+            return [b for b in self._read_recent(from_offset, 1 << 30, max_bytes)
+                    if b.base_offset < to_offset]
+        return [decode_batch(data)[0]
+                for data in self._log.read(from_offset, max_bytes, max_offset=to_offset)]
+
     def read_committed_range(self, from_offset: int, to_offset: int, max_bytes: int
                              ) -> list[bytes]:
         """Stored batches from `from_offset` (a batch boundary the local log holds)

@@ -44,6 +44,7 @@ from controller.toml_config import (
     require_str,
     sub_table,
 )
+from controller.watch.service import WatchSettings
 
 EXAMPLE_CONFIG = """\
 # metakraft controller configuration (TOML). Start with:
@@ -105,6 +106,11 @@ on_log_damage = "repair"
 # retention_ms = -1                         # delete tier objects older than this (-1: keep forever)
 # retention_bytes = -1                      # ... or beyond this many bytes (-1: keep forever)
 
+# Watch (`metakraft watch`): programs that follow the metadata log.
+[watch]
+max_watchers = 1000             # open watches on this controller; more are refused
+send_timeout_ms = 10000         # a watcher that takes no events this long is cut off (it resumes)
+
 # Mutual TLS on every connection (peers, brokers, admin clients). Required: to run
 # plaintext (no authentication at all) say so with `enabled = false`.
 [tls]
@@ -153,8 +159,9 @@ _LOG_STR_KEYS = ("on_log_damage",)
 _TIER_INT_KEYS = ("copy_interval_ms", "copy_timeout_ms", "max_backoff_ms", "local_retention_ms",
                   "local_retention_bytes", "retention_ms", "retention_bytes")
 _TIER_STR_KEYS = ("url", "access_key_id", "secret_access_key")
+_WATCH_KEYS = ("max_watchers", "send_timeout_ms")
 _TOP_KEYS = {"node_id", "cluster_id", "data_dir", "listen", "voters", "raft", "controller",
-             "logging", "metrics", "log", "tier", "tls", "authorizer"}
+             "logging", "metrics", "log", "tier", "tls", "authorizer", "watch"}
 
 
 @attrs.frozen(kw_only=True)
@@ -178,6 +185,7 @@ class DaemonConfig:
     authorizer: AuthorizerConfig | None = None
     # Which node id each principal may speak for (with TLS; security/identity.py).
     identities: NodeIdentities = UNBOUND
+    watch: WatchSettings = attrs.field(factory=WatchSettings)
 
 
 def parse_config(text: str, path: Path) -> DaemonConfig:
@@ -225,6 +233,10 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
         raise ConfigError(f"log.on_log_damage: expected one of {list(LOG_DAMAGE_POLICIES)}, "
                           f"got {on_log_damage!r}")
     tier = _tier_config(doc, data_dir) if "tier" in doc else None
+    watch_table = sub_table(doc, "watch")
+    reject_unknown(watch_table, _WATCH_KEYS, "watch.")
+    watch = WatchSettings(**{k: require_int(watch_table, k, "watch.")
+                             for k in _WATCH_KEYS if k in watch_table})
     tls = parse_tls_table(doc, path.parent, required=True,
                           extra_keys=("controller_principals", *IDENTITY_KEYS))
     controller_principals = _controller_principals(doc, tls)
@@ -247,7 +259,7 @@ def parse_config(text: str, path: Path) -> DaemonConfig:
                         log_level=level, log_format=log_format, metrics_address=metrics_address,
                         metrics_port=metrics_port, tier=tier, tls=tls,
                         controller_principals=controller_principals, authorizer=authorizer,
-                        identities=identities)
+                        identities=identities, watch=watch)
 
 
 def _controller_principals(doc: Mapping[str, Any], tls: TlsConfig) -> frozenset[str]:

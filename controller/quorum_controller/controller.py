@@ -82,6 +82,9 @@ class QuorumController(CommitListener):
         # Called (on the node task) with the new mode whenever it changes: the health
         # service's per-role status follows it.
         self.mode_listeners: list[Callable[[Mode], None]] = []
+        # Called (on the node task) with the committed offset whenever it moves: a
+        # commit, or a snapshot that replaced the state (watchers follow it).
+        self.commit_listeners: list[Callable[[int], None]] = []
         self._reported_mode = Mode.STANDBY
 
     # ------------------------------------------------------------------ lifecycle
@@ -133,6 +136,11 @@ class QuorumController(CommitListener):
 
     def load_snapshot(self, end_offset: int, epoch: int, records: Iterable[bytes]) -> None:
         self.machine.load_snapshot(end_offset, epoch, records)
+        self._committed_moved()
+
+    def _committed_moved(self) -> None:
+        for listener in self.commit_listeners:
+            listener(self.machine.committed_offset)
 
     def start(self) -> None:
         assert self._quorum is not None, "attach() first"
@@ -387,6 +395,7 @@ class QuorumController(CommitListener):
         if self.machine.committed(batches, self._clock_ms()):
             self.request_tick()
         self._settle()
+        self._committed_moved()
 
     def on_voters_changed(self, voters: VoterSet) -> None:
         self.machine.voters_changed({v.node_id: v.endpoint for v in voters if v.endpoint})

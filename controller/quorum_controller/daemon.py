@@ -37,6 +37,9 @@ from controller.security.access import Access
 from controller.security.authorizer import StandardAuthorizer
 from controller.tier.metrics import TierMetrics
 from controller.tier.remote import open_store
+from controller.watch.history import HistoryReader, TierSource
+from controller.watch.hub import WatchHub
+from controller.watch.service import WatchService
 
 log = get_logger("metakraft.daemon")
 
@@ -71,8 +74,9 @@ async def run_controller(config: DaemonConfig) -> int:
     raft_name = add_raft_service(server, driver, raft_gate(config, access))
     api_metrics = None if controller.metrics is None else ApiMetrics(controller.metrics.registry)
     closing = asyncio.Event()
+    watch = watch_service(config, controller, driver, access)
     health = add_api_services(server, facade, access=access, other_service_names=[raft_name],
-                              metrics=api_metrics, closing=closing)
+                              metrics=api_metrics, closing=closing, watch=watch)
     active = RoleHealth(health, ACTIVE_CONTROLLER_HEALTH)
     controller.mode_listeners.append(lambda mode: active.update(mode is Mode.ACTIVE))
     # Signals first: a SIGTERM while starting stops cleanly once started (it would
@@ -107,6 +111,7 @@ async def run_controller(config: DaemonConfig) -> int:
     await controller.stop()
     await health.enter_graceful_shutdown()
     closing.set()
+    watch.close()
     await asyncio.sleep(0)  # the open streams see it and end
     await server.stop(grace=0.5)
     if driver.failure is not None:
@@ -116,6 +121,36 @@ async def run_controller(config: DaemonConfig) -> int:
         return 1
     log.info("stopped", node=cfg.node_id, status="clean")
     return 0
+
+
+class _WatchedController:
+    """What a watch asks of the controller (`controller.watch.service.WatchedNode`)."""
+
+    def __init__(self, controller: QuorumController) -> None:
+        self._controller = controller
+
+    @property
+    def is_active(self) -> bool:
+        return self._controller.mode is Mode.ACTIVE
+
+    def topic_name(self, topic_id: str) -> str | None:
+        topic = self._controller.state.replication.topic(topic_id)
+        return None if topic is None else topic.name
+
+
+def watch_service(config: DaemonConfig, controller: QuorumController, driver: RaftDriver,
+                  access: Access) -> WatchService:
+    """Watch, fed by the controller's commits, reading its log and the tier."""
+    hub = WatchHub()
+    hub.advance(controller.committed_offset)
+    controller.commit_listeners.append(hub.advance)
+    tier = None
+    if config.tier is not None:
+        store = open_store(config.tier.url, access_key_id=config.tier.access_key_id,
+                           secret_access_key=config.tier.secret_access_key)
+        tier = TierSource(store, config.driver.cluster_id)
+    return WatchService(hub, HistoryReader(driver, tier), _WatchedController(controller),
+                        access, config.watch)
 
 
 def raft_gate(config: DaemonConfig, access: Access) -> RaftGate | None:

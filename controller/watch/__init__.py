@@ -1,0 +1,1 @@
+"""Watch: the metadata log's committed changes, decoded, streamed to outside readers."""
