@@ -12,7 +12,7 @@ registers Admin, BrokerLifecycle, health and reflection.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from grpc import aio
@@ -30,7 +30,6 @@ from controller.api.rpcs import ADMIN_RPCS, AdminRpc
 from controller.api.seam import ControllerFacade, Origin, ReadConsistency
 from controller.api.stream import Context, RawHandler
 from controller.security.access import OPEN, Access
-from controller.watch.service import WatchService
 
 
 def admin_handler(spec: AdminRpc, facade: ControllerFacade, access: Access,
@@ -81,7 +80,7 @@ def add_api_services(
     other_service_names: Sequence[str] = (),
     metrics: ApiMetrics | None = None,
     closing: asyncio.Event | None = None,
-    watch: WatchService | None = None,
+    watch: Callable[[bytes, Any], Awaitable[None]] | None = None,
 ) -> health_async.HealthServicer:
     """Register Admin and BrokerLifecycle on ``server`` (made by ``rpc.create_server``,
     whose ``RpcLimits`` bound message sizes), plus health and reflection. `access`
@@ -91,8 +90,8 @@ def add_api_services(
     Raft service), so reflection lists them too; reflection and health can be added
     to a server only once, so this call does it for everyone. `metrics`: count
     requests per method; `closing`: set it before stopping the server, so open Admin
-    streams end normally (see `StreamMultiplexer`). `watch`: serves Watch
-    (UNIMPLEMENTED without one).
+    streams end normally (see `StreamMultiplexer`). `watch`: the Watch handler
+    (`controller.watch.service.WatchService.serve`; UNIMPLEMENTED without one).
     """
     broker = BrokerLifecycleService(facade, access)
     names = [
@@ -102,7 +101,7 @@ def add_api_services(
             {spec.name: admin_handler(spec, facade, access, metrics) for spec in ADMIN_RPCS},
             stream_method="Stream",
             closing=closing,
-            server_streams=None if watch is None else {"Watch": watch.serve},
+            server_streams=None if watch is None else {"Watch": watch},
         ),
         register_service(server, BrokerLifecycleService.DESCRIPTOR,
                          servicer_handlers(BrokerLifecycleService.DESCRIPTOR, broker)),

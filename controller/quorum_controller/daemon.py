@@ -76,7 +76,7 @@ async def run_controller(config: DaemonConfig) -> int:
     closing = asyncio.Event()
     watch = watch_service(config, controller, driver, access)
     health = add_api_services(server, facade, access=access, other_service_names=[raft_name],
-                              metrics=api_metrics, closing=closing, watch=watch)
+                              metrics=api_metrics, closing=closing, watch=watch.serve)
     active = RoleHealth(health, ACTIVE_CONTROLLER_HEALTH)
     controller.mode_listeners.append(lambda mode: active.update(mode is Mode.ACTIVE))
     # Signals first: a SIGTERM while starting stops cleanly once started (it would

@@ -42,6 +42,14 @@ class LocalLog(Protocol):
                                max_bytes: int) -> list[RecordBatch]: ...
 
 
+class TierReader(Protocol):
+    """The remote tier as a watcher reads it (`TierSource`)."""
+
+    async def start_offset(self) -> int | None: ...
+
+    async def read(self, from_offset: int) -> list[RecordBatch]: ...
+
+
 class TierSource:
     """The tier's objects, read whole (one at a time per watcher) off the loop."""
 
@@ -90,7 +98,7 @@ class TierSource:
 
 
 class HistoryReader:
-    def __init__(self, local: LocalLog, tier: TierSource | None,
+    def __init__(self, local: LocalLog, tier: TierReader | None,
                  read_max_bytes: int = 256 * 1024) -> None:
         self._local = local
         self._tier = tier

@@ -61,9 +61,10 @@ FLOORS = {
     "controller.security": 2, "controller.raft": 2,
     "controller.rpc": 3, "controller.metadata": 3,
     "controller.quorum": 4, "controller.tier": 4, "controller.api": 4,
-    "controller.quorum_controller": 5, "broker_agent": 5, "analytics": 5,
-    "controller.devcluster": 6,
-    "controller.cli": 7,
+    "controller.watch": 5, "broker_agent": 5, "analytics": 5,
+    "controller.quorum_controller": 6,
+    "controller.devcluster": 7,
+    "controller.cli": 8,
 }
 ANALYTICS_READS = {"controller.logformat", "controller.records", "controller.storage",
                    "controller.tier"}
