@@ -24,6 +24,7 @@ from controller.api.client import (
     OutcomeUnknownError,
     RequestFailedError,
 )
+from controller.api.watch_client import Watcher, WatchFailedError
 from controller.devcluster.probe import serving
 from controller.metadata import BrokerHeartbeatRequest, CreatableTopic
 from controller.quorum import raft_service_pb2 as pb
@@ -406,3 +407,34 @@ def test_a_broker_certificate_speaks_only_for_its_own_broker(
                       active.log_text(), 5.0, "the access_denied line")
     # A super user's tools may act for any broker (how the tests register them).
     heartbeat(cluster, active.address, "admin", 3)
+
+
+def test_a_watch_shows_only_what_its_principal_may_describe(cluster: ControllerCluster) -> None:
+    grant(cluster, topic_acl("wseen", Operation.DESCRIBE))
+    with client(cluster) as admin:
+        admin.describe_cluster()  # any read names the committed offset: the watch's start
+        start_offset = admin.last_read_offset
+        assert start_offset is not None
+        for name in ("wseen", "whidden"):
+            assert admin.create_topics([CreatableTopic(name, 1, 3)])[0].error.ok
+    with client(cluster, "alice") as alice:
+        for denied_watch in (Watcher(alice, from_offset=start_offset, topic="whidden"),
+                             Watcher(alice, from_offset=start_offset,
+                                     resource_types=[apb.WATCH_RESOURCE_TYPE_BROKER])):
+            with pytest.raises(WatchFailedError) as info:
+                next(iter(denied_watch))
+            assert info.value.code is grpc.StatusCode.PERMISSION_DENIED, info.value
+        shown: list[apb.WatchEvent] = []
+        watcher = Watcher(alice, from_offset=start_offset)
+        for update in watcher:
+            shown += update.events
+            if update.next_offset >= update.committed_offset and \
+                    any(e.resource_name == "wseen" for e in shown):
+                break
+        watcher.close()
+    # Its topic's changes only: not the other topic's, nor cluster-wide ones.
+    names = {e.resource_name for e in shown}
+    assert "wseen" in names and "whidden" not in names
+    assert all(e.resource_type in (apb.WATCH_RESOURCE_TYPE_TOPIC,
+                                   apb.WATCH_RESOURCE_TYPE_PARTITION,
+                                   apb.WATCH_RESOURCE_TYPE_CONFIG) for e in shown)
