@@ -11,6 +11,7 @@ builds the wire events. Pure: no I/O, no clock.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -56,9 +57,10 @@ _CONFIG_TYPES = {pb.CONFIG_RESOURCE_TYPE_TOPIC: "TOPIC", pb.CONFIG_RESOURCE_TYPE
                  pb.CONFIG_RESOURCE_TYPE_CLUSTER: "CLUSTER"}
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)
 class Change:
-    """One committed record, decoded (shared by every watch that reads it)."""
+    """One committed record, decoded (shared by every watch that reads it). Its JSON
+    is rendered when a watch first selects it (most of a record's cost)."""
 
     offset: int
     append_time_ms: int
@@ -74,14 +76,18 @@ class Change:
     partition: int
     # What it is about when that is not a topic (broker id, config resource, ACL).
     resource_name: str
-    record_json: str
-    # Topic records: the topic removed by a remove_topic record (its id), for the
-    # name tracker.
+    record: pb.MetadataRecord = attrs.field(eq=False, repr=False)
+    # A remove_topic record (the name tracker forgets the topic after it).
     removes_topic: bool = False
 
     @property
     def about_topic(self) -> bool:
         return bool(self.topic_id or self.topic_name)
+
+    @functools.cached_property
+    def record_json(self) -> str:
+        """The record as `metakraft log dump` prints it."""
+        return json.dumps(record_to_dict(self.record), separators=(",", ":"))
 
 
 def changes_of(batch: RecordBatch) -> tuple[Change, ...]:
@@ -124,8 +130,7 @@ def changes_of(batch: RecordBatch) -> tuple[Change, ...]:
             leader_epoch=batch.epoch, principal=origin.principal,
             request_id=origin.request_id, kind=kind, record_type=name, topic_id=topic_id,
             topic_name=topic_name, partition=partition, resource_name=resource_name,
-            record_json=json.dumps(record_to_dict(rec), separators=(",", ":")),
-            removes_topic=isinstance(payload, pb.RemoveTopicRecord)))
+            record=rec, removes_topic=isinstance(payload, pb.RemoveTopicRecord)))
     return tuple(out)
 
 
