@@ -42,10 +42,10 @@ from typing import Any, NoReturn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from controller_bench import BROKERS, machine, measure, proc_cpu_s  # noqa: E402
+from controller_bench import BROKERS, machine, measure, proc_cpu_s
 
-from controller.api import admin_pb2 as apb  # noqa: E402
-from controller.api import admin_pb2_grpc as apb_grpc  # noqa: E402
+from controller.api import admin_pb2 as apb
+from controller.api import admin_pb2_grpc as apb_grpc
 
 WATCHER_PROCS = 4
 
@@ -159,7 +159,8 @@ class CountingContext:
     def auth_context(self) -> dict[str, Any]:
         return {}
 
-    async def write(self, response: apb.WatchResponse) -> None:
+    async def write(self, raw: bytes) -> None:
+        response = apb.WatchResponse.FromString(raw)
         self.events += len(response.events)
         self.next_offset = response.next_offset
 

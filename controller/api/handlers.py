@@ -146,7 +146,7 @@ def register_service(
     `stream_method` names the bidi-streaming method that multiplexes them all
     (``controller.api.stream``; `closing` ends its open streams before a stop).
     `server_streams`: server-streaming methods (name -> handler of the raw request
-    that writes its responses on the context). Returns the service's full name."""
+    that writes its responses, serialized, on the context). Returns the service's full name."""
     expected = {m.name for m in service.methods
                 if not (m.client_streaming or m.server_streaming)}
     assert set(unary) == expected, (sorted(expected ^ set(unary)), service.full_name)
@@ -168,7 +168,7 @@ def register_service(
     for name, serve in (server_streams or {}).items():
         assert service.methods_by_name[name].server_streaming, name
         handlers[name] = grpc.unary_stream_rpc_method_handler(
-            serve, request_deserializer=None, response_serializer=_serialize)
+            serve, request_deserializer=None, response_serializer=None)
     generic = grpc.method_handlers_generic_handler(service.full_name, handlers)
     server.add_generic_rpc_handlers((generic,))
     return service.full_name

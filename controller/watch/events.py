@@ -89,6 +89,23 @@ class Change:
         """The record as `metakraft log dump` prints it."""
         return json.dumps(record_to_dict(self.record), separators=(",", ":"))
 
+    def event(self, resource_name: str) -> apb.WatchEvent:
+        """The wire event (`resource_name`: what the watch calls it, see `select`)."""
+        return apb.WatchEvent(
+            offset=self.offset, append_time_ms=self.append_time_ms,
+            leader_epoch=self.leader_epoch, principal=self.principal,
+            request_id=self.request_id, resource_type=self.kind.value,
+            record_type=self.record_type, resource_name=resource_name,
+            topic_id=self.topic_id, partition=self.partition, record_json=self.record_json)
+
+    def wire(self, resource_name: str) -> bytes:
+        """`event` serialized, once for every watch that names it so."""
+        cache: dict[str, bytes] = self.__dict__.setdefault("_wire", {})
+        found = cache.get(resource_name)
+        if found is None:
+            found = cache[resource_name] = self.event(resource_name).SerializeToString()
+        return found
+
 
 def changes_of(batch: RecordBatch) -> tuple[Change, ...]:
     """Every record of a committed batch as a Change (`RecordDecodeError` on a record
@@ -181,10 +198,11 @@ class WatchSpec:
 
     def select(self, changes: Iterable[Change], from_offset: int, names: TopicNames,
                may_describe_topic: Callable[[str], bool], may_describe_cluster: bool
-               ) -> Iterator[apb.WatchEvent]:
-        """The wire events of `changes` at or above `from_offset` this watch wants and
-        may see (`may_describe_*`: the caller's permissions, asked per event since
-        ACLs change while a watch runs); `names` learns as it goes."""
+               ) -> Iterator[tuple[Change, str]]:
+        """The changes at or above `from_offset` this watch wants and may see
+        (`may_describe_*`: the caller's permissions, asked per change since ACLs
+        change while a watch runs), with the resource name to show; `names` learns
+        as it goes."""
         for change in changes:
             if change.offset < from_offset:
                 continue
@@ -192,22 +210,15 @@ class WatchSpec:
             try:
                 if change.kind not in self.kinds:
                     continue
-                topic = names.name(change) if change.about_topic else ""
                 if change.about_topic:
+                    topic = names.name(change)
                     if self.topic_filtered and not self.wants_topic(topic):
                         continue
                     if not may_describe_topic(topic):
                         continue
-                elif self.topic_filtered or not may_describe_cluster:
-                    continue
-                yield apb.WatchEvent(
-                    offset=change.offset, append_time_ms=change.append_time_ms,
-                    leader_epoch=change.leader_epoch, principal=change.principal,
-                    request_id=change.request_id, resource_type=change.kind.value,
-                    record_type=change.record_type,
-                    resource_name=topic if change.about_topic else change.resource_name,
-                    topic_id=change.topic_id, partition=change.partition,
-                    record_json=change.record_json)
+                    yield change, topic
+                elif not self.topic_filtered and may_describe_cluster:
+                    yield change, change.resource_name
             finally:
                 names.forget(change)
 

@@ -68,6 +68,27 @@ class WatchSettings:
     max_response_bytes: int = attrs.field(default=1 << 20, validator=_positive)
 
 
+def _response(events: list[bytes], next_offset: int, committed_offset: int) -> bytes:
+    """A WatchResponse, serialized, from events serialized once for every watch that
+    sends them (a message is its fields' encodings in any order)."""
+    tail = apb.WatchResponse(next_offset=next_offset,
+                             committed_offset=committed_offset).SerializeToString()
+    return b"".join(_EVENTS_TAG + _varint(len(e)) + e for e in events) + tail
+
+
+# WatchResponse.events: field 1, length-delimited.
+_EVENTS_TAG = bytes([1 << 3 | 2])
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 class WatchedNode(Protocol):
     """What a watch asks of its controller."""
 
@@ -103,7 +124,8 @@ class WatchService:
         self.hub.wake_all()
 
     async def serve(self, raw: bytes, context: Any) -> None:
-        """The ``Watch`` handler (raw request bytes; responses written on `context`)."""
+        """The ``Watch`` handler (raw request bytes; serialized responses written on
+        `context`)."""
         watch = _Watch(self, context)
         try:
             await watch.run(raw)
@@ -236,7 +258,7 @@ class _Watch:
             except HistoryUnavailableError as exc:
                 self._end(grpc.StatusCode.UNAVAILABLE,
                           f"{exc}; watch at another controller, which may hold it")
-            pending: list[apb.WatchEvent] = []
+            pending: list[bytes] = []
             pending_bytes = 0
             for batch in batches:
                 try:
@@ -244,13 +266,14 @@ class _Watch:
                 except RecordDecodeError as exc:
                     self._end(grpc.StatusCode.INTERNAL,
                               f"the batch at offset {batch.base_offset} does not decode: {exc}")
-                for event in spec.select(changes, self.next_offset, names, may_topic,
-                                         may_cluster):
+                for change, name in spec.select(changes, self.next_offset, names, may_topic,
+                                                may_cluster):
+                    event = change.wire(name)
                     pending.append(event)
-                    pending_bytes += len(event.record_json) + 64
+                    pending_bytes += len(event)
                     if (len(pending) >= settings.max_events_per_response
                             or pending_bytes >= settings.max_response_bytes):
-                        self.next_offset = event.offset + 1
+                        self.next_offset = change.offset + 1
                         await self._send(pending)
                         pending, pending_bytes = [], 0
                 self.next_offset = max(self.next_offset, batch.next_offset)
@@ -259,10 +282,9 @@ class _Watch:
             else:
                 await asyncio.sleep(0)  # a long stretch of history that matches nothing
 
-    async def _send(self, events: list[apb.WatchEvent]) -> None:
+    async def _send(self, events: list[bytes]) -> None:
         s = self.s
-        response = apb.WatchResponse(events=events, next_offset=self.next_offset,
-                                     committed_offset=s.hub.committed_offset)
+        response = _response(events, self.next_offset, s.hub.committed_offset)
         try:
             async with asyncio.timeout(s.settings.send_timeout_ms / 1e3):
                 await self.context.write(response)

@@ -78,7 +78,7 @@ def select(spec: WatchSpec, batches: Sequence[RecordBatch], *, from_offset: int 
     names = TopicNames((known or {}).get)
     out = []
     for b in batches:
-        out += [(e.offset, e.record_type, e.resource_name) for e in spec.select(
+        out += [(c.offset, c.record_type, name) for c, name in spec.select(
             changes_of(b), from_offset, names,
             lambda t: topics_allowed is None or t in topics_allowed, cluster)]
     return out
@@ -223,10 +223,10 @@ class FakeContext:
     def auth_context(self) -> dict[str, Any]:
         return {}
 
-    async def write(self, response: apb.WatchResponse) -> None:
+    async def write(self, response: bytes) -> None:
         if self.stuck_after is not None and len(self.responses) >= self.stuck_after:
             await asyncio.Event().wait()  # the watcher stopped reading
-        self.responses.append(response)
+        self.responses.append(apb.WatchResponse.FromString(response))
 
     async def abort(self, code: grpc.StatusCode, details: str = "",
                     trailing_metadata: Sequence[tuple[str, str]] = ()) -> NoReturn:
