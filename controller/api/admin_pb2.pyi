@@ -648,21 +648,49 @@ Global___CreateTopicsResponse: _TypeAlias = CreateTopicsResponse  # noqa: Y015
 class DeleteTopicsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class IfModOffsetsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     HEADER_FIELD_NUMBER: _builtins.int
     NAMES_FIELD_NUMBER: _builtins.int
+    IF_MOD_OFFSETS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def header(self) -> Global___RequestHeader: ...
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def if_mod_offsets(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Conditions: a topic named here is deleted only if its mod offset (the offset of
+        its last change, see TopicDescription) is this; else CONDITION_FAILED.
+        """
+
     def __init__(
         self,
         *,
         header: Global___RequestHeader | None = ...,
         names: _abc.Iterable[_builtins.str] | None = ...,
+        if_mod_offsets: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "names", b"names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "if_mod_offsets", b"if_mod_offsets", "names", b"names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -722,9 +750,12 @@ class CreatePartitionsTopic(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
     ASSIGNMENTS_FIELD_NUMBER: _builtins.int
+    IF_MOD_OFFSET_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     count: _builtins.int
     """The new total partition count; must be larger than the current one."""
+    if_mod_offset: _builtins.int
+    """Only if the topic's mod offset is this (else CONDITION_FAILED, nothing added)."""
     @_builtins.property
     def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaList]:
         """Replica lists for the new partitions only, or none to let the controller place them."""
@@ -735,12 +766,15 @@ class CreatePartitionsTopic(_message.Message):
         name: _builtins.str = ...,
         count: _builtins.int = ...,
         assignments: _abc.Iterable[Global___ReplicaList] | None = ...,
+        if_mod_offset: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_if_mod_offset", b"_if_mod_offset", "if_mod_offset", b"if_mod_offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "count", b"count", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_mod_offset", b"_if_mod_offset", "assignments", b"assignments", "count", b"count", "if_mod_offset", b"if_mod_offset", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__if_mod_offset: _TypeAlias = _typing.Literal["if_mod_offset"]  # noqa: Y015
+    _WhichOneofArgType__if_mod_offset: _TypeAlias = _typing.Literal["_if_mod_offset", b"_if_mod_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__if_mod_offset) -> _WhichOneofReturnType__if_mod_offset | None: ...
 
 Global___CreatePartitionsTopic: _TypeAlias = CreatePartitionsTopic  # noqa: Y015
 
@@ -972,8 +1006,14 @@ class TopicDescription(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     TOPIC_ID_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    MOD_OFFSET_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     topic_id: _builtins.str
+    mod_offset: _builtins.int
+    """The topic's mod offset: the log offset of its last change (its creation, or
+    partitions added; not partition changes, which move each partition's
+    partition_epoch). The token for DeleteTopics' and CreatePartitions' conditions.
+    """
     @_builtins.property
     def error(self) -> Global___Error: ...
     @_builtins.property
@@ -985,10 +1025,11 @@ class TopicDescription(_message.Message):
         error: Global___Error | None = ...,
         topic_id: _builtins.str = ...,
         partitions: _abc.Iterable[Global___PartitionDescription] | None = ...,
+        mod_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "mod_offset", b"mod_offset", "name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1262,6 +1303,11 @@ class AlterConfigsResource(_message.Message):
 
     RESOURCE_FIELD_NUMBER: _builtins.int
     OPS_FIELD_NUMBER: _builtins.int
+    IF_MOD_OFFSET_FIELD_NUMBER: _builtins.int
+    if_mod_offset: _builtins.int
+    """Only if the resource's mod offset (DescribeConfigsResult) is this; -1: only if
+    it has no dynamic config. Else CONDITION_FAILED, nothing written for it.
+    """
     @_builtins.property
     def resource(self) -> Global___ConfigResource: ...
     @_builtins.property
@@ -1273,12 +1319,15 @@ class AlterConfigsResource(_message.Message):
         *,
         resource: Global___ConfigResource | None = ...,
         ops: _abc.Iterable[Global___AlterConfigOp] | None = ...,
+        if_mod_offset: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["resource", b"resource"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_if_mod_offset", b"_if_mod_offset", "if_mod_offset", b"if_mod_offset", "resource", b"resource"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ops", b"ops", "resource", b"resource"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_mod_offset", b"_if_mod_offset", "if_mod_offset", b"if_mod_offset", "ops", b"ops", "resource", b"resource"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__if_mod_offset: _TypeAlias = _typing.Literal["if_mod_offset"]  # noqa: Y015
+    _WhichOneofArgType__if_mod_offset: _TypeAlias = _typing.Literal["_if_mod_offset", b"_if_mod_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__if_mod_offset) -> _WhichOneofReturnType__if_mod_offset | None: ...
 
 Global___AlterConfigsResource: _TypeAlias = AlterConfigsResource  # noqa: Y015
 
@@ -1420,6 +1469,11 @@ class DescribeConfigsResult(_message.Message):
     RESOURCE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    MOD_OFFSET_FIELD_NUMBER: _builtins.int
+    mod_offset: _builtins.int
+    """The log offset of the last change of the resource's dynamic configs; -1 while it
+    has none (never set, or all deleted).
+    """
     @_builtins.property
     def resource(self) -> Global___ConfigResource: ...
     @_builtins.property
@@ -1432,10 +1486,11 @@ class DescribeConfigsResult(_message.Message):
         resource: Global___ConfigResource | None = ...,
         error: Global___Error | None = ...,
         entries: _abc.Iterable[Global___ConfigEntry] | None = ...,
+        mod_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "resource", b"resource"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "error", b"error", "resource", b"resource"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "error", b"error", "mod_offset", b"mod_offset", "resource", b"resource"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1471,10 +1526,15 @@ class ReassignablePartition(_message.Message):
     PARTITION_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
+    IF_PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     cancel: _builtins.bool
     """Cancel the partition's ongoing reassignment instead."""
+    if_partition_epoch: _builtins.int
+    """Only if the partition's partition_epoch (it moves on every change of the
+    partition) is this; else CONDITION_FAILED.
+    """
     @_builtins.property
     def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The target replicas (preferred leader first). Must be empty when cancel is set."""
@@ -1486,12 +1546,15 @@ class ReassignablePartition(_message.Message):
         partition: _builtins.int = ...,
         replicas: _abc.Iterable[_builtins.int] | None = ...,
         cancel: _builtins.bool = ...,
+        if_partition_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_if_partition_epoch", b"_if_partition_epoch", "if_partition_epoch", b"if_partition_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel", "partition", b"partition", "replicas", b"replicas", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_partition_epoch", b"_if_partition_epoch", "cancel", b"cancel", "if_partition_epoch", b"if_partition_epoch", "partition", b"partition", "replicas", b"replicas", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__if_partition_epoch: _TypeAlias = _typing.Literal["if_partition_epoch"]  # noqa: Y015
+    _WhichOneofArgType__if_partition_epoch: _TypeAlias = _typing.Literal["_if_partition_epoch", b"_if_partition_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__if_partition_epoch) -> _WhichOneofReturnType__if_partition_epoch | None: ...
 
 Global___ReassignablePartition: _TypeAlias = ReassignablePartition  # noqa: Y015
 
