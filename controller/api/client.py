@@ -37,7 +37,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -481,8 +481,11 @@ class AdminClient:
             _RPC["CreateTopics"], Args(tuple(topics), validate_only))
         return answer
 
-    def delete_topics(self, names: Sequence[str]) -> tuple[DeleteTopicResult, ...]:
-        answer: tuple[DeleteTopicResult, ...] = self.call(_RPC["DeleteTopics"], Args(tuple(names)))
+    def delete_topics(self, names: Sequence[str], if_mod_offsets: Mapping[str, int] | None = None
+                      ) -> tuple[DeleteTopicResult, ...]:
+        """`if_mod_offsets`: delete a topic named there only if its mod offset is that."""
+        answer: tuple[DeleteTopicResult, ...] = self.call(
+            _RPC["DeleteTopics"], Args(tuple(names), extra=dict(if_mod_offsets or {}) or None))
         return answer
 
     def create_partitions(self, topics: Sequence[CreatePartitionsTopic], *,

@@ -11,7 +11,7 @@ an unknown broker) is the managers' business: it becomes a per-item error.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -171,15 +171,45 @@ def delete_topic_result_from_pb(msg: apb.DeleteTopicResult) -> DeleteTopicResult
 
 
 def create_partitions_topic_to_pb(item: CreatePartitionsTopic) -> apb.CreatePartitionsTopic:
-    return apb.CreatePartitionsTopic(
+    msg = apb.CreatePartitionsTopic(
         name=item.name, count=item.count, assignments=_replica_lists(item.assignments)
     )
+    if item.if_mod_offset is not None:
+        msg.if_mod_offset = item.if_mod_offset
+    return msg
 
 
 def create_partitions_topic_from_pb(msg: apb.CreatePartitionsTopic) -> CreatePartitionsTopic:
     return CreatePartitionsTopic(
-        msg.name, msg.count, tuple(_ids(r.broker_ids) for r in msg.assignments)
+        msg.name, msg.count, tuple(_ids(r.broker_ids) for r in msg.assignments),
+        _condition(msg, "if_mod_offset", -1),
     )
+
+
+def _condition(msg: Any, field: str, minimum: int) -> int | None:
+    """An optional condition field (None: absent); MalformedRequestError below
+    `minimum`."""
+    if not msg.HasField(field):
+        return None
+    value: int = getattr(msg, field)
+    if value < minimum:
+        raise MalformedRequestError(f"{field} {value} is below {minimum}")
+    return value
+
+
+def delete_conditions_from_pb(msg: apb.DeleteTopicsRequest) -> dict[str, int] | None:
+    """DeleteTopics' conditions (None: none); a condition on a topic the request does
+    not name is malformed."""
+    if not msg.if_mod_offsets:
+        return None
+    unnamed = sorted(set(msg.if_mod_offsets) - set(msg.names))
+    if unnamed:
+        raise MalformedRequestError(f"if_mod_offsets names topics the request does not "
+                                    f"delete: {', '.join(unnamed)}")
+    for name, value in msg.if_mod_offsets.items():
+        if value < 0:
+            raise MalformedRequestError(f"if_mod_offsets[{name!r}] {value} is negative")
+    return dict(msg.if_mod_offsets)
 
 
 def create_partitions_result_to_pb(result: CreatePartitionsResult) -> apb.CreatePartitionsResult:
@@ -238,6 +268,7 @@ def topic_description_to_pb(desc: TopicDescription) -> apb.TopicDescription:
         error=error_to_pb(desc.error),
         topic_id=desc.topic_id,
         partitions=[partition_description_to_pb(p) for p in desc.partitions],
+        mod_offset=desc.mod_offset,
     )
 
 
@@ -247,6 +278,7 @@ def topic_description_from_pb(msg: apb.TopicDescription) -> TopicDescription:
         error_from_pb(msg.error),
         msg.topic_id,
         tuple(partition_description_from_pb(p) for p in msg.partitions),
+        msg.mod_offset,
     )
 
 
@@ -340,7 +372,10 @@ def alter_configs_resource_to_pb(item: AlterConfigsResource) -> apb.AlterConfigs
         if op.value is not None:
             msg.value = op.value
         ops.append(msg)
-    return apb.AlterConfigsResource(resource=config_resource_to_pb(item.resource), ops=ops)
+    resource = apb.AlterConfigsResource(resource=config_resource_to_pb(item.resource), ops=ops)
+    if item.if_mod_offset is not None:
+        resource.if_mod_offset = item.if_mod_offset
+    return resource
 
 
 def alter_configs_resource_from_pb(msg: apb.AlterConfigsResource) -> AlterConfigsResource:
@@ -354,7 +389,8 @@ def alter_configs_resource_from_pb(msg: apb.AlterConfigsResource) -> AlterConfig
         )
         for op in msg.ops
     )
-    return AlterConfigsResource(config_resource_from_pb(msg.resource), ops)
+    return AlterConfigsResource(config_resource_from_pb(msg.resource), ops,
+                                _condition(msg, "if_mod_offset", -1))
 
 
 def alter_configs_result_to_pb(result: AlterConfigsResult) -> apb.AlterConfigsResult:
@@ -377,6 +413,7 @@ def describe_configs_result_to_pb(result: DescribeConfigsResult) -> apb.Describe
             )
             for e in result.entries
         ],
+        mod_offset=result.mod_offset,
     )
 
 
@@ -388,6 +425,7 @@ def describe_configs_result_from_pb(msg: apb.DescribeConfigsResult) -> DescribeC
             ConfigEntry(e.key, e.value, ConfigSource(e.source), ConfigType(e.type), e.doc)
             for e in msg.entries
         ),
+        msg.mod_offset,
     )
 
 
@@ -409,12 +447,15 @@ def election_type_from_pb(value: int) -> ElectionType:
 
 
 def reassignment_request_to_pb(item: ReassignmentRequest) -> apb.ReassignablePartition:
-    return apb.ReassignablePartition(
+    msg = apb.ReassignablePartition(
         topic=item.topic,
         partition=item.partition,
         replicas=item.replicas or (),
         cancel=item.replicas is None,
     )
+    if item.if_partition_epoch is not None:
+        msg.if_partition_epoch = item.if_partition_epoch
+    return msg
 
 
 def reassignment_request_from_pb(msg: apb.ReassignablePartition) -> ReassignmentRequest:
@@ -423,7 +464,8 @@ def reassignment_request_from_pb(msg: apb.ReassignablePartition) -> Reassignment
             f"{msg.topic}-{msg.partition}: a reassignment either cancels or names target "
             f"replicas, not both (got cancel and replicas {list(msg.replicas)})"
         )
-    return ReassignmentRequest(msg.topic, msg.partition, None if msg.cancel else _ids(msg.replicas))
+    return ReassignmentRequest(msg.topic, msg.partition, None if msg.cancel else _ids(msg.replicas),
+                               _condition(msg, "if_partition_epoch", 0))
 
 
 def reassignment_result_to_pb(result: ReassignmentResult) -> apb.ReassignmentResult:

@@ -135,12 +135,19 @@ def topics_create(
 
 @topics.command("delete")
 @_name_option(multiple=True, required=True)
+@click.option("--if-mod-offset", type=click.IntRange(min=-1), default=None,
+              help="Only if the topic's mod offset (shown by describe) is still this: a "
+                   "write conditional on what you read (CONDITION_FAILED, exit 1, nothing "
+                   "written otherwise).")
 @admin_options
-def topics_delete(opts: AdminOptions, names: tuple[str, ...]) -> None:
+def topics_delete(opts: AdminOptions, names: tuple[str, ...], if_mod_offset: int | None) -> None:
     """Delete topics (their partitions and configs go with them)."""
+    if if_mod_offset is not None and len(names) != 1:
+        raise click.UsageError("--if-mod-offset needs exactly one --name")
 
     def action(client: AdminClient) -> int:
-        results = client.delete_topics(list(names))
+        results = client.delete_topics(
+            list(names), None if if_mod_offset is None else {names[0]: if_mod_offset})
         return report(
             opts,
             results,
@@ -229,7 +236,8 @@ def topics_describe(opts: AdminOptions, names: tuple[str, ...], under_replicated
             rows: list[tuple[object, ...]] = []
             for desc in found:
                 if not desc.error.ok:
-                    rows.append((desc.name, "", "", "", "", "", "", "", status(desc.error)))
+                    rows.append((desc.name, "", "", "", "", "", "", "", "", "",
+                                 status(desc.error)))
                 for p in desc.partitions:
                     reg = p.registration
                     moving = (
@@ -241,6 +249,7 @@ def topics_describe(opts: AdminOptions, names: tuple[str, ...], under_replicated
                     rows.append(
                         (
                             desc.name,
+                            desc.mod_offset if p is desc.partitions[0] else "",
                             p.partition_id,
                             leader,
                             reg.leader_epoch,
@@ -248,11 +257,13 @@ def topics_describe(opts: AdminOptions, names: tuple[str, ...], under_replicated
                             ids(reg.isr),
                             ids(reg.elr),
                             moving,
+                            reg.partition_epoch,
                             "OK",
                         )
                     )
             columns = (
                 "topic",
+                "mod offset",
                 "partition",
                 "leader",
                 "leader epoch",
@@ -260,6 +271,7 @@ def topics_describe(opts: AdminOptions, names: tuple[str, ...], under_replicated
                 "isr",
                 "elr",
                 "reassigning",
+                "partition epoch",
                 "status",
             )
             console().print(table("Partitions", columns, rows))
@@ -274,15 +286,21 @@ def topics_describe(opts: AdminOptions, names: tuple[str, ...], under_replicated
 @_name_option(multiple=False, required=True)
 @click.option("--partitions", type=int, required=True, help="The new total partition count.")
 @click.option("--validate-only", is_flag=True, help="Check, add nothing.")
+@click.option("--if-mod-offset", type=click.IntRange(min=-1), default=None,
+              help="Only if the topic's mod offset (shown by describe) is still this: a "
+                   "write conditional on what you read (CONDITION_FAILED, exit 1, nothing "
+                   "written otherwise).")
 @admin_options
 def topics_add_partitions(
-    opts: AdminOptions, names: str, partitions: int, validate_only: bool
+    opts: AdminOptions, names: str, partitions: int, validate_only: bool,
+    if_mod_offset: int | None,
 ) -> None:
     """Raise a topic's partition count to --partitions (it can only grow)."""
 
     def action(client: AdminClient) -> int:
         results = client.create_partitions(
-            [CreatePartitionsTopic(names, partitions)], validate_only=validate_only
+            [CreatePartitionsTopic(names, partitions, if_mod_offset=if_mod_offset)],
+            validate_only=validate_only,
         )
         return report(
             opts,
@@ -336,7 +354,8 @@ def configs_describe(opts: AdminOptions, entity_type: str, entity_name: str) -> 
             rows = [(e.key, e.value, e.source.value, e.type.value) for e in result.entries]
             console().print(
                 table(
-                    f"Configs of {entity_type} {entity_name!r}",
+                    f"Configs of {entity_type} {entity_name!r} (mod offset "
+                    f"{result.mod_offset})",
                     ("key", "value", "source", "type"),
                     rows,
                 )
@@ -361,6 +380,10 @@ def configs_describe(opts: AdminOptions, entity_type: str, entity_name: str) -> 
     "--subtract", "subtracts", multiple=True, help="KEY=ITEMS to remove from a list config."
 )
 @click.option("--validate-only", is_flag=True, help="Check, change nothing.")
+@click.option("--if-mod-offset", type=click.IntRange(min=-1), default=None,
+              help="Only if the entity's configs's mod offset (shown by describe; -1: it has no dynamic config) is still this: a "
+                   "write conditional on what you read (CONDITION_FAILED, exit 1, nothing "
+                   "written otherwise).")
 @admin_options
 def configs_alter(
     opts: AdminOptions,
@@ -371,6 +394,7 @@ def configs_alter(
     appends: tuple[str, ...],
     subtracts: tuple[str, ...],
     validate_only: bool,
+    if_mod_offset: int | None,
 ) -> None:
     """Change configs of one entity; all operations apply together or not at all."""
     ops = [_op(s, "--set", OpType.SET) for s in sets]
@@ -383,7 +407,8 @@ def configs_alter(
 
     def action(client: AdminClient) -> int:
         results = client.incremental_alter_configs(
-            [AlterConfigsResource(resource, tuple(ops))], validate_only=validate_only
+            [AlterConfigsResource(resource, tuple(ops), if_mod_offset)],
+            validate_only=validate_only
         )
         return report(
             opts,

@@ -96,6 +96,9 @@ def reassign() -> None:
 @click.option("--topic", help="One partition's topic.")
 @click.option("--partition", type=int, help="One partition's index.")
 @click.option("--replicas", help="Target broker ids, preferred leader first: 1,2,3.")
+@click.option("--if-partition-epoch", type=click.IntRange(min=0), default=None,
+              help="Only if the partition's partition epoch (topics describe) is still this "
+                   "(CONDITION_FAILED, exit 1, otherwise); with --topic --partition.")
 @admin_options
 def reassign_start(
     opts: AdminOptions,
@@ -103,10 +106,13 @@ def reassign_start(
     topic: str | None,
     partition: int | None,
     replicas: str | None,
+    if_partition_epoch: int | None,
 ) -> None:
     """Start reassignments (a JSON file, or --topic --partition --replicas)."""
+    if if_partition_epoch is not None and file is not None:
+        raise click.UsageError("--if-partition-epoch goes with --topic --partition, not --file")
     entries = _targets(file, topic, partition, replicas)
-    items = [ReassignmentRequest(t, p, r) for t, p, r in entries]
+    items = [ReassignmentRequest(t, p, r, if_partition_epoch) for t, p, r in entries]
     run_admin(opts, lambda client: _report_reassignments(opts, client, items))
 
 

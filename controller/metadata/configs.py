@@ -31,6 +31,7 @@ from controller.metadata.errors import (
     ControllerResult,
     ErrorCode,
     MetadataReplayError,
+    condition_failed,
 )
 from controller.records import ConfigRecord, MetadataRecord, make_record
 from controller.records import metadata_pb2 as pb
@@ -75,6 +76,9 @@ class AlterConfigOp:
 class AlterConfigsResource:
     resource: ConfigResource
     ops: tuple[AlterConfigOp, ...]
+    # Only if the resource's mod offset is this (-1: only if it has no dynamic
+    # config); None: no condition.
+    if_mod_offset: int | None = None
 
 
 @attrs.frozen
@@ -97,6 +101,8 @@ class DescribeConfigsResult:
     resource: ConfigResource
     error: ApiError
     entries: tuple[ConfigEntry, ...] = ()
+    # The log offset of the last change of its dynamic configs; -1 while it has none.
+    mod_offset: int = -1
 
 
 _DYNAMIC_SOURCE = {
@@ -136,6 +142,11 @@ class ConfigurationControlManager:
     ) -> None:
         self._values: TimelineHashMap[_Key, str] = TimelineHashMap(registry)
         self._keys: TimelineHashMap[_Resource, frozenset[str]] = TimelineHashMap(registry)
+        # Resource -> the offset of the last record that changed its dynamic configs
+        # (its version for conditional writes); absent while it has none. A snapshot's
+        # records are all replayed at its last offset, which so stands for changes
+        # older than the snapshot (an upper bound: see docs, conditional writes).
+        self._mods: TimelineHashMap[_Resource, int] = TimelineHashMap(registry)
         self._topic_exists = topic_exists
 
     def bind_topics(self, topic_exists: Callable[[str, int | None], bool]) -> None:
@@ -238,6 +249,12 @@ class ConfigurationControlManager:
         error = self.check_resource(resource)
         if not error.ok:
             return error, []
+        if request.if_mod_offset is not None:
+            mod_offset = self.mod_offset(resource)
+            if mod_offset != request.if_mod_offset:
+                return condition_failed(
+                    f"the dynamic configs of {resource.type.name.lower()} {resource.name!r}",
+                    mod_offset, request.if_mod_offset), []
         seen: set[str] = set()
         records: list[MetadataRecord] = []
         for op in request.ops:
@@ -296,7 +313,7 @@ class ConfigurationControlManager:
 
     # -- replay ------------------------------------------------------------------------
 
-    def replay(self, record: ConfigRecord) -> None:
+    def replay(self, record: ConfigRecord, offset: int = -1) -> None:
         kind = int(record.resource_type)
         if kind not in ResourceType._value2member_map_:
             raise MetadataReplayError(f"config record has unknown resource type {kind}")
@@ -306,14 +323,17 @@ class ConfigurationControlManager:
             self._values[(kind, record.resource_name, record.name)] = record.value
             if record.name not in keys:
                 self._keys[resource] = keys | {record.name}
+            self._mods[resource] = offset
         else:
             self._values.pop((kind, record.resource_name, record.name), None)
             if record.name in keys:
                 remaining = keys - {record.name}
                 if remaining:
                     self._keys[resource] = remaining
+                    self._mods[resource] = offset
                 else:
                     del self._keys[resource]
+                    self._mods.pop(resource, None)
 
     def remove_topic_configs(self, topic: str) -> None:
         """Replay side effect of RemoveTopicRecord: a deleted topic's configs go too."""
@@ -321,6 +341,12 @@ class ConfigurationControlManager:
         for key in self._keys.get(resource, frozenset()):
             del self._values[(resource[0], topic, key)]
         self._keys.pop(resource, None)
+        self._mods.pop(resource, None)
+
+    def mod_offset(self, resource: ConfigResource, epoch: int | None = None) -> int:
+        """The offset of the last change of the resource's dynamic configs (-1: it
+        has none)."""
+        return self._mods.get((int(resource.type), resource.name), -1, epoch=epoch)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -389,7 +415,8 @@ class ConfigurationControlManager:
                 if resource.type in spec.applies_to:
                     value, source = self.effective(resource, key, epoch)
                     entries.append(ConfigEntry(key, value, source, spec.type, spec.doc))
-            results.append(DescribeConfigsResult(resource, OK, tuple(entries)))
+            results.append(DescribeConfigsResult(resource, OK, tuple(entries),
+                                                 self.mod_offset(resource, epoch)))
         return tuple(results)
 
     def all_configs(self, epoch: int | None = None) -> Mapping[_Key, str]:

@@ -51,6 +51,9 @@ class ErrorCode(enum.StrEnum):
     VOTER_NOT_FOUND = "VOTER_NOT_FOUND"
     REQUEST_TIMED_OUT = "REQUEST_TIMED_OUT"
     UNKNOWN_SERVER_ERROR = "UNKNOWN_SERVER_ERROR"
+    # A conditional write whose condition (a mod offset, a partition epoch) no longer
+    # holds: the resource changed since it was read. Nothing was written for it.
+    CONDITION_FAILED = "CONDITION_FAILED"
 
 
 @attrs.frozen
@@ -70,6 +73,15 @@ class ApiError:
 
 # The success value, shared (ApiError is immutable).
 OK = ApiError(ErrorCode.NONE)
+
+
+def condition_failed(what: str, mod_offset: int, expected: int) -> ApiError:
+    """A conditional write's refusal: `what` changed since the caller read it (its mod
+    offset is not the `expected` one)."""
+    now = "has none" if mod_offset < 0 else f"was last changed at offset {mod_offset}"
+    return ApiError(ErrorCode.CONDITION_FAILED,
+                    f"{what} {now}, not {expected} as the condition says: it changed since "
+                    "it was read; read it again")
 
 R = TypeVar("R")
 

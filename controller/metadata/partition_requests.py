@@ -130,9 +130,13 @@ def _reassign_one(
     if isinstance(found, ApiError):
         return found, None
     tid, part = found
+    name = f"{item.topic}-{item.partition}"
+    if item.if_partition_epoch is not None and item.if_partition_epoch != part.partition_epoch:
+        return ApiError(ErrorCode.CONDITION_FAILED,
+                        f"{name} is at partition epoch {part.partition_epoch}, not "
+                        f"{item.if_partition_epoch}: it changed since it was read"), None
     moving = bool(part.adding_replicas or part.removing_replicas)
     original = tuple(r for r in part.replicas if r not in part.adding_replicas)
-    name = f"{item.topic}-{item.partition}"
     if item.replicas is None:
         if not moving:
             return ApiError(

@@ -20,7 +20,9 @@ take ``epoch`` to read at a committed offset (a live registry snapshot).
 
 from __future__ import annotations
 
-from collections.abc import Callable, ItemsView, Iterable, Sequence
+from collections.abc import Callable, ItemsView, Iterable, Mapping, Sequence
+
+import attrs
 
 from controller.metadata import partition_requests as _requests
 from controller.metadata import topics as _topics
@@ -142,9 +144,9 @@ class ReplicationControlManager:
         return _topics.create_topics(self, topics, validate_only=validate_only)
 
     def delete_topics(
-        self, names: Sequence[str]
+        self, names: Sequence[str], if_mod_offsets: Mapping[str, int] | None = None
     ) -> ControllerResult[tuple[DeleteTopicResult, ...]]:
-        return _topics.delete_topics(self, names)
+        return _topics.delete_topics(self, names, if_mod_offsets)
 
     def create_partitions(
         self, items: Sequence[CreatePartitionsTopic], *, validate_only: bool = False
@@ -379,7 +381,7 @@ class ReplicationControlManager:
     def replay_topic(self, record: TopicRecord) -> None:
         if record.name in self._topic_ids or record.topic_id in self._topics:
             raise MetadataReplayError(f"topic {record.name!r} ({record.topic_id}) already exists")
-        self._topics[record.topic_id] = Topic(record.name, record.topic_id)
+        self._topics[record.topic_id] = Topic(record.name, record.topic_id, self.replay_offset)
         self._topic_ids[record.name] = record.topic_id
         self._counts[record.topic_id] = 0
         self._changed_at[record.topic_id] = self.replay_offset
@@ -438,6 +440,9 @@ class ReplicationControlManager:
         self._put_fresh(fresh)
         if top != count:
             self._counts[topic_id] = top
+            # Partitions added: the topic changed (its mod offset moves).
+            topic = self._topics[topic_id]
+            self._topics[topic_id] = attrs.evolve(topic, mod_offset=self.replay_offset)
         self._changed_at[topic_id] = self.replay_offset
 
     def replay_partition_change(self, record: PartitionChangeRecord) -> None:
@@ -572,7 +577,9 @@ class ReplicationControlManager:
             parts = tuple(
                 PartitionDescription(i, p) for i, p in enumerate(self.partitions(tid, epoch))
             )
-            results.append(TopicDescription(name, OK, tid, parts))
+            topic = self.topic(tid, epoch)
+            assert topic is not None, tid
+            results.append(TopicDescription(name, OK, tid, parts, topic.mod_offset))
         return tuple(results)
 
     def list_reassignments(self, epoch: int | None = None) -> tuple[OngoingReassignment, ...]:

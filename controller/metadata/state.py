@@ -190,7 +190,7 @@ class MetadataState(RecordHandler):
         self.cluster.replay_change(record)
 
     def on_config(self, record: ConfigRecord, offset: int) -> None:
-        self.configs.replay(record)
+        self.configs.replay(record, offset)
 
     def on_feature_level(self, record: FeatureLevelRecord, offset: int) -> None:
         self.features.replay(record, offset)

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, ItemsView, Sequence
+from collections.abc import Callable, ItemsView, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
 from controller.logformat.batch import MAX_APPEND_BYTES, MAX_RECORDS_PER_BATCH
-from controller.metadata.errors import OK, ApiError, ControllerResult, ErrorCode
+from controller.metadata.errors import (
+    OK,
+    ApiError,
+    ControllerResult,
+    ErrorCode,
+    condition_failed,
+)
 from controller.metadata.placement import new_uuid, place_replicas
 from controller.records import (
     MetadataRecord,
@@ -116,6 +122,8 @@ class CreatePartitionsTopic:
     count: int
     # Replica lists for the new partitions only (count - current of them), or empty.
     assignments: tuple[tuple[int, ...], ...] = ()
+    # Only if the topic's mod offset is this (None: no condition).
+    if_mod_offset: int | None = None
 
 
 @attrs.frozen
@@ -148,6 +156,8 @@ class ReassignmentRequest:
     partition: int
     # The target replicas; None cancels the partition's reassignment.
     replicas: tuple[int, ...] | None
+    # Only if the partition's partition epoch is this (None: no condition).
+    if_partition_epoch: int | None = None
 
 
 @attrs.frozen
@@ -184,6 +194,8 @@ class TopicDescription:
     error: ApiError
     topic_id: str = ""
     partitions: tuple[PartitionDescription, ...] = ()
+    # The log offset of the topic's last change (created, partitions added).
+    mod_offset: int = -1
 
 
 # -- validation ------------------------------------------------------------------------
@@ -436,10 +448,26 @@ def _create_one(
     return result, encoded
 
 
+def topic_condition(manager: ReplicationView, name: str, topic_id: str,
+                    expected: int | None) -> ApiError:
+    """OK unless `expected` (a mod offset) is given and not the topic's."""
+    if expected is None:
+        return OK
+    topic = manager.topic(topic_id)
+    assert topic is not None, topic_id
+    if topic.mod_offset != expected:
+        return condition_failed(f"topic {name!r}", topic.mod_offset, expected)
+    return OK
+
+
 def delete_topics(
-    manager: ReplicationView, names: Sequence[str]
+    manager: ReplicationView, names: Sequence[str],
+    if_mod_offsets: Mapping[str, int] | None = None,
 ) -> ControllerResult[tuple[DeleteTopicResult, ...]]:
+    """`if_mod_offsets`: a topic named there is deleted only if its mod offset is
+    that (CONDITION_FAILED otherwise)."""
     counts = _counts(names)
+    conditions = if_mod_offsets or {}
     records: list[MetadataRecord] = []
     results: list[DeleteTopicResult] = []
     for name in names:
@@ -448,6 +476,9 @@ def delete_topics(
             results.append(DeleteTopicResult(name, _duplicate(name, "topic")))
         elif topic_id is None:
             error = ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            results.append(DeleteTopicResult(name, error))
+        elif not (error := topic_condition(manager, name, topic_id,
+                                           conditions.get(name))).ok:
             results.append(DeleteTopicResult(name, error))
         else:
             records.append(make_record(RemoveTopicRecord(topic_id=topic_id)))
@@ -484,6 +515,9 @@ def _create_partitions_one(
         return ApiError(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {item.name!r} does not exist"
         ), []
+    condition = topic_condition(manager, item.name, topic_id, item.if_mod_offset)
+    if not condition.ok:
+        return condition, []
     current = manager.partition_count(topic_id)
     if item.count <= current:
         return ApiError(

@@ -85,6 +85,9 @@ class Topic:
     name: str
     # Uuid; a topic deleted and re-created under the same name gets a new one.
     topic_id: str
+    # The log offset of the topic's last change (created, partitions added): its
+    # version for conditional writes. Not part of its identity.
+    mod_offset: int = attrs.field(default=-1, eq=False)
 
 
 @attrs.frozen
