@@ -33,6 +33,7 @@ from controller.metadata.errors import (
     MetadataReplayError,
     condition_failed,
 )
+from controller.metadata.levels import Feature, needs_level
 from controller.records import ConfigRecord, MetadataRecord, make_record
 from controller.records import metadata_pb2 as pb
 from timeline import SnapshotRegistry, TimelineHashMap
@@ -147,7 +148,15 @@ class ConfigurationControlManager:
         # records are all replayed at its last offset, which so stands for changes
         # older than the snapshot (an upper bound: see docs, conditional writes).
         self._mods: TimelineHashMap[_Resource, int] = TimelineHashMap(registry)
+        self._mod_floor: Callable[[int | None], int | None] = lambda _epoch: None
+        self._level: Callable[[], int] = lambda: 0
         self._topic_exists = topic_exists
+
+    def bind_mod_floor(self, mod_floor: Callable[[int | None], int | None],
+                       level: Callable[[], int]) -> None:
+        """``FeatureControlManager.mod_floor`` (None below metadata.version 8) and the
+        finalized level (for the message refusing a condition below 8)."""
+        self._mod_floor, self._level = mod_floor, level
 
     def bind_topics(self, topic_exists: Callable[[str, int | None], bool]) -> None:
         """``topic_exists(name, epoch)``: whether the topic exists (at ``epoch``)."""
@@ -251,6 +260,9 @@ class ConfigurationControlManager:
             return error, []
         if request.if_mod_offset is not None:
             mod_offset = self.mod_offset(resource)
+            if self._mod_floor(None) is None:
+                return ApiError(ErrorCode.UNSUPPORTED_VERSION,
+                                needs_level(Feature.MOD_OFFSETS, self._level())), []
             if mod_offset != request.if_mod_offset:
                 return condition_failed(
                     f"the dynamic configs of {resource.type.name.lower()} {resource.name!r}",
@@ -323,7 +335,8 @@ class ConfigurationControlManager:
             self._values[(kind, record.resource_name, record.name)] = record.value
             if record.name not in keys:
                 self._keys[resource] = keys | {record.name}
-            self._mods[resource] = offset
+            self._mods[resource] = (record.mod_offset if record.HasField("mod_offset")
+                                    else offset)
         else:
             self._values.pop((kind, record.resource_name, record.name), None)
             if record.name in keys:
@@ -345,8 +358,10 @@ class ConfigurationControlManager:
 
     def mod_offset(self, resource: ConfigResource, epoch: int | None = None) -> int:
         """The offset of the last change of the resource's dynamic configs (-1: it
-        has none)."""
-        return self._mods.get((int(resource.type), resource.name), -1, epoch=epoch)
+        has none, or metadata.version is below 8)."""
+        floor = self._mod_floor(epoch)
+        found = self._mods.get((int(resource.type), resource.name), -1, epoch=epoch)
+        return -1 if floor is None or found < 0 else max(found, floor)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -424,7 +439,14 @@ class ConfigurationControlManager:
         return dict(sorted(self._values.items(epoch=epoch)))
 
     def snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
-        return [
-            config_record(ConfigResource(ResourceType(kind), name), key, value)
-            for (kind, name, key), value in self.all_configs(epoch).items()
-        ]
+        """Every dynamic value; from metadata.version 8 each carries its resource's
+        mod offset."""
+        records = []
+        for (kind, name, key), value in self.all_configs(epoch).items():
+            resource = ConfigResource(ResourceType(kind), name)
+            record = config_record(resource, key, value)
+            mod_offset = self.mod_offset(resource, epoch)
+            if mod_offset >= 0:
+                record.config.mod_offset = mod_offset
+            records.append(record)
+        return records

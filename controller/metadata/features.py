@@ -23,7 +23,12 @@ from controller.metadata.errors import (
     ErrorCode,
     MetadataReplayError,
 )
-from controller.metadata.levels import LATEST_METADATA_VERSION, MINIMUM_METADATA_VERSION
+from controller.metadata.levels import (
+    LATEST_METADATA_VERSION,
+    MINIMUM_METADATA_VERSION,
+    Feature,
+    enabled,
+)
 from controller.records import FeatureLevelRecord, MetadataRecord, make_record
 from controller.records.domain import BrokerRegistration
 from timeline import SnapshotRegistry, TimelineHashMap, TimelineLong
@@ -107,6 +112,10 @@ class FeatureControlManager:
         # Offset of the last record that lowered a level (-1: none), so the controller
         # snapshots right after an unsafe downgrade commits.
         self._lowered_at = TimelineLong(registry, -1)
+        # Where metadata.version reached MOD_OFFSETS' level: changes older than that
+        # report it as their mod offset (a controller that loaded an older snapshot
+        # knows them only as "at or before the snapshot"), so every controller agrees.
+        self._mod_floor = TimelineLong(registry, -1)
         # Registered brokers, to check they support a new level (wired by MetadataState).
         self._brokers = brokers
         self._needs_higher: Callable[[int], list[str]] = lambda _level: []
@@ -236,6 +245,12 @@ class FeatureControlManager:
                 f"{record.feature_level} (docs/operations.md, Upgrading)")
         if 0 < record.feature_level < self.finalized_level(record.name):
             self._lowered_at.set(offset)
+        if record.name == METADATA_VERSION:
+            if record.HasField("mod_offset"):  # a snapshot's: where it was reached
+                self._mod_floor.set(record.mod_offset)
+            elif enabled(Feature.MOD_OFFSETS, record.feature_level) and not enabled(
+                    Feature.MOD_OFFSETS, self.finalized_level(METADATA_VERSION)):
+                self._mod_floor.set(offset)
         # Level 0 removes the feature (metadata.proto).
         if record.feature_level == 0:
             self._levels.pop(record.name, None)
@@ -247,6 +262,13 @@ class FeatureControlManager:
     def finalized_level(self, name: str, epoch: int | None = None) -> int:
         """The finalized level of ``name``, 0 when not finalized."""
         return self._levels.get(name, 0, epoch=epoch)
+
+    def mod_floor(self, epoch: int | None = None) -> int | None:
+        """None below metadata.version 8 (no mod offsets, no conditional writes);
+        else the offset older changes report as their mod offset."""
+        if not enabled(Feature.MOD_OFFSETS, self.finalized_level(METADATA_VERSION, epoch)):
+            return None
+        return self._mod_floor.get(epoch)
 
     def lowered_at(self) -> int:
         """The offset of the last record that lowered a level (-1: none)."""
@@ -271,7 +293,11 @@ class FeatureControlManager:
         )
 
     def snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
-        return [
-            make_record(FeatureLevelRecord(name=name, feature_level=level))
-            for name, level in self.finalized_levels(epoch).items()
-        ]
+        floor = self.mod_floor(epoch)
+        records = []
+        for name, level in self.finalized_levels(epoch).items():
+            record = FeatureLevelRecord(name=name, feature_level=level)
+            if name == METADATA_VERSION and floor is not None:
+                record.mod_offset = floor
+            records.append(make_record(record))
+        return records

@@ -33,6 +33,9 @@ class Feature(enum.Enum):
                             "ISR only once its leader reports it caught up; eligible leader "
                             "replicas (KIP-966); a change removing a replica moves the "
                             "leader epoch")
+    MOD_OFFSETS = (8, "mod offsets and conditional writes: every topic and config resource "
+                   "names the offset of its last change, the same on every controller "
+                   "(snapshots carry it); writes may be conditional on it")
 
     @property
     def level(self) -> int:
@@ -65,6 +68,7 @@ LEVELS: tuple[Level, ...] = (
           frozenset({"remote_log_segment", "remote_log_segment_state_change"})),
     Level(6, "0.3.0", Feature.IDLE_NO_OPS.description),
     Level(7, "0.4.0", Feature.REPLICA_REPORTED_ISR.description),
+    Level(8, "0.4.0", Feature.MOD_OFFSETS.description),
 )
 
 MINIMUM_METADATA_VERSION = LEVELS[0].level

@@ -126,6 +126,10 @@ class ReplicationControlManager:
         # topic last changed at or before an epoch reads the same at that epoch as now
         # (reverts only go back to offsets at or above any epoch still read).
         self.replay_offset = -1
+        self._mod_floor: Callable[[int | None], int | None] = lambda _epoch: None
+        # The last TopicRecord replayed and its offset: a snapshot's partitions come
+        # right after their topic at the same offset and do not move its mod offset.
+        self._topic_replayed_at: tuple[str, int] = ("", -1)
         self._changed_at: dict[str, int] = {}
         # Topics without an entry last changed at or before this offset.
         self._changed_floor = -1
@@ -381,7 +385,9 @@ class ReplicationControlManager:
     def replay_topic(self, record: TopicRecord) -> None:
         if record.name in self._topic_ids or record.topic_id in self._topics:
             raise MetadataReplayError(f"topic {record.name!r} ({record.topic_id}) already exists")
-        self._topics[record.topic_id] = Topic(record.name, record.topic_id, self.replay_offset)
+        mod_offset = record.mod_offset if record.HasField("mod_offset") else self.replay_offset
+        self._topics[record.topic_id] = Topic(record.name, record.topic_id, mod_offset)
+        self._topic_replayed_at = (record.topic_id, self.replay_offset)
         self._topic_ids[record.name] = record.topic_id
         self._counts[record.topic_id] = 0
         self._changed_at[record.topic_id] = self.replay_offset
@@ -440,9 +446,12 @@ class ReplicationControlManager:
         self._put_fresh(fresh)
         if top != count:
             self._counts[topic_id] = top
-            # Partitions added: the topic changed (its mod offset moves).
-            topic = self._topics[topic_id]
-            self._topics[topic_id] = attrs.evolve(topic, mod_offset=self.replay_offset)
+            if (topic_id, self.replay_offset) != self._topic_replayed_at:
+                # Partitions added (its creation's too, one by one or as a run: the
+                # last one's offset either way), but not a snapshot's, replayed at
+                # its TopicRecord's offset, which says the mod offset.
+                topic = self._topics[topic_id]
+                self._topics[topic_id] = attrs.evolve(topic, mod_offset=self.replay_offset)
         self._changed_at[topic_id] = self.replay_offset
 
     def replay_partition_change(self, record: PartitionChangeRecord) -> None:
@@ -577,9 +586,9 @@ class ReplicationControlManager:
             parts = tuple(
                 PartitionDescription(i, p) for i, p in enumerate(self.partitions(tid, epoch))
             )
-            topic = self.topic(tid, epoch)
-            assert topic is not None, tid
-            results.append(TopicDescription(name, OK, tid, parts, topic.mod_offset))
+            mod_offset = self.topic_mod_offset(tid, epoch)
+            results.append(TopicDescription(name, OK, tid, parts,
+                                            -1 if mod_offset is None else mod_offset))
         return tuple(results)
 
     def list_reassignments(self, epoch: int | None = None) -> tuple[OngoingReassignment, ...]:
@@ -612,10 +621,31 @@ class ReplicationControlManager:
     def total_partition_count(self, epoch: int | None = None) -> int:
         return self._partitions.size(epoch)
 
+    def topic_mod_offset(self, topic_id: str, epoch: int | None = None) -> int | None:
+        """The offset of the topic's last change (created, partitions added); None
+        below metadata.version 8, which has no mod offsets."""
+        floor = self._mod_floor(epoch)
+        topic = self._topics.get(topic_id, None, epoch=epoch)
+        if floor is None or topic is None:
+            return None
+        return max(topic.mod_offset, floor)
+
+    def bind_mod_floor(self, mod_floor: Callable[[int | None], int | None]) -> None:
+        """``FeatureControlManager.mod_floor``: None below metadata.version 8."""
+        self._mod_floor = mod_floor
+
+    def topic_snapshot_record(self, listing: TopicListing, epoch: int | None) -> MetadataRecord:
+        """A topic's record in a snapshot at `epoch` (with its mod offset from 8 on)."""
+        record = TopicRecord(name=listing.name, topic_id=listing.topic_id)
+        mod_offset = self.topic_mod_offset(listing.topic_id, epoch)
+        if mod_offset is not None:
+            record.mod_offset = mod_offset
+        return make_record(record)
+
     def snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
         records = []
         for listing in self.list_topics(epoch):
-            records.append(make_record(TopicRecord(name=listing.name, topic_id=listing.topic_id)))
+            records.append(self.topic_snapshot_record(listing, epoch))
             records += partition_records(listing.topic_id, self.partitions(listing.topic_id, epoch))
         return records
 

@@ -115,6 +115,8 @@ class MetadataState(RecordHandler):
         )
         self.cluster.bind_partitions(self.replication)
         self.configs.bind_topics(self.replication.topic_exists)
+        self.replication.bind_mod_floor(self.features.mod_floor)
+        self.configs.bind_mod_floor(self.features.mod_floor, self.cluster.metadata_version)
         self.features.bind_brokers(self.cluster.brokers)
         self.access = AclControlManager(registry, rng=rng)
         self.tier = RemoteLogControlManager(registry)

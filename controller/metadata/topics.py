@@ -22,6 +22,7 @@ from controller.metadata.errors import (
     ErrorCode,
     condition_failed,
 )
+from controller.metadata.levels import Feature, needs_level
 from controller.metadata.placement import new_uuid, place_replicas
 from controller.records import (
     MetadataRecord,
@@ -55,6 +56,7 @@ class ReplicationView(Protocol):
     def topic_exists(self, name: str, epoch: int | None = None) -> bool: ...
     def colliding_topic(self, name: str) -> str | None: ...
     def topic(self, topic_id: str, epoch: int | None = None) -> Topic | None: ...
+    def topic_mod_offset(self, topic_id: str, epoch: int | None = None) -> int | None: ...
     def topic_id(self, name: str, epoch: int | None = None) -> str | None: ...
     def topic_name(self, topic_id: str) -> str: ...
     def partition_count(self, topic_id: str, epoch: int | None = None) -> int: ...
@@ -453,10 +455,12 @@ def topic_condition(manager: ReplicationView, name: str, topic_id: str,
     """OK unless `expected` (a mod offset) is given and not the topic's."""
     if expected is None:
         return OK
-    topic = manager.topic(topic_id)
-    assert topic is not None, topic_id
-    if topic.mod_offset != expected:
-        return condition_failed(f"topic {name!r}", topic.mod_offset, expected)
+    mod_offset = manager.topic_mod_offset(topic_id)
+    if mod_offset is None:
+        return ApiError(ErrorCode.UNSUPPORTED_VERSION, needs_level(
+            Feature.MOD_OFFSETS, manager.cluster.metadata_version()))
+    if mod_offset != expected:
+        return condition_failed(f"topic {name!r}", mod_offset, expected)
     return OK
 
 

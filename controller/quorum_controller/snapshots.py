@@ -23,9 +23,7 @@ from controller.logformat import SnapshotId
 from controller.metadata import MetadataState
 from controller.quorum.service import DriverStoppedError
 from controller.records import (
-    TopicRecord,
     encode_record,
-    make_record,
 )
 from controller.records.partition_wire import encode_partitions
 from controller.storage import snapshot_file as sf
@@ -56,7 +54,7 @@ def iter_image_chunks(state: MetadataState, epoch: int,
     replication = state.replication
     for listing in replication.list_topics(epoch):
         tid = listing.topic_id
-        pending.append(encode_record(make_record(TopicRecord(name=listing.name, topic_id=tid))))
+        pending.append(encode_record(replication.topic_snapshot_record(listing, epoch)))
         pending += encode_partitions(tid, replication.partitions_at(tid, epoch))
         if len(pending) >= chunk_records:
             yield pending

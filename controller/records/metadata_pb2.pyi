@@ -617,23 +617,31 @@ class TopicRecord(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     TOPIC_ID_FIELD_NUMBER: _builtins.int
+    MOD_OFFSET_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Topic name."""
     topic_id: _builtins.str
     """Topic uuid: the topic's identity (a re-created topic of the same name gets a
     new one).
     """
+    mod_offset: _builtins.int
+    """Snapshots only (metadata.version 8+): the topic's mod offset, the log offset of
+    its last change. In the log it is the record's own offset, so it is absent.
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         topic_id: _builtins.str = ...,
+        mod_offset: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_mod_offset", b"_mod_offset", "mod_offset", b"mod_offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mod_offset", b"_mod_offset", "mod_offset", b"mod_offset", "name", b"name", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__mod_offset: _TypeAlias = _typing.Literal["mod_offset"]  # noqa: Y015
+    _WhichOneofArgType__mod_offset: _TypeAlias = _typing.Literal["_mod_offset", b"_mod_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mod_offset) -> _WhichOneofReturnType__mod_offset | None: ...
 
 Global___TopicRecord: _TypeAlias = TopicRecord  # noqa: Y015
 
@@ -867,6 +875,7 @@ class ConfigRecord(_message.Message):
     RESOURCE_NAME_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
+    MOD_OFFSET_FIELD_NUMBER: _builtins.int
     resource_type: Global___ConfigResourceType.ValueType
     """The kind of resource."""
     resource_name: _builtins.str
@@ -875,6 +884,10 @@ class ConfigRecord(_message.Message):
     """The config key, e.g. "retention.ms"."""
     value: _builtins.str
     """The new value; absent means the key is deleted (reverts to its default)."""
+    mod_offset: _builtins.int
+    """Snapshots only (metadata.version 8+): the resource's mod offset, the log offset
+    of the last change of its dynamic configs (on each of its keys' records).
+    """
     def __init__(
         self,
         *,
@@ -882,13 +895,19 @@ class ConfigRecord(_message.Message):
         resource_name: _builtins.str = ...,
         name: _builtins.str = ...,
         value: _builtins.str | None = ...,
+        mod_offset: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "value", b"value"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_mod_offset", b"_mod_offset", "_value", b"_value", "mod_offset", b"mod_offset", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "name", b"name", "resource_name", b"resource_name", "resource_type", b"resource_type", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mod_offset", b"_mod_offset", "_value", b"_value", "mod_offset", b"mod_offset", "name", b"name", "resource_name", b"resource_name", "resource_type", b"resource_type", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__mod_offset: _TypeAlias = _typing.Literal["mod_offset"]  # noqa: Y015
+    _WhichOneofArgType__mod_offset: _TypeAlias = _typing.Literal["_mod_offset", b"_mod_offset"]  # noqa: Y015
     _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
     _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mod_offset) -> _WhichOneofReturnType__mod_offset | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
 
 Global___ConfigRecord: _TypeAlias = ConfigRecord  # noqa: Y015
@@ -901,21 +920,29 @@ class FeatureLevelRecord(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     FEATURE_LEVEL_FIELD_NUMBER: _builtins.int
+    MOD_OFFSET_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Feature name."""
     feature_level: _builtins.int
     """Finalized level; 0 removes the feature."""
+    mod_offset: _builtins.int
+    """Snapshots only, metadata.version 8+: the offset from which mod offsets are exact
+    (the level reached 8 there; older changes report it as theirs).
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         feature_level: _builtins.int = ...,
+        mod_offset: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_mod_offset", b"_mod_offset", "mod_offset", b"mod_offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["feature_level", b"feature_level", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mod_offset", b"_mod_offset", "feature_level", b"feature_level", "mod_offset", b"mod_offset", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__mod_offset: _TypeAlias = _typing.Literal["mod_offset"]  # noqa: Y015
+    _WhichOneofArgType__mod_offset: _TypeAlias = _typing.Literal["_mod_offset", b"_mod_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mod_offset) -> _WhichOneofReturnType__mod_offset | None: ...
 
 Global___FeatureLevelRecord: _TypeAlias = FeatureLevelRecord  # noqa: Y015
 

@@ -65,6 +65,8 @@ def system_problems(c: Counter[str]) -> list[str]:
         ("session_reads", seeds, "stale reads with a min_offset"),
         ("retries_sent", 10 * seeds, "retries with the same request id"),
         ("retries_answered_from_table", seeds // 100, "retries answered from the table"),
+        ("conditional_writes_applied", seeds, "conditional writes applied"),
+        ("conditions_failed", seeds // 2, "conditional writes refused CONDITION_FAILED"),
         # Membership through the active controller: removals, re-adds, wiped disks.
         ("voter_changes", seeds // 2, "voter changes"),
         ("wiped_controllers", seeds // 10, "controllers replaced with empty disks"),

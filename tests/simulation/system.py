@@ -25,9 +25,11 @@ from __future__ import annotations
 import random
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from broker_agent.lifecycle_machine import Action, LifecycleMachine
 from controller.api.rpcs import ADMIN_RPCS_BY_NAME, AdminRpc
@@ -62,7 +64,7 @@ from controller.raft.messages import Errors, FetchResponse, Message
 from controller.raft.reads import ReadState
 from controller.raft.ready import ProposeError
 from controller.raft.voters import EMPTY_VOTER_SET, Voter, VoterChangeResult, VoterSet
-from controller.records import decode_record
+from controller.records import decode_record, record_type
 from controller.records.domain import Listener
 from tests.simulation.cluster import Cluster
 from tests.simulation.invariants import InvariantViolation
@@ -274,6 +276,12 @@ class SystemCluster(Cluster):
         self.reads: dict[int, tuple[AdminRpc, Args, int, bool]] = {}
         self.snapshots_written = 0
         self.snapshots_lost = 0
+        # Conditional writes (compare-and-set): origin request id -> (what it is
+        # conditional on, the expected version, how to read it from a state). A write
+        # whose records commit must find its condition true in the committed state
+        # just before its batch. Their own generator: the seeds' requests stay.
+        self.conditions: dict[str, tuple[str, int, Callable[[MetadataState], int]]] = {}
+        self.cas_rng = random.Random(seed * 7919 + 3)
         # Their own generator: the base class's draws (and so its seeds) stay as they were.
         choices = random.Random(seed * 104729 + 17)
         self.snapshot_interval_bytes = choices.choice((400, 1500, 6000))
@@ -418,6 +426,17 @@ class SystemCluster(Cluster):
 
     def _oracle_apply(self, batch: RecordBatch) -> None:
         rid = batch.origin.request_id
+        condition = self.conditions.get(rid)
+        if condition is not None and not batch.is_control and any(
+                record_type(decode_record(r)) != "request_result" for r in batch.records):
+            kind, expected, read = condition
+            actual = read(self.oracle)
+            if actual != expected:
+                raise InvariantViolation(
+                    f"conditional {kind} {rid} committed at {batch.base_offset} although the "
+                    f"version it was conditional on was {actual}, not {expected}: a lost "
+                    "update")
+            self.outcomes["conditional_writes_applied"] += 1
         if rid in self.writes and not batch.is_control:
             if rid in self.applied_ids:
                 raise InvariantViolation(f"request {rid} committed twice (again at "
@@ -560,8 +579,49 @@ class SystemCluster(Cluster):
             self._send_read(node, kind, args)
         else:
             rid = f"w{self.next_request + 1}"
+            args = self._conditional(rid, kind, args)
             self.writes[rid] = (kind, args, 3)
             self._send_write(node, rid)
+
+    def _conditional(self, rid: str, kind: str, args: Args) -> Args:
+        """Half the writes that can be: conditional on the version a client read of
+        the committed state (the oracle's: a linearizable read), now and then an old
+        one (which must fail unless nothing changed since)."""
+        if kind not in ("config", "partitions", "delete", "reassign") or \
+                self.cas_rng.random() < 0.5:
+            return args
+        item = (args.items or ())[0]
+        read: Callable[[MetadataState], int]
+        if kind == "config":
+            resource = item.resource
+            read = lambda s: s.configs.mod_offset(resource)  # noqa: E731
+        elif kind == "reassign":
+            topic, partition = item.topic, item.partition
+
+            def read(s: MetadataState) -> int:
+                tid = s.replication.topic_id(topic)
+                part = None if tid is None else s.replication.partition(tid, partition)
+                return -2 if part is None else part.partition_epoch
+        else:
+            name = item if kind == "delete" else item.name
+
+            def read(s: MetadataState) -> int:
+                tid = s.replication.topic_id(name)
+                topic = None if tid is None else s.replication.topic(tid)
+                return -2 if topic is None else topic.mod_offset
+        expected = read(self.oracle)
+        if expected < -1 or (expected < 0 and kind != "config"):
+            return args  # nothing to be conditional on
+        if self.cas_rng.random() < 0.25:
+            expected = max(-1 if kind == "config" else 0, expected - self.cas_rng.randint(1, 5))
+        self.conditions[rid] = (kind, expected, read)
+        if kind == "config":
+            return Args((attrs.evolve(item, if_mod_offset=expected),))
+        if kind == "reassign":
+            return Args((attrs.evolve(item, if_partition_epoch=expected),))
+        if kind == "delete":
+            return Args(args.items, extra={name: expected})
+        return Args((attrs.evolve(item, if_mod_offset=expected),))
 
     def _send_write(self, node: SimNode, rid: str) -> None:
         """An admin write as the API sends it: with its request id and answer codec."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
+import attrs
 import pytest
 
 from controller.quorum_controller.events import Request
@@ -77,6 +79,10 @@ def test_seeds(seeds: range) -> None:
         _coverage["retries_sent"] += cluster.outcomes["retries_sent"]
         _coverage["retries_answered_from_table"] += \
             cluster.outcomes["retries_answered_from_table"]
+        _coverage["conditional_writes_applied"] += \
+            cluster.outcomes["conditional_writes_applied"]
+        _coverage["conditions_failed"] += sum(
+            n for kind, n in cluster.outcomes.items() if kind.endswith(":CONDITION_FAILED"))
         _coverage["voter_changes"] += cluster.voter_changes
         _coverage["wiped_controllers"] += cluster.wipes
         _coverage["damaged_disks"] += cluster.damages
@@ -206,6 +212,23 @@ def test_a_planted_data_plane_bug_fails_a_seed(bug: str, finding: str) -> None:
     # Today's first failing seeds: 0 (apply-isr-early) and 110 (skip-truncation).
     failure = _first_failure(range(200), frozenset({bug}))
     assert failure is not None and finding in failure, failure
+
+
+def test_conditional_writes_that_ignore_their_condition_are_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A controller that applied a conditional config change whatever the resource's
+    mod offset (a lost update) would fail a seed."""
+    from controller.metadata.configs import ConfigurationControlManager
+
+    original = ConfigurationControlManager.incremental_alter_configs
+
+    def ignoring(self: ConfigurationControlManager, requests: Any, **kwargs: Any) -> Any:
+        return original(self, [attrs.evolve(r, if_mod_offset=None) for r in requests],
+                        **kwargs)
+
+    monkeypatch.setattr(ConfigurationControlManager, "incremental_alter_configs", ignoring)
+    failure = _first_failure(range(100))
+    assert failure is not None and "a lost update" in failure, failure
 
 
 def test_stale_reads_that_ignore_their_min_offset_are_caught(

@@ -14,9 +14,10 @@ from controller.metadata.configs import (
     OpType,
     ResourceType,
 )
-from controller.metadata.errors import ErrorCode
+from controller.metadata.errors import ControllerResult, ErrorCode
+from controller.metadata.features import METADATA_VERSION
 from controller.metadata.topics import CreatePartitionsTopic, ReassignmentRequest
-from controller.records import decode_record, encode_record
+from controller.records import FeatureLevelRecord, decode_record, encode_record, make_record
 from tests.unit.metadata.support import Harness, new_state
 
 
@@ -138,26 +139,55 @@ def test_mod_offsets_are_reverted_with_the_state_they_belong_to() -> None:
     assert topic_mod(h, "v") == committed
 
 
-def test_every_replica_of_the_log_agrees_and_a_snapshot_gives_an_upper_bound() -> None:
+def test_every_controller_agrees_whether_it_replayed_the_log_or_loaded_a_snapshot() -> None:
     h = Harness()
     h.add_brokers([1])
     h.create("s")
     topic = ConfigResource(ResourceType.TOPIC, "s")
     set_config(h, topic, "retention.ms", "9")
+    h.create("later")
     replayed = new_state(5)
     replayed.replay_batch(h.log, 0)
-    assert replayed.replication.describe_topics(["s"])[0].mod_offset == topic_mod(h, "s")
-    assert replayed.configs.mod_offset(topic) == config_mod(h, topic)
-    # A snapshot's records are all replayed at its last offset: a controller that
-    # loaded it reports that offset, at or after the real last change ...
+    # A snapshot's records are all replayed at its last offset; from metadata.version 8
+    # they carry each mod offset, so a controller that loaded one says the same.
     loaded = new_state(6)
-    last = h.committed
-    loaded.replay_encoded((encode_record(r) for r in h.state.snapshot_records()), last, step=0)
-    assert loaded.replication.describe_topics(["s"])[0].mod_offset == last >= topic_mod(h, "s")
-    assert loaded.configs.mod_offset(topic) == last
-    # ... and every change after the snapshot moves it past that on every replica.
-    (result,) = h.apply(h.state.configs.incremental_alter_configs(
-        [AlterConfigsResource(topic, (AlterConfigOp("retention.ms", OpType.SET, "10"),))]))
-    assert result.error.ok
-    loaded.replay(decode_record(encode_record(h.log[-1])), h.committed)
-    assert loaded.configs.mod_offset(topic) == config_mod(h, topic) == h.committed > last
+    loaded.replay_encoded((encode_record(r) for r in h.state.snapshot_records()), h.committed,
+                          step=0)
+    for state in (replayed, loaded):
+        assert state.replication.describe_topics(["s", "later"]) == \
+            h.state.replication.describe_topics(["s", "later"])
+        assert state.configs.mod_offset(topic) == config_mod(h, topic) >= 0
+    assert topic_mod(h, "s") < config_mod(h, topic) < topic_mod(h, "later")
+    h.check()
+
+
+def test_below_metadata_version_8_there_are_no_mod_offsets_then_the_upgrade_is_the_floor(
+        ) -> None:
+    h = Harness(metadata_version=7)
+    h.add_brokers([1])
+    h.create("old")
+    topic = ConfigResource(ResourceType.TOPIC, "old")
+    set_config(h, topic, "retention.ms", "1")
+    assert topic_mod(h, "old") == -1 and config_mod(h, topic) == -1
+    assert set_config(h, topic, "retention.ms", "2", if_mod_offset=-1) is \
+        ErrorCode.UNSUPPORTED_VERSION
+    refused = h.state.replication.delete_topics(["old"], {"old": 0})
+    assert refused.response[0].error.code is ErrorCode.UNSUPPORTED_VERSION
+    assert "needs metadata.version 8" in refused.response[0].error.message
+    # A controller that loaded a snapshot taken at level 7 (no mod offsets in it) ...
+    at_seven = new_state(7)
+    at_seven.replay_encoded((encode_record(r) for r in h.state.snapshot_records()),
+                            h.committed, step=0)
+    # The upgrade's record (`features upgrade` writes it once every node supports 8).
+    h.apply(ControllerResult((make_record(FeatureLevelRecord(name=METADATA_VERSION,
+                                                             feature_level=8)),), None))
+    upgrade_offset = h.committed
+    at_seven.replay(decode_record(encode_record(h.log[-1])), upgrade_offset)
+    # ... and one that replayed the log agree: older changes report the upgrade.
+    for state in (h.state, at_seven):
+        assert state.replication.describe_topics(["old"])[0].mod_offset == upgrade_offset
+        assert state.configs.mod_offset(topic) == upgrade_offset
+    assert set_config(h, topic, "retention.ms", "3", if_mod_offset=upgrade_offset) is \
+        ErrorCode.NONE
+    assert config_mod(h, topic) == h.committed
+    h.check()
