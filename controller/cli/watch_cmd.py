@@ -2,7 +2,8 @@
 
 One line per change (table output), or one JSON object per line (`--output json`:
 the event's fields and the record). Runs until interrupted, `--max-events`, or
-with `--until-caught-up` once it has seen everything committed when it got there.
+with `--until-caught-up` once it has shown everything committed when it started
+(the offset a linearizable read names then).
 The watch resumes by itself at another controller when one dies, stops or cuts it
 off (`Watcher`); the resumptions are noted on stderr.
 """
@@ -71,7 +72,7 @@ def event_json(event: apb.WatchEvent) -> str:
 @click.option("--max-events", type=click.IntRange(min=1), default=None,
               help="Stop after this many changes.")
 @click.option("--until-caught-up", is_flag=True,
-              help="Stop once everything committed when the watch got there is shown.")
+              help="Stop once everything committed when the command started is shown.")
 @click.option("--progress", is_flag=True,
               help="Print progress (next offset, committed end) on stderr.")
 @admin_options
@@ -89,6 +90,12 @@ def watch(opts: AdminOptions, from_offset: int | None, types: tuple[str, ...], t
         raise click.UsageError("give --topic or --topic-prefix, not both")
 
     def action(client: AdminClient) -> int:
+        # "Everything committed now": a linearizable read names that offset (a
+        # standby serving the watch may not have heard of the newest commits yet).
+        target = None
+        if until_caught_up:
+            client.describe_cluster()
+            target = client.last_read_offset
         watcher = Watcher(client, from_offset=from_offset,
                           resource_types=[_KINDS[t].value for t in types], topic=topic,
                           topic_prefix=topic_prefix)
@@ -107,7 +114,7 @@ def watch(opts: AdminOptions, from_offset: int | None, types: tuple[str, ...], t
                 if progress:
                     click.echo(f"(next offset {update.next_offset}, committed "
                                f"{update.committed_offset} at {update.controller})", err=True)
-                if until_caught_up and update.next_offset >= update.committed_offset:
+                if target is not None and update.next_offset >= target:
                     return EXIT_OK
         except WatchFailedError as exc:
             click.echo(f"error: {exc}", err=True)
