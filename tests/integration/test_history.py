@@ -13,6 +13,12 @@ check is exact, not a search:
 - every linearizable read's answer is the replay of the log at the offset it names,
   and that offset covers every write acknowledged and every read answered before
   the read was sent;
+- a conditional config change ("cas": read the resource's mod offset, then alter
+  only if it is unchanged) that was applied found that mod offset just before its
+  batch (no lost update);
+- a watcher that followed the log from offset 0 through the faults (resuming at
+  another controller when its own died, paused or was cut off) saw every change
+  the committed log holds, in order, each once;
 - once healed, every broker's local replicas are its assignment in the final state.
 """
 
@@ -31,6 +37,7 @@ import pytest
 
 from broker_agent.reconciler import replica_dir_name
 from controller.api.client import AdminClient, AdminClientError
+from controller.api.watch_client import Watcher
 from controller.logformat.batch import RecordBatch
 from controller.metadata import (
     AlterConfigOp,
@@ -42,6 +49,7 @@ from controller.metadata import (
     OpType,
     ResourceType,
 )
+from controller.watch.events import TopicNames, WatchSpec, changes_of
 from tests.support.broker_processes import BrokerProcess
 from tests.support.controller_processes import ControllerCluster, ControllerProcess
 from tests.support.nemesis import Nemesis
@@ -59,7 +67,7 @@ SEED = int(os.environ.get("HISTORY_SEED", "11"))
 @attrs.define
 class Op:
     client: int
-    kind: str  # create | delete | config | list | configs
+    kind: str  # create | delete | config | cas | list | configs
     topic: str
     start_s: float
     end_s: float = 0.0
@@ -68,6 +76,8 @@ class Op:
     value: Any = None
     request_id: str = ""
     read_offset: int | None = None
+    # cas: the mod offset it read and made its write conditional on.
+    expected: int | None = None
 
 
 def _run_client(index: int, cluster: ControllerCluster, stop: threading.Event,
@@ -76,7 +86,7 @@ def _run_client(index: int, cluster: ControllerCluster, stop: threading.Event,
     bootstrap = [cluster.via(f"client{index}", i) for i in cluster.nodes]
     with AdminClient(bootstrap, timeout_ms=8_000) as admin:
         kinds = ("list", "configs") if index == CLIENTS - 1 else \
-            ("create", "create", "delete", "config", "list", "configs")
+            ("create", "create", "delete", "config", "cas", "list", "configs")
         while not stop.is_set():
             kind = rng.choice(kinds)
             op = Op(index, kind, rng.choice(TOPICS), time.monotonic())
@@ -98,11 +108,16 @@ def _call(admin: AdminClient, op: Op, rng: random.Random, serial: int) -> Any:
         return admin.create_topics([CreatableTopic(op.topic, 1, rng.randint(1, 3))])
     if op.kind == "delete":
         return admin.delete_topics([op.topic])
-    if op.kind == "config":
+    if op.kind in ("config", "cas"):
+        resource = ConfigResource(ResourceType.TOPIC, op.topic)
+        if op.kind == "cas":  # compare-and-set: read the version, write if unchanged
+            (seen,) = admin.describe_configs([resource])
+            op.expected = seen.mod_offset
         return admin.incremental_alter_configs([AlterConfigsResource(
-            ConfigResource(ResourceType.TOPIC, op.topic),
+            resource,
             # A value no other write sets: every acknowledged change is a record.
-            (AlterConfigOp("retention.ms", OpType.SET, str(1000 + serial)),))])
+            (AlterConfigOp("retention.ms", OpType.SET, str(1000 + serial)),),
+            op.expected)])
     if op.kind == "list":
         return tuple(sorted(t.name for t in admin.list_topics()))
     return _configs_view(admin.describe_configs([ConfigResource(ResourceType.TOPIC, op.topic)]))
@@ -238,7 +253,55 @@ def _check(history: list[Op], log: list[RecordBatch]) -> dict[str, int]:
             own = by_id[op.request_id][0].base_offset
             assert own >= floor, f"{op} committed at {own}, before a write acknowledged " \
                 f"ahead of it (at {floor})"
+            if op.kind == "cas":
+                found = replay.state.configs.mod_offset(
+                    ConfigResource(ResourceType.TOPIC, op.topic), own - 1)
+                assert found == op.expected, f"{op} applied at {own} although the mod " \
+                    f"offset was {found}, not {op.expected}: a lost update"
+                counts["cas_applied"] = counts.get("cas_applied", 0) + 1
+        elif op.kind == "cas":
+            counts["cas_refused"] = counts.get("cas_refused", 0) + 1
     return counts
+
+
+class _Watch(threading.Thread):
+    """Follows the log from offset 0 through the faults, as an integration would."""
+
+    def __init__(self, cluster: ControllerCluster) -> None:
+        super().__init__(daemon=True)
+        # Starting at the second controller, which the default seed's nemesis kills
+        # (any fault there makes the watcher resume elsewhere; the check is the same).
+        ids = sorted(cluster.nodes)
+        self.client = AdminClient([cluster.via("watcher", i) for i in ids[1:] + ids[:1]],
+                                  timeout_ms=60_000)
+        self.watcher = Watcher(self.client, from_offset=0, stall_timeout_ms=6_000)
+        self.offsets: list[int] = []
+        self.next_offset = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for update in self.watcher:
+                self.offsets += [e.offset for e in update.events]
+                self.next_offset = update.next_offset
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def stop(self) -> None:
+        self.watcher.close()
+        self.join(30)
+        self.client.close()
+
+
+def _watched_offsets(log: list[RecordBatch], below: int) -> list[int]:
+    """What a watch of the default kinds from 0 must deliver below `below`."""
+    names = TopicNames(lambda _tid: None)
+    out: list[int] = []
+    for batch in log:
+        out += [c.offset for c, _ in WatchSpec().select(changes_of(batch), 0, names,
+                                                        lambda _t: True, True)
+                if c.offset < below]
+    return out
 
 
 def _assignment(topics: Any) -> dict[int, dict[str, bool]]:
@@ -287,6 +350,8 @@ def test_history_under_partitions_pauses_and_kills_is_linearizable(tmp_path: Pat
         for broker in brokers.values():
             wait_until(lambda broker=broker: broker.status()["state"] == "RUNNING",  # type: ignore[misc]
                        30, f"broker {broker.broker_id} running")
+        watch = _Watch(cluster)
+        watch.start()
         clients = [threading.Thread(target=_run_client, args=(i, cluster, stop, history, lock))
                    for i in range(CLIENTS)]
         chaos = threading.Thread(target=_nemesis, args=(cluster, brokers, nemesis, stop, faults))
@@ -305,14 +370,24 @@ def test_history_under_partitions_pauses_and_kills_is_linearizable(tmp_path: Pat
         with AdminClient(cluster.bootstrap, timeout_ms=30_000) as admin:
             assert admin.create_topics([CreatableTopic("barrier", 1, 1)])[0].error.ok
             barrier = admin.last_request_id
+            barrier_end = admin.session_offset
             # Nothing changes any more: the brokers converge to this.
             want = _assignment(admin.describe_topics())
         wait_until(lambda: _brokers_converged(brokers, want), 60,
                    "every broker reconciled to the final assignment")
+        wait_until(lambda: watch.error is not None or watch.next_offset >= barrier_end, 60,
+                   "the watcher caught up with the barrier")
+        watch.stop()
+        assert watch.error is None, watch.error
         for broker in brokers.values():
             broker.terminate()
         cluster.close()
-        counts = _check(history, _committed_log(cluster, barrier))
+        log = _committed_log(cluster, barrier)
+        counts = _check(history, log)
+        assert watch.offsets == _watched_offsets(log, watch.next_offset), \
+            "the watcher missed or repeated a change"
+        counts["watched"] = len(watch.offsets)
+        counts["watch_resumptions"] = watch.watcher.resumptions
     finally:
         stop.set()
         nemesis.close()
