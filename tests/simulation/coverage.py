@@ -67,6 +67,8 @@ def system_problems(c: Counter[str]) -> list[str]:
         ("retries_answered_from_table", seeds // 100, "retries answered from the table"),
         ("conditional_writes_applied", seeds, "conditional writes applied"),
         ("conditions_failed", seeds // 2, "conditional writes refused CONDITION_FAILED"),
+        ("watched_changes", 20 * seeds, "changes a watcher took"),
+        ("watch_resumptions", seeds // 4, "watches resumed at another controller"),
         # Membership through the active controller: removals, re-adds, wiped disks.
         ("voter_changes", seeds // 2, "voter changes"),
         ("wiped_controllers", seeds // 10, "controllers replaced with empty disks"),

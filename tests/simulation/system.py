@@ -71,6 +71,7 @@ from tests.simulation.invariants import InvariantViolation
 from tests.simulation.nodes import CLUSTER_ID, SimNode, StateMachine
 from tests.simulation.system_brokers import BrokerDisk, BrokerSM, decode_snapshot, encode_snapshot
 from tests.simulation.system_data import SystemDataPlane
+from tests.simulation.system_watch import SimWatcher
 from tests.support.op_context import StateContext
 
 SESSION_TIMEOUT_MS = 600
@@ -300,6 +301,9 @@ class SystemCluster(Cluster):
                                                                 dir=_MEMORY_DIR)),
                                     BROKERS, self, data_bugs)
         self._at(self.data.rng.randint(5, 30), "data")
+        # A Watch client following the log from offset 0 (its own generator).
+        self.watcher = SimWatcher(self, random.Random(seed * 6007 + 11))
+        self._at(self.watcher.rng.randint(10, 60), "watch")
 
     def _lifecycle(self, broker_id: int) -> LifecycleMachine:
         return LifecycleMachine(broker_id, heartbeat_interval_s=HEARTBEAT_MS / 1000,
@@ -346,6 +350,13 @@ class SystemCluster(Cluster):
     def _controller(self, node: SimNode) -> ControllerMachine | None:
         sm = node.sm
         return sm.machine if isinstance(sm, ControllerSM) else None
+
+    controller_of = _controller
+
+    def _ev_watch(self) -> None:
+        """The watcher (system_watch.py) takes its next changes."""
+        self._at(self.now_ms + self.watcher.rng.randint(10, 60), "watch")
+        self.watcher.step()
 
     def _restart_state_machine(self, node: SimNode, start: SnapshotId,
                                data: bytes | None) -> None:
@@ -922,6 +933,7 @@ class SystemCluster(Cluster):
         for node in self.nodes.values():
             self._check_node(node)
         self.data.check_all()
+        self.watcher.check()
 
 
 def run_system_seed(seed: int, data_bugs: frozenset[str] = frozenset(),

@@ -83,6 +83,8 @@ def test_seeds(seeds: range) -> None:
             cluster.outcomes["conditional_writes_applied"]
         _coverage["conditions_failed"] += sum(
             n for kind, n in cluster.outcomes.items() if kind.endswith(":CONDITION_FAILED"))
+        _coverage["watched_changes"] += len(cluster.watcher.delivered)
+        _coverage["watch_resumptions"] += cluster.watcher.resumptions
         _coverage["voter_changes"] += cluster.voter_changes
         _coverage["wiped_controllers"] += cluster.wipes
         _coverage["damaged_disks"] += cluster.damages
