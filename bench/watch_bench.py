@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import resource
 import shutil
 import statistics
@@ -84,7 +85,9 @@ def _watcher_proc(address: str, watchers: int, start_at: float, stop_at: float,
             await asyncio.gather(*(one() for _ in range(watchers)))
         return count[0], latencies, errors[:3]
 
-    out.put(asyncio.run(run()))
+    events, latencies, errors = asyncio.run(run())
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out.put((events, latencies, errors, usage.ru_utime + usage.ru_stime))
 
 
 def run_live(args: argparse.Namespace) -> None:
@@ -98,26 +101,30 @@ def run_live(args: argparse.Namespace) -> None:
         cluster.register_brokers(list(range(1, BROKERS + 1)), timeout_s=30)
         active = wait_until(cluster.active_node, 10, "an active controller")
         assert active.proc is not None
+        watched_node = active if args.on == "active" else next(
+            n for n in cluster.nodes.values() if n is not active)
         print(f"# {machine()}")
         print(f"# {args.clients} writers (1-partition CreateTopics), {args.seconds}s windows "
-              f"after {args.warmup}s warm-up; {args.watchers} watchers on the active controller")
+              f"after {args.warmup}s warm-up; {args.watchers} watchers on the {args.on} controller")
         args.procs, args.topics_per_request = 4, 1
-        cpu0 = proc_cpu_s(active.proc.pid)
+        assert watched_node.proc is not None
+        pid = watched_node.proc.pid
+        cpu0 = proc_cpu_s(pid)
         bare = measure(cluster, args.clients, 1, args, "bare")
-        cpu_bare = proc_cpu_s(active.proc.pid) - cpu0
+        cpu_bare = proc_cpu_s(pid) - cpu0
         ctx = mp.get_context("spawn")
         out: mp.Queue[object] = ctx.Queue()
         start_at = time.time() + args.startup + args.warmup
         stop_at = start_at + args.seconds
         per = args.watchers // WATCHER_PROCS
         procs = [ctx.Process(target=_watcher_proc, args=(
-            active.address, per + (1 if i < args.watchers % WATCHER_PROCS else 0),
+            watched_node.address, per + (1 if i < args.watchers % WATCHER_PROCS else 0),
             start_at, stop_at, out)) for i in range(WATCHER_PROCS)]
         for p in procs:
             p.start()
-        cpu1 = proc_cpu_s(active.proc.pid)
+        cpu1 = proc_cpu_s(pid)
         watched = measure(cluster, args.clients, 1, args, "watched")
-        cpu_watched = proc_cpu_s(active.proc.pid) - cpu1
+        cpu_watched = proc_cpu_s(pid) - cpu1
         results = [out.get(timeout=120) for _ in procs]
         for p in procs:
             p.join(30)
@@ -131,12 +138,16 @@ def run_live(args: argparse.Namespace) -> None:
             print(f"commit -> delivered: p50 {statistics.median(lat):.1f} ms, p99 "
                   f"{lat[int(0.99 * (len(lat) - 1))]:.1f} ms over {len(lat)} events "
                   f"({events / args.seconds:.0f} events/s delivered)")
-        # The active controller's CPU over each whole run (warm-up and start-up too):
+        # The watched controller's CPU over each whole run (warm-up and start-up too):
         # the writes' share scaled to the watched run's writes, the rest is the watchers'.
         write_share = cpu_bare * watched.topics_per_s / max(bare.topics_per_s, 1e-9)
         if events:
-            print(f"active controller CPU: {cpu_bare:.1f}s bare, {cpu_watched:.1f}s watched; "
-                  f"per delivered event ~{(cpu_watched - write_share) / events * 1e6:.0f} us")
+            print(f"{args.on} controller CPU: {cpu_bare:.1f}s bare, {cpu_watched:.1f}s "
+                  f"watched; per delivered event ~{(cpu_watched - write_share) / events * 1e6:.0f}"
+                  " us")
+        clients_cpu = sum(r[3] for r in results)  # type: ignore[index]
+        print(f"watcher processes' CPU: {clients_cpu:.1f}s (the writers' clients: "
+              f"{watched.client_cpu_s:.1f}s); the machine has {os.cpu_count()} cores for all")
         if errors:
             print(f"watch errors: {errors}")
     finally:
@@ -266,6 +277,8 @@ def main() -> None:
     live.add_argument("--seconds", type=float, default=10.0)
     live.add_argument("--warmup", type=float, default=2.0)
     live.add_argument("--startup", type=float, default=3.0)
+    live.add_argument("--on", choices=("active", "standby"), default="active",
+                      help="Where the watchers watch.")
     replay = sub.add_parser("replay")
     replay.add_argument("--records", type=int, default=10_000_000)
     for p in (live, replay):
