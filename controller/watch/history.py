@@ -15,10 +15,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from controller.logformat import RecordBatch
-from controller.storage.errors import OffsetOutOfRangeError
-from controller.tier.history import Piece, iter_piece_batches, list_tier, read_piece
-from controller.tier.objects import Manifest
-from controller.tier.remote import RemoteStorage
+from controller.logformat.batch import HEADER_SIZE, decode_batch, peek_batch_header, verify_batch
+from controller.storage.errors import CorruptBatchError, OffsetOutOfRangeError
+from controller.tier.history import list_tier
+from controller.tier.objects import CorruptObjectError, Manifest
+from controller.tier.remote import RemoteStorage, TierError
 
 # How long a tier listing is reused before it is read again (objects appear as the
 # copier uploads them; a reader past the listing's end always lists again).
@@ -51,10 +52,16 @@ class TierReader(Protocol):
 
 
 class TierSource:
-    """The tier's objects, read whole (one at a time per watcher) off the loop."""
+    """The tier's objects, read by byte range off the loop: from the manifest's
+    offset index entry at or below the offset wanted, about `read_bytes` at a time
+    (more when one batch is larger), so a watcher replaying the tier holds about
+    that much, not a whole object. Each batch's CRC is checked as it is parsed."""
 
     def __init__(self, store: RemoteStorage, cluster_id: str,
-                 clock_s: Callable[[], float] = time.monotonic) -> None:
+                 clock_s: Callable[[], float] = time.monotonic,
+                 read_bytes: int = 1 << 20) -> None:
+        assert read_bytes > 0, read_bytes
+        self._read_bytes = read_bytes
         self._store = store
         self._cluster_id = cluster_id
         self._clock_s = clock_s
@@ -79,22 +86,68 @@ class TierSource:
         return segments[0].start_offset if segments else None
 
     async def read(self, from_offset: int) -> list[RecordBatch]:
-        """The batches of the object holding `from_offset`, from the batch holding it
-        (the object reaching furthest, when copies overlap); [] when none does."""
+        """Batches of the object holding `from_offset`, from the batch holding it (the
+        object reaching furthest, when copies overlap); [] when none does.
+        CorruptObjectError names the object when a batch is damaged."""
         holding = [m for m in await self._listing(from_offset)
                    if m.start_offset <= from_offset < m.end_offset]
         if not holding:
             return []
         manifest = max(holding, key=lambda m: m.end_offset)
-        piece = Piece("tier", manifest.data_key, from_offset, manifest.end_offset, manifest)
-
-        def load() -> list[RecordBatch]:
-            data = read_piece(self._store, piece)
-            return list(iter_piece_batches(data, piece, manifest.start_offset))
-
-        batches = await asyncio.to_thread(load)
+        # The last index entry at or below the offset: a batch boundary before it.
+        position, first = 0, manifest.start_offset
+        for offset, pos in manifest.offset_index:
+            if offset > from_offset:
+                break
+            position, first = pos, offset
+        batches = await asyncio.to_thread(self._load, manifest, position, first, from_offset)
         self.objects_read += 1
         return batches
+
+    def _load(self, manifest: Manifest, position: int, first: int,
+              from_offset: int) -> list[RecordBatch]:
+        """The whole batches in about `read_bytes` from the one holding `from_offset`
+        (at least one), reading on from `position` (a batch boundary at `first`: an
+        index entry, at most an index interval before it)."""
+        while True:
+            batches, size = self._load_range(manifest, position, first)
+            held = [b for b in batches if b.next_offset > from_offset]
+            if held:
+                return held
+            position, first = position + size, batches[-1].next_offset
+
+    def _load_range(self, manifest: Manifest, position: int, first: int
+                    ) -> tuple[list[RecordBatch], int]:
+        """The whole batches in about `read_bytes` from `position` (at least one), and
+        their size in bytes."""
+        length = self._read_bytes
+        while True:
+            length = min(length, manifest.size_bytes - position)
+            data = self._store.get(manifest.data_key, position, length)
+            batches: list[RecordBatch] = []
+            pos, expected = 0, first
+            while pos + HEADER_SIZE <= len(data):
+                try:
+                    if pos + peek_batch_header(data, pos).size_bytes > len(data):
+                        break
+                    header = verify_batch(data, pos)
+                except CorruptBatchError as exc:
+                    raise CorruptObjectError(manifest.data_key, exc.reason,
+                                             exc.offset) from None
+                if header.base_offset != expected:
+                    raise CorruptObjectError(manifest.data_key, "offset discontinuity: batch "
+                                             f"starts at {header.base_offset}, expected "
+                                             f"{expected}", expected)
+                batch, size = decode_batch(data, pos, verified=header)
+                batches.append(batch)
+                pos += size
+                expected = batch.next_offset
+            if batches or position + length >= manifest.size_bytes:
+                if not batches:
+                    raise CorruptObjectError(manifest.data_key, "the data ends inside a batch",
+                                             first)
+                return batches, pos
+            length *= 2  # one batch larger than a read
 
 
 class HistoryReader:
@@ -109,7 +162,10 @@ class HistoryReader:
         local = self._local.local_start_offset()
         if self._tier is None:
             return local
-        tiered = await self._tier.start_offset()
+        try:
+            tiered = await self._tier.start_offset()
+        except TierError as exc:
+            raise HistoryUnavailableError(local, f"the tier cannot be listed: {exc}") from None
         return local if tiered is None else min(local, tiered)
 
     async def read(self, offset: int, end: int) -> list[RecordBatch]:
@@ -126,7 +182,11 @@ class HistoryReader:
             if batches:
                 return batches
         if self._tier is not None:
-            batches = [b for b in await self._tier.read(offset) if b.base_offset < end]
+            try:
+                tiered = await self._tier.read(offset)
+            except TierError as exc:  # unreachable, or a damaged object (named)
+                raise HistoryUnavailableError(offset, f"the tier: {exc}") from None
+            batches = [b for b in tiered if b.base_offset < end]
             if batches:
                 return batches
             where = "this controller's log starts above it and no tier object holds it"

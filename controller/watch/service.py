@@ -216,7 +216,10 @@ class _Watch:
             self._end(grpc.StatusCode.UNAVAILABLE,
                       f"BEHIND: this controller has committed up to {hub.committed_offset}, "
                       f"not yet {start}; retry, or watch at another controller")
-        oldest = await s._history.oldest_offset()
+        try:
+            oldest = await s._history.oldest_offset()
+        except HistoryUnavailableError as exc:
+            self._end(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry, or watch elsewhere")
         if start < oldest:
             raise WatchEnded(grpc.StatusCode.OUT_OF_RANGE,
                              f"from_offset {start} is below the oldest offset held, {oldest} "
