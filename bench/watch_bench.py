@@ -260,8 +260,8 @@ def run_replay(args: argparse.Namespace) -> None:
         wall = time.perf_counter() - t0
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu = (usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)
-        print(f"replayed {context.events} events (offsets 0..{end}) from {tier.objects_read} "
-              f"tier objects in {wall:.1f}s: {context.events / wall:,.0f} events/s, "
+        print(f"replayed {context.events} events (offsets 0..{end}) in {tier.objects_read} ranged "
+              f"tier reads in {wall:.1f}s: {context.events / wall:,.0f} events/s, "
               f"{cpu / max(context.events, 1) * 1e6:.1f} us CPU an event")
     finally:
         if not args.keep:

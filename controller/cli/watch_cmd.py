@@ -33,6 +33,8 @@ _KINDS = {kind.name.lower(): kind for kind in Kind}
 
 
 def _time(ms: int) -> str:
+    if ms <= 0:  # the voter set a dynamic quorum was formatted with: no append time
+        return f"{'-':<24}"
     moment = datetime.datetime.fromtimestamp(ms / 1e3, tz=datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
