@@ -78,6 +78,7 @@ from controller.metadata import (
     DescribeConfigsResult,
     ElectionType,
     ElectLeadersResult,
+    ErrorCode,
     FeatureDescription,
     FeatureUpdate,
     FeatureUpdateResult,
@@ -97,6 +98,9 @@ DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_ATTEMPT_TIMEOUT_MS = 1_000
 _BACKOFF_FIRST_MS = 25
 _BACKOFF_MAX_MS = 1_000
+# Leadership transfers tried when another controller wins the election a hand-over
+# started (`transfer_leadership`).
+_TRANSFER_ATTEMPTS = 3
 # Redirects followed back to back before backing off (a leader change in progress
 # can bounce a request between two nodes for a moment).
 _FREE_REDIRECTS = 3
@@ -576,11 +580,21 @@ class AdminClient:
 
     def transfer_leadership(self, target_id: int) -> TransferOutcome:
         """Hand the quorum's leadership to voter `target_id`; answered once it leads
-        (or the hand-over failed: the error says, and nothing was lost)."""
-        args = Args(extra=(target_id, self._voter_change_timeout_ms()))
-        answer: TransferOutcome = self.call(_RPC["TransferLeadership"], args,
-                         attempt_timeout_ms=self._timeout_ms)
-        return answer
+        (or the hand-over failed: the error says, and nothing was lost). When another
+        controller won the election the hand-over started (a race a loaded machine
+        can lose), it is asked again of the new leader, a few times while time is
+        left."""
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        for attempt in range(_TRANSFER_ATTEMPTS):
+            args = Args(extra=(target_id, self._voter_change_timeout_ms()))
+            answer: TransferOutcome = self.call(_RPC["TransferLeadership"], args,
+                                                attempt_timeout_ms=self._timeout_ms)
+            lost_race = (answer.error.code is ErrorCode.REQUEST_TIMED_OUT
+                         and answer.leader_id not in (-1, target_id))
+            if not lost_race or attempt + 1 == _TRANSFER_ATTEMPTS \
+                    or time.monotonic() + 1.0 > deadline:
+                return answer
+        raise AssertionError("unreachable")
 
     def describe_node(self) -> NodeDescription:
         """The state of the controller this client reaches first (its first bootstrap

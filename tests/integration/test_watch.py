@@ -181,8 +181,8 @@ def test_a_watcher_resumes_across_a_leader_kill_and_a_standby_restart(
         finally:
             writer.stop()
         wait_until(lambda: follower.next_offset >= follower.committed > 0, 30, "caught up")
-        end = follower.next_offset
         follower.stop()
+        end = follower.next_offset  # read after the follower stopped: its last token
     assert follower.error is None, follower.error
     assert follower.offsets == sorted(set(follower.offsets)), "no duplicate, in order"
     # No gap: exactly what the log holds (from disk, the longest of the controllers'

@@ -300,3 +300,23 @@ def test_version_and_broker_status_exit_codes() -> None:
     assert unreachable.exit_code == 3 and unreachable.stderr.startswith("error: broker ")
     assert CliRunner().invoke(cli, ["broker-status", "--address", "x:1", "--output",
                                     "text"]).exit_code == 2
+
+
+def test_a_leadership_transfer_that_lost_its_election_is_asked_again() -> None:
+    """Another controller won the election the hand-over started: the client asks the
+    new leader again (a few times), and reports the outcome it ends with."""
+    from controller.api.client import AdminClient
+    from controller.api.seam import TransferOutcome
+    from controller.metadata import ApiError, ErrorCode
+
+    lost = TransferOutcome(ApiError(ErrorCode.REQUEST_TIMED_OUT, "3001 took over"), 3001, 3)
+    won = TransferOutcome(ApiError(ErrorCode.NONE), 3002, 4)
+    refused = TransferOutcome(ApiError(ErrorCode.VOTER_NOT_FOUND, "not a voter"), 3000, 2)
+    for answers, want, calls in (([lost, won], won, 2), ([lost, lost, lost], lost, 3),
+                                 ([refused], refused, 1)):
+        client = AdminClient(["127.0.0.1:1"], timeout_ms=30_000)
+        given = list(answers)
+        client.call = lambda *_a, given=given, **_k: given.pop(0)  # type: ignore[method-assign]
+        assert client.transfer_leadership(3002) == want
+        assert len(answers) - len(given) == calls
+        client.close()
