@@ -30,6 +30,11 @@ CHANGE_JSON = (
     " leader_recovery_state STRING, eligible_leader_replicas STRUCT<ids ARRAY<INT>>>"
 )
 LEADER_CHANGE_JSON = "fields STRUCT<leader_id INT, epoch INT, voters ARRAY<INT>>"
+VOTERS_JSON = ("fields STRUCT<voters ARRAY<STRUCT<node_id INT, directory_id STRING,"
+               " endpoint STRING>>>")
+ACL_JSON = ("fields STRUCT<id STRING, resource_type STRING, resource_name STRING,"
+            " pattern_type STRING, principal STRING, host STRING, operation STRING,"
+            " permission_type STRING>")
 
 WHO = ["principal", "client_address", "request_id"]
 RECOVERING = "LEADER_RECOVERY_STATE_RECOVERING"
@@ -566,8 +571,8 @@ def config_history(df: DataFrame) -> DataFrame:
 
 def elections_per_epoch(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """Per Raft epoch (from 1): the controller that led it, when it started, and the
-    partition leader elections (`leader_elections`: partition leader changes, and
-    unclean ones) its controller made."""
+    partition leader changes (`partition_leader_changes`, unclean ones apart) its
+    controller made."""
     log = log_rows(df)
     lc = with_fields(log.where(F.col("record_type") == "leader_change"), LEADER_CHANGE_JSON)
     f = fields()
@@ -575,7 +580,7 @@ def elections_per_epoch(df: DataFrame, states: DataFrame | None = None) -> DataF
                       F.col("offset").alias("start_offset"),
                       F.col("append_time").alias("start_time"))
     moves = (_states(df, states).where(F.col("leader_changed")).groupBy("epoch")
-             .agg(F.count("*").alias("leader_elections")))
+             .agg(F.count("*").alias("partition_leader_changes")))
     # Records and unclean elections (as `unclean_elections` finds them) in one pass.
     records = log.groupBy("epoch").agg(F.count("*").alias("records"),
                                        F.count(F.when(_unclean(), 1)).alias("unclean_elections"))
@@ -583,8 +588,83 @@ def elections_per_epoch(df: DataFrame, states: DataFrame | None = None) -> DataF
     # set), before any controller led: no row of its own.
     return (terms.join(records, "epoch", "full").join(moves, "epoch", "left")
             .where(F.col("epoch") > 0)
-            .fillna(0, ["leader_elections", "unclean_elections", "records"])
+            .fillna(0, ["partition_leader_changes", "unclean_elections", "records"])
             .orderBy("epoch"))
+
+
+# ------------------------------------------------------------------------ quorum
+
+
+def voter_changes(df: DataFrame) -> DataFrame:
+    """Every voter set the log records (a dynamic quorum's VotersRecords) against the
+    one before it: `change` is `initial` (the formatted set), `added`, `removed`, or
+    `replaced` when an added voter's id was removed before with another directory (a
+    controller whose disk was replaced: removed, reformatted, added back; `replaces`
+    names what it replaced); `added` / `removed` list voters as `id/directory`. A
+    static quorum (voters in each controller's config) has no rows."""
+    voters = with_fields(log_rows(df).where(F.col("record_type") == "voters"), VOTERS_JSON)
+    member = F.transform(fields()["voters"],
+                         lambda v: F.concat_ws("/", v["node_id"].cast("string"),
+                                               v["directory_id"]))
+    rows = voters.select("offset", "append_time", "epoch", *WHO, member.alias("voters"))
+    # Few rows (one per voter change): one window over the log order is fine.
+    w = Window.orderBy("offset")
+    empty = F.array().cast("array<string>")
+    with_prev = rows.select("*", F.lag("voters").over(w).alias("_prev"))
+    added = F.array_except("voters", F.coalesce("_prev", empty))
+    removed = F.array_except(F.coalesce("_prev", empty), "voters")
+    out = with_prev.select("*", added.alias("added"), removed.alias("removed"))
+    # Members removed so far (this record's included) and, for each added member, the
+    # earlier removed ones with its id: what it replaces.
+    every_removed = F.flatten(F.collect_list("removed").over(
+        w.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+    out = out.withColumn("_gone", every_removed)
+    replaces = F.flatten(F.transform("added", lambda a: F.filter(
+        "_gone", lambda r: (F.split(r, "/")[0] == F.split(a, "/")[0]) & (r != a))))
+    out = out.withColumn("replaces", F.array_distinct(replaces))
+    # A removal that a later record undoes with a new directory still shows as removed.
+    kinds = F.concat_ws("+", F.when(F.size("added") > F.size("replaces"), F.lit("added")),
+                        F.when(F.size("removed") > 0, F.lit("removed")),
+                        F.when(F.size("replaces") > 0, F.lit("replaced")))
+    change = (F.when(F.col("_prev").isNull(), F.lit("initial"))
+              .when(kinds == "", F.lit("unchanged")).otherwise(kinds))
+    return (out.select("offset", "append_time", "epoch", change.alias("change"), "added",
+                       "removed", "replaces", "voters", *WHO)
+            .orderBy("offset"))
+
+
+# ------------------------------------------------------------------------ ACLs
+
+
+def _acl_name(column: Column, prefix: str) -> Column:
+    return F.regexp_replace(column, f"^{prefix}", "")
+
+
+def acl_changes(df: DataFrame) -> DataFrame:
+    """ACL bindings created and deleted, in log order: the binding (for whom, which
+    operation allowed or denied, on what resource and pattern, from which host) and
+    who changed it (the request's principal), when. A deletion names the binding
+    its creation did (`binding_id`); one created before the log's start shows only
+    the id."""
+    log = log_rows(df)
+    f = fields()
+    created = with_fields(log.where(F.col("record_type") == "access_control_entry"),
+                          ACL_JSON).select(
+        "offset", "append_time", "epoch", *WHO, F.lit("created").alias("change"),
+        f["id"].alias("binding_id"), f["principal"].alias("for_principal"),
+        f["host"].alias("host"),
+        _acl_name(f["permission_type"], "ACL_PERMISSION_TYPE_").alias("permission"),
+        _acl_name(f["operation"], "ACL_OPERATION_").alias("operation"),
+        _acl_name(f["resource_type"], "ACL_RESOURCE_TYPE_").alias("resource_type"),
+        F.col("resource_name"),
+        _acl_name(f["pattern_type"], "ACL_PATTERN_TYPE_").alias("pattern"))
+    binding = created.drop("offset", "append_time", "epoch", *WHO, "change")
+    deleted = (with_fields(log.where(F.col("record_type") == "remove_access_control_entry"),
+                           "fields STRUCT<id STRING>")
+               .select("offset", "append_time", "epoch", *WHO, F.lit("deleted").alias("change"),
+                       f["id"].alias("binding_id"))
+               .join(binding, "binding_id", "left"))
+    return created.unionByName(deleted).orderBy("offset")
 
 
 def has_real_time() -> Column:

@@ -29,7 +29,16 @@ import analytics
 from analytics import audit, report_plots
 from analytics.invariants import INVARIANTS, USES_STATES, first_divergence
 from analytics.report_plots import PLOT_INTERVALS
-from analytics.report_render import Block, Bullets, Heading, Plot, Table, Text, write_report
+from analytics.report_render import (
+    Block,
+    Bullets,
+    Heading,
+    Plot,
+    Table,
+    Text,
+    cell_text,
+    write_report,
+)
 from analytics.schema import CORRUPT_COLUMN
 
 Progress = Callable[[str], None]
@@ -46,6 +55,8 @@ SECTIONS: tuple[tuple[str, Callable[..., DataFrame]], ...] = (
     ("Reassignments", audit.reassignments),
     ("Config history", audit.config_history),
     ("Elections per controller epoch", audit.elections_per_epoch),
+    (QUORUM_TITLE := "Quorum membership (voter set changes)", audit.voter_changes),
+    (ACL_TITLE := "ACL changes (bindings created and deleted)", audit.acl_changes),
     ("Unclean elections", audit.unclean_elections),
     (ELR_TITLE := "Eligible leader replicas (KIP-966)", audit.eligible_leader_replicas),
 )
@@ -57,7 +68,7 @@ PLOTTED = frozenset({"Leader churn per broker", "Fencing intervals"})
 # Sections counted by a column's values for the report's head (over every row, not
 # the rows shown).
 BREAKDOWN = {"Fencing intervals": "cause", ISR_TITLE: "outcome", "Reassignments": "outcome",
-             ELR_TITLE: "elected_from_elr"}
+             ELR_TITLE: "elected_from_elr", QUORUM_TITLE: "change", ACL_TITLE: "change"}
 # In a permissive audit, the verdict on the log's damage (rows: the damaged places).
 DAMAGE_CHECK = "log_readable"
 # With logs to compare with, the verdict on the replicas (rows: one per log at the first
@@ -263,6 +274,15 @@ def _replica_section(spark: SparkSession, logs: list[str], committed_offset: int
              "replica 0 is the audited log:"), _table(rows, differ.columns)]
 
 
+def _kinds(counts: dict[Any, int], first: str) -> str:
+    """"N (a initial, b added, ...)" from a breakdown, `first` listed first."""
+    total = sum(counts.values())
+    if not total:
+        return "0"
+    order = sorted(counts, key=lambda k: (k != first, str(k)))
+    return f"{total} (" + ", ".join(f"{counts[k]} {k}" for k in order) + ")"
+
+
 def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Path,
             log_dir: str, stats: Any, progress: Progress, max_rows: int,
             started: float) -> dict[str, int]:
@@ -352,7 +372,7 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
             f"log: {log_dir}",
             f"offsets {first_offset} to {last_offset} ({total} records); highest Raft "
             f"epoch {last_epoch}",
-            f"time {first_time} to {last_time} UTC ({span_s:.0f} s)",
+            f"time {cell_text(first_time)} to {cell_text(last_time)} UTC ({span_s:.0f} s)",
             f"reassignments: {counts['Reassignments']} ("
             + ", ".join(f"{k} {reassigned.get(k, 0)}"
                         for k in ("completed", "cancelled", "replaced", "ongoing")) + ")",
@@ -364,6 +384,12 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
             f"{incidents.get('open', 0)} open); unclean elections: "
             f"{counts['Unclean elections']}; ELR changes: {counts[ELR_TITLE]} "
             f"({kinds[ELR_TITLE].get(True, 0)} elections from the ELR)",
+            f"controller epochs: {counts['Elections per controller epoch']}; voter set "
+            f"changes: {_kinds(kinds[QUORUM_TITLE], 'initial')} (a static quorum, with its "
+            "voters in the controllers' configs, has none)",
+            f"ACL bindings: {kinds[ACL_TITLE].get('created', 0)} created, "
+            f"{kinds[ACL_TITLE].get('deleted', 0)} deleted (denied requests are in the "
+            "controllers' own logs, event=access_denied, not in the metadata log)",
             f"audit time: {time.monotonic() - started:.1f} s")),
         Text(verdict),
         Heading("Plots"),
@@ -383,6 +409,8 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
                            for k in ("fenced", "controlled_shutdown", "registered")},
         "isr_incident_outcomes": {k: incidents.get(k, 0)
                                   for k in ("recovered", "stopped", "open")},
+        "voter_changes": dict(kinds[QUORUM_TITLE]),
+        "acl_changes": {k: kinds[ACL_TITLE].get(k, 0) for k in ("created", "deleted")},
     }
     write_report(out, head + body, summary)
     progress(f"report written to {out / 'report.html'} (also report.md, summary.json)")

@@ -55,6 +55,12 @@ Block = Heading | Text | Bullets | Table | Plot
 # A topic id or incarnation id (a UUID): shown by its first 8 characters in tables
 # (enough to tell them apart in one cluster; summary.json and the data keep them whole).
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_VOTER = re.compile(r"(\d+/)([A-Za-z0-9_-]{22})\b")
+
+
+def cell_text(value: Any) -> str:
+    """A value as the report shows it (times to the millisecond, short ids)."""
+    return _cell(value)
 
 
 def _cell(value: Any) -> str:
@@ -62,13 +68,19 @@ def _cell(value: Any) -> str:
     microseconds), ids short, one line, bounded."""
     if value is None:
         return ""
+    if isinstance(value, (list, tuple)):
+        return _cell("[" + ", ".join(_cell(v) for v in value) + "]")
     if isinstance(value, datetime.datetime):
+        if value.year < 1971:  # no real append time (a formatted voter set)
+            return "-"
         text = value.strftime("%Y-%m-%d %H:%M:%S")
         millis = value.microsecond // 1000
         return text + (f".{millis:03d}" if millis else "")
     if isinstance(value, float):
         return f"{value:g}"
     text = _UUID.sub(lambda m: m.group(0)[:8] + "…", str(value))
+    # A voter as id/directory id: the directory id shortened too.
+    text = _VOTER.sub(lambda m: m.group(1) + m.group(2)[:8] + "…", text)
     return text.replace("\n", " ")[:120]
 
 

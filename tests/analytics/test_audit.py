@@ -206,7 +206,7 @@ def test_elections_per_epoch_and_unclean(df: Any, log_dir: tuple[Path, Known]) -
     moves = _replayed_leader_moves(log_dir[0])
     rows = audit.elections_per_epoch(df).collect()
     assert [(r.epoch, r.controller_id) for r in rows] == [(1, C1), (known.failover_epoch, C2)]
-    assert sum(r.leader_elections for r in rows) == len(moves)
+    assert sum(r.partition_leader_changes for r in rows) == len(moves)
     assert [r.unclean_elections for r in rows] == [0, 1]
     unclean = audit.unclean_elections(df).collect()
     assert [(r.topic_name, r.partition_id, r.leader, r.isr, r.principal) for r in unclean] == [

@@ -37,6 +37,12 @@ def test_audit_command_passes_on_a_dev_cluster_log(spark: Any, dev_run: DevRun,
         ["ok", n] for n in [*INVARIANTS, REPLICA_CHECK]]
     report = (out / "report.md").read_text()
     assert "All 7 checks pass." in report
+    # The head tells the tour: one real fencing (the kill -9), clean stops at the end
+    # (not outages), the controller replaced, the brokers' ACLs.
+    assert "brokers fenced: 1 by an expired session," in report
+    assert "stopped with their broker, 0 open)" in report
+    assert "voter set changes: 3 (1 initial, 1 removed, 1 replaced)" in report
+    assert "ACL bindings: 3 created, 0 deleted" in report
     assert (f"The 3 logs (`{logs[0]}`, `{logs[1]}`, `{logs[2]}`) agree at every offset up "
             "to the shortest log's end.") in report
 
@@ -73,6 +79,25 @@ def test_the_tour_shows_in_the_audit(spark: Any, dev_run: DevRun) -> None:
 
     for name, check in INVARIANTS.items():
         assert check(df).count() == 0, name
+
+
+def test_the_quorum_and_acl_sections_tell_the_tour(spark: Any, dev_run: DevRun) -> None:
+    df = analytics.load(spark, str(dev_run.controller_logs()[0]))
+    changes = audit.voter_changes(df).collect()
+    # Formatted with three voters; the replaced controller's lost replica removed,
+    # then its new one (same id, new directory) added: a replacement.
+    assert [c["change"] for c in changes] == ["initial", "removed", "replaced"]
+    assert len(changes[0]["voters"]) == 3
+    (gone,) = changes[1]["removed"]
+    (back,) = changes[2]["added"]
+    assert changes[2]["replaces"] == [gone]
+    assert gone.split("/")[0] == back.split("/")[0] and gone != back
+    assert len(changes[2]["voters"]) == 3
+    acls = audit.acl_changes(df).collect()
+    assert [(a["change"], a["for_principal"], a["operation"], a["permission"],
+             a["resource_type"]) for a in acls] == [
+        ("created", f"User:broker-{b}", "CLUSTER_ACTION", "ALLOW", "CLUSTER") for b in (1, 2, 3)]
+    assert {a["principal"] for a in acls} == {"User:admin"}
 
 
 def test_the_controllers_logs_agree(spark: Any, dev_run: DevRun,
