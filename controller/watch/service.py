@@ -31,7 +31,7 @@ from controller.security.access import (
     topic_action,
 )
 from controller.security.acl import Operation as AclOperation
-from controller.watch.events import TOPIC_KINDS, TopicNames, spec_from_request
+from controller.watch.events import TOPIC_KINDS, TopicNames, WatchSpec, spec_from_request
 from controller.watch.history import HistoryReader, HistoryUnavailableError
 from controller.watch.hub import WatchHub
 
@@ -110,11 +110,11 @@ class WatchService:
                  access: Access, settings: WatchSettings | None = None,
                  clock_s: Callable[[], float] = time.monotonic) -> None:
         self.hub = hub
-        self._history = history
-        self._node = node
-        self._access = access
+        self.history = history
+        self.node = node
+        self.access = access
         self.settings = settings or WatchSettings()
-        self._clock_s = clock_s
+        self.clock_s = clock_s
         self.closing = False
         self.events_sent = 0
 
@@ -171,19 +171,19 @@ class _Watch:
         except ValueError as exc:
             self._end(grpc.StatusCode.INVALID_ARGUMENT, f"malformed Watch request: {exc}")
         try:
-            caller = s._access.caller(self.context)
+            caller = s.access.caller(self.context)
         except UnauthenticatedError as exc:
             self._end(grpc.StatusCode.UNAUTHENTICATED, f"Watch: {exc}")
         self.principal = caller.principal
 
         def may_topic(name: str) -> bool:
-            return s._access.allowed(caller, topic_action(AclOperation.DESCRIBE, name))
+            return s.access.allowed(caller, topic_action(AclOperation.DESCRIBE, name))
 
-        may_cluster = s._access.allowed(caller, cluster_action(AclOperation.DESCRIBE))
+        may_cluster = s.access.allowed(caller, cluster_action(AclOperation.DESCRIBE))
         if spec.topic and not may_topic(spec.topic):
             self._end(grpc.StatusCode.PERMISSION_DENIED,
                       f"Watch: {caller.principal} may not DESCRIBE topic {spec.topic!r}")
-        asked = {value for value in request.resource_types}
+        asked = set(request.resource_types)
         if (not spec.topic_filtered and not may_cluster
                 and any(kind.value in asked for kind in spec.kinds - TOPIC_KINDS)):
             self._end(grpc.StatusCode.PERMISSION_DENIED,
@@ -202,14 +202,14 @@ class _Watch:
     async def _start_offset(self, request: apb.WatchRequest) -> int:
         s, hub = self.s, self.s.hub
         start = request.from_offset if request.HasField("from_offset") else hub.committed_offset
-        deadline_s = s._clock_s() + s.settings.start_wait_ms / 1e3
+        deadline_s = s.clock_s() + s.settings.start_wait_ms / 1e3
         while start > hub.committed_offset and not s.closing:
-            left_s = deadline_s - s._clock_s()
+            left_s = deadline_s - s.clock_s()
             if left_s <= 0:
                 break
             await hub.wait_beyond(start - 1, left_s)
         if start > hub.committed_offset:
-            if s._node.is_active:
+            if s.node.is_active:
                 self._end(grpc.StatusCode.OUT_OF_RANGE,
                           f"from_offset {start} is beyond the committed end "
                           f"{hub.committed_offset}")
@@ -217,7 +217,7 @@ class _Watch:
                       f"BEHIND: this controller has committed up to {hub.committed_offset}, "
                       f"not yet {start}; retry, or watch at another controller")
         try:
-            oldest = await s._history.oldest_offset()
+            oldest = await s.history.oldest_offset()
         except HistoryUnavailableError as exc:
             self._end(grpc.StatusCode.UNAVAILABLE, f"{exc}; retry, or watch elsewhere")
         if start < oldest:
@@ -227,14 +227,14 @@ class _Watch:
                              "holds them)", ((OLDEST_OFFSET_KEY, str(oldest)),))
         return start
 
-    async def _follow(self, request: apb.WatchRequest, spec: Any, progress_s: float,
+    async def _follow(self, request: apb.WatchRequest, spec: WatchSpec, progress_s: float,
                       may_topic: Callable[[str], bool], may_cluster: bool) -> None:
         s, hub = self.s, self.s.hub
         self.next_offset = await self._start_offset(request)
         log.info("watch_started", peer=self.context.peer(), principal=self.principal,
                  from_offset=self.next_offset, kinds=",".join(sorted(k.name for k in spec.kinds)),
                  topic=spec.topic or None, topic_prefix=spec.topic_prefix or None)
-        names = TopicNames(s._node.topic_name)
+        names = TopicNames(s.node.topic_name)
         settings = s.settings
         await self._send([])  # the watch is open: its start offset
         caught_up_sent = False
@@ -247,7 +247,7 @@ class _Watch:
                 # At the end: progress if there is news (at once the first time the
                 # watch catches up, then at most every progress interval), a
                 # keep-alive when there has been none for a while, else wait.
-                now = s._clock_s()
+                now = s.clock_s()
                 news = self.next_offset > self._last_sent_offset
                 due = self._last_sent_s + (progress_s if news else KEEPALIVE_S)
                 if (news and not caught_up_sent) or now >= due:
@@ -257,7 +257,7 @@ class _Watch:
                 await hub.wait_beyond(self.next_offset, max(due - now, 0.001))
                 continue
             try:
-                batches = await s._history.read(self.next_offset, end)
+                batches = await s.history.read(self.next_offset, end)
             except HistoryUnavailableError as exc:
                 self._end(grpc.StatusCode.UNAVAILABLE,
                           f"{exc}; watch at another controller, which may hold it")
@@ -280,7 +280,7 @@ class _Watch:
                         await self._send(pending)
                         pending, pending_bytes = [], 0
                 self.next_offset = max(self.next_offset, batch.next_offset)
-            if pending or s._clock_s() >= self._last_sent_s + progress_s:
+            if pending or s.clock_s() >= self._last_sent_s + progress_s:
                 await self._send(pending)
             else:
                 await asyncio.sleep(0)  # a long stretch of history that matches nothing
@@ -297,6 +297,6 @@ class _Watch:
                       f"WATCH_TOO_SLOW: the watcher took no events for "
                       f"{s.settings.send_timeout_ms} ms; resume from the last offset it got")
         self._last_sent_offset = self.next_offset
-        self._last_sent_s = s._clock_s()
+        self._last_sent_s = s.clock_s()
         self.events_sent += len(events)
         s.events_sent += len(events)
