@@ -6,11 +6,20 @@ logs `event=admin_write` with the principal, the request id, the method, the
 resources named by the request and the result: `ok`, the per-item error codes, or
 the gRPC status it was refused with. Reads are not logged (they change nothing);
 both are counted by `ApiMetrics` when the daemon serves metrics.
+
+The line is rendered and written off the request's path: `finish` hands its parts
+to `AUDIT_LINES`, a writer thread that renders the request (protobuf's JSON form:
+most of the line's cost) and logs it, in answer order. What a crash of the process
+can lose: the lines of writes answered in the moment before it that the thread had
+not written yet; never more than `MAX_PENDING_LINES` (past that, `finish` writes the
+line itself). A clean stop writes every pending line (`AuditLines.flush`).
 """
 
 from __future__ import annotations
 
 import functools
+import queue
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -28,6 +37,8 @@ log = get_logger("metakraft.audit")
 
 # Bound a line: a request may name thousands of partitions.
 MAX_RESOURCES_LOGGED = 20
+# Lines handed to the writer thread and not yet written, at most.
+MAX_PENDING_LINES = 1_000
 _LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
@@ -103,6 +114,73 @@ def _may_hold_error(descriptor: Descriptor, seen: set[str]) -> bool:
                for f in descriptor.fields)
 
 
+class AuditLines:
+    """The writer thread of the `admin_write` lines (see the module docstring)."""
+
+    def __init__(self, max_pending: int = MAX_PENDING_LINES) -> None:
+        self._max_pending = max_pending
+        self._queue: queue.SimpleQueue[tuple[str, str, str, str, pb_message.Message] | None] \
+            = queue.SimpleQueue()
+        # Lines handed over and lines written: each counted by one thread only (the
+        # caller's, the writer's), so their difference is what is pending.
+        self._submitted = 0
+        self._written = 0
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.written_inline = 0
+
+    def submit(self, method: str, principal: str, request_id: str, result: str,
+               request: pb_message.Message) -> None:
+        if self.pending >= self._max_pending:
+            self.written_inline += 1
+            _write(method, principal, request_id, result, request)
+            return
+        if self._thread is None:
+            self._start()
+        self._submitted += 1
+        self._queue.put((method, principal, request_id, result, request))
+
+    @property
+    def pending(self) -> int:
+        return self._submitted - self._written
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="admin-write-log",
+                                                daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                _write(*item)
+            except Exception:  # a line that does not render must not stop the others
+                log.exception("admin_write_line_failed", method=item[0])
+            finally:
+                self._written += 1
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Wait (at most `timeout_s`) until every line handed over is written."""
+        deadline = time.monotonic() + timeout_s
+        while self.pending > 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return self.pending <= 0
+
+
+def _write(method: str, principal: str, request_id: str, result: str,
+           request: pb_message.Message) -> None:
+    log.info("admin_write", method=method, principal=principal, request_id=request_id,
+             result=result, request=describe_request(request))
+
+
+# The process's one writer of admin_write lines.
+AUDIT_LINES = AuditLines()
+
+
 @attrs.define
 class RequestAudit:
     """Filled while one request is handled; `finish` logs and counts it."""
@@ -131,6 +209,5 @@ class RequestAudit:
             result = ",".join(f"{code}:{n}" for code, n in sorted(codes.items()))
         else:
             result = "ok"
-        log.info("admin_write", method=self.method, principal=self.principal,
-                 request_id=self.request_id, result=result,
-                 request=describe_request(self.request))
+        AUDIT_LINES.submit(self.method, self.principal, self.request_id, result,
+                           self.request)

@@ -19,7 +19,7 @@ import signal
 from collections.abc import Callable
 
 from controller.api.admin_service import add_api_services
-from controller.api.audit_log import ApiMetrics
+from controller.api.audit_log import AUDIT_LINES, ApiMetrics
 from controller.api.seam import ControllerFacade
 from controller.gc_policy import GcPolicy
 from controller.log import get_logger
@@ -114,6 +114,8 @@ async def run_controller(config: DaemonConfig) -> int:
     watch.close()
     await asyncio.sleep(0)  # the open streams see it and end
     await server.stop(grace=0.5)
+    # The admin_write lines of the last answered writes, before saying it stopped.
+    await asyncio.to_thread(AUDIT_LINES.flush)
     if driver.failure is not None:
         failure = driver.failure
         log.error("stopped", node=cfg.node_id, status="failed", failed="raft node",

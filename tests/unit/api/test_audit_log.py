@@ -6,14 +6,17 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 from collections import Counter
 
 from google.protobuf import message as pb_message
 
 from controller.api import admin_pb2 as apb
 from controller.api.audit_log import (
+    AUDIT_LINES,
     MAX_RESOURCES_LOGGED,
     ApiMetrics,
+    AuditLines,
     RequestAudit,
     describe_request,
     error_codes,
@@ -86,6 +89,7 @@ def _audit_line(request: pb_message.Message, fmt: str) -> str:
     try:
         RequestAudit("AlterPartitionReassignments", True, request, None, "User:alice",
                      "r-1").finish("OK", apb.AlterPartitionReassignmentsResponse())
+        assert AUDIT_LINES.flush()  # written by the writer thread
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
@@ -130,3 +134,39 @@ def test_long_requests_are_cut_with_a_count() -> None:
     assert "header" not in describe_request(apb.DeleteTopicsRequest(
         header=apb.RequestHeader(request_id="x")))
     assert ApiMetrics  # the metrics of the same audit, exercised in test_observability
+
+
+def test_lines_are_written_off_the_caller_and_at_most_the_bound_are_pending() -> None:
+    """The writer thread is held: the first 5 lines wait for it (what a crash could
+    lose), the next ones are written by the caller itself; once it runs, every line
+    is out, none twice."""
+    release = threading.Event()
+
+    class HeldInTheWriter(logging.StreamHandler):  # type: ignore[type-arg]
+        def emit(self, record: logging.LogRecord) -> None:
+            if threading.current_thread().name == "admin-write-log":
+                release.wait(10)
+            super().emit(record)
+
+    out = io.StringIO()
+    handler = HeldInTheWriter(out)
+    handler.setFormatter(formatter("json"))
+    logger = logging.getLogger("metakraft.audit")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    lines = AuditLines(max_pending=5)
+    try:
+        for i in range(12):
+            lines.submit("DeleteTopics", "User:bob", f"r-{i}", "ok",
+                         apb.DeleteTopicsRequest(names=[f"t{i}"]))
+        assert lines.pending == 5 and lines.written_inline == 7
+        release.set()
+        assert lines.flush()
+    finally:
+        release.set()
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert sorted(e["request_id"] for e in events) == sorted(f"r-{i}" for i in range(12))
+    assert lines.pending == 0
