@@ -9,7 +9,8 @@ both are counted by `ApiMetrics` when the daemon serves metrics.
 
 The line is rendered and written off the request's path: `finish` hands its parts
 to `AUDIT_LINES`, a writer thread that renders the request (protobuf's JSON form:
-most of the line's cost) and logs it, in answer order. What a crash of the process
+most of the line's cost) and logs it, in answer order (a line written by its
+caller past the bound goes ahead of those still pending). What a crash of the process
 can lose: the lines of writes answered in the moment before it that the thread had
 not written yet; never more than `MAX_PENDING_LINES` (past that, `finish` writes the
 line itself). A clean stop writes every pending line (`AuditLines.flush`).
