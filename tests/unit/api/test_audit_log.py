@@ -9,9 +9,11 @@ import logging
 import threading
 from collections import Counter
 
+import pytest
 from google.protobuf import message as pb_message
 
 from controller.api import admin_pb2 as apb
+from controller.api import audit_log
 from controller.api.audit_log import (
     AUDIT_LINES,
     MAX_RESOURCES_LOGGED,
@@ -136,37 +138,33 @@ def test_long_requests_are_cut_with_a_count() -> None:
     assert ApiMetrics  # the metrics of the same audit, exercised in test_observability
 
 
-def test_lines_are_written_off_the_caller_and_at_most_the_bound_are_pending() -> None:
+def test_lines_are_written_off_the_caller_and_at_most_the_bound_are_pending(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The writer thread is held: the first 5 lines wait for it (what a crash could
     lose), the next ones are written by the caller itself; once it runs, every line
     is out, none twice."""
     release = threading.Event()
+    written: list[tuple[str, str]] = []
 
-    class HeldInTheWriter(logging.StreamHandler):  # type: ignore[type-arg]
-        def emit(self, record: logging.LogRecord) -> None:
-            if threading.current_thread().name == "admin-write-log":
-                release.wait(10)
-            super().emit(record)
+    def write(method: str, principal: str, request_id: str, result: str,
+              request: pb_message.Message) -> None:
+        writer = threading.current_thread().name == "admin-write-log"
+        if writer:
+            release.wait(10)
+        written.append((request_id, "writer" if writer else "caller"))
 
-    out = io.StringIO()
-    handler = HeldInTheWriter(out)
-    handler.setFormatter(formatter("json"))
-    logger = logging.getLogger("metakraft.audit")
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    monkeypatch.setattr(audit_log, "_write", write)
     lines = AuditLines(max_pending=5)
     try:
         for i in range(12):
             lines.submit("DeleteTopics", "User:bob", f"r-{i}", "ok",
                          apb.DeleteTopicsRequest(names=[f"t{i}"]))
         assert lines.pending == 5 and lines.written_inline == 7
+        assert written == [(f"r-{i}", "caller") for i in range(5, 12)]
         release.set()
         assert lines.flush()
     finally:
         release.set()
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
-    events = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert sorted(e["request_id"] for e in events) == sorted(f"r-{i}" for i in range(12))
+    assert sorted(rid for rid, _ in written) == sorted(f"r-{i}" for i in range(12))
+    assert [rid for rid, by in written if by == "writer"] == [f"r-{i}" for i in range(5)]
     assert lines.pending == 0
