@@ -40,6 +40,7 @@ from analytics.report_render import (
     write_report,
 )
 from analytics.schema import CORRUPT_COLUMN
+from analytics.tier_chain import tier_chain_section
 
 Progress = Callable[[str], None]
 MEMORY_AND_DISK = StorageLevel.MEMORY_AND_DISK
@@ -74,6 +75,9 @@ DAMAGE_CHECK = "log_readable"
 # With logs to compare with, the verdict on the replicas (rows: one per log at the first
 # offset where they differ).
 REPLICA_CHECK = "replicas_agree"
+# With a tier, the verdict on its hash chain against the log's record of it (rows:
+# the findings, see `analytics.tier_chain`).
+TIER_CHECK = "tier_chain"
 # A verdict beside the invariants: its name, and what runs it and returns the number
 # of rows at fault and its report section.
 ExtraCheck = tuple[str, Callable[[], tuple[int, list[Block]]]]
@@ -195,6 +199,9 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
         raw = rows.where(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN)
         damage = rows.where(F.col(CORRUPT_COLUMN).isNotNull())
         extra.append((DAMAGE_CHECK, lambda: _damage_section(damage)))
+    if tier:
+        extra.append((TIER_CHECK, lambda: tier_chain_section(
+            raw, tier, complete=log_dir is not None, max_rows=max_rows)))
     if compare_with:
         assert log_dir, "the replica check compares local log directories"
         logs = [log_dir, *compare_with]

@@ -4,7 +4,7 @@ Both read the tier directly (never through a controller). With `--log-dir` (a
 controller's data directory) they also read its local log: `describe` then shows
 each object's state as the metadata log records it (from the newest local snapshot
 and the log after it) and the copy lag; `verify` checks that tier + local log cover
-every offset with no gap.
+every offset with no gap, and anchors the tier's hash chain to that log.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -23,17 +23,19 @@ from controller.records import decode_record, record_type
 from controller.storage import snapshot_file as sf
 from controller.storage.errors import CorruptBatchError, StorageError
 from controller.storage.meta_properties import DataDir, cluster_id_of
+from controller.tier.chain import TierLedger, check_chain
 from controller.tier.history import (
     MAX_OFFSET,
     Piece,
     TierListing,
     history_batches,
+    iter_piece_batches,
     list_tier,
     local_segments,
     plan_history,
     read_piece,
 )
-from controller.tier.objects import CorruptObjectError, describe_batches
+from controller.tier.objects import CorruptObjectError, Manifest, describe_batches
 from controller.tier.remote import RemoteStorage, TierError, open_store
 from timeline import SnapshotRegistry
 
@@ -163,37 +165,83 @@ def describe(tier_url: str, log_dir: str | None, output: str) -> None:
 @tier.command()
 @_TIER_OPTION
 @_LOG_DIR_OPTION
-def verify(tier_url: str, log_dir: str | None) -> None:
-    """Read every object and check it against its manifest (size, CRCs, offsets,
-    epochs); with --log-dir also that tier + local log leave no gap. Exit 1 naming
-    the first bad object and offset."""
+@click.option("--output", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+def verify(tier_url: str, log_dir: str | None, output: str) -> None:
+    """Read every object and check it against its manifest (size, CRC-32C, SHA-256,
+    offsets, epochs), the hash chain between log objects, and each manifest against
+    the SHA-256 the metadata log recorded for it; with --log-dir also that tier +
+    local log leave no gap, and (the log's newest records being there) that every
+    object is the one a controller put. Exit 1 naming the first bad object."""
     store = _open(tier_url)
     listing = _listing(store, log_dir)
+    ledger = TierLedger()
     try:
+        local = local_segments(log_dir) if log_dir is not None else []
+        pieces = plan_history(listing.segments, local)
+        planned = {p.location for p in pieces if p.source == "tier"}
         for m in listing.snapshots:
             read_piece(store, Piece("tier", m.data_key, 0, m.end_offset, m))
         for m in listing.segments:
-            data = read_piece(store, Piece("tier", m.data_key, m.start_offset,
-                                           m.end_offset, m))
-            try:
-                found = describe_batches(data, m.start_offset)
-            except CorruptBatchError as exc:
-                raise CorruptObjectError(m.data_key, exc.reason, exc.offset) from None
-            if (found.end_offset, found.epochs) != (m.end_offset, m.epochs):
-                raise CorruptObjectError(m.data_key, "the batches do not match the manifest's "
-                                         "end offset or epochs", m.start_offset)
-        local = local_segments(log_dir) if log_dir is not None else []
-        pieces = plan_history(listing.segments, local)
-    except (TierError, FileNotFoundError) as exc:
-        click.echo(f"BAD {exc}", err=True)
-        sys.exit(1)
+            if m.data_key not in planned:  # an overlapping copy: checked, not replayed
+                _check_segment_object(store, m)
+        for piece in pieces:
+            if piece.source == "tier":
+                assert piece.manifest is not None
+                data = _check_segment_object(store, piece.manifest)
+                ledger.add_batches(iter_piece_batches(data, piece,
+                                                      piece.manifest.start_offset))
+            else:
+                ledger.add_batches(batch for _, batch in history_batches(None, [piece]))
+    except (TierError, StorageError, FileNotFoundError) as exc:
+        # The links between manifests need no data: they name the object after a
+        # deleted one, which a gap in the offsets alone does not.
+        links = check_chain(listing.segments, listing.snapshots, TierLedger(), complete=False)
+        _verify_failed(output, str(exc), [str(exc), *(str(f) for f in links.findings)])
+    report = check_chain(listing.segments, listing.snapshots, ledger,
+                         complete=log_dir is not None)
+    if not report.ok:
+        _verify_failed(output, str(report.findings[0]),
+                       [str(f) for f in report.findings])
     end = "" if not pieces else (" to the end of the local log" if pieces[-1].end == MAX_OFFSET
                                  else f" to {pieces[-1].end}")
     start = f"offsets from {pieces[0].start}{end}" if pieces else "no offsets"
-    click.echo(f"OK: {len(listing.segments)} log object(s), {len(listing.snapshots)} "
-               f"snapshot(s), {listing.total_bytes} bytes; {start}, no gap"
+    message = (f"OK: {len(listing.segments)} log object(s), {len(listing.snapshots)} "
+               f"snapshot(s), {listing.total_bytes} bytes; {start}, no gap; "
+               f"{report.summary()}"
                + (f"; {len(listing.incomplete)} incomplete object(s) (copies in progress "
                   "or abandoned, never read)" if listing.incomplete else ""))
+    if output == "json":
+        click.echo(json.dumps({"ok": True, "message": message, "log_objects":
+                               len(listing.segments), "snapshots": len(listing.snapshots),
+                               "hashed": report.hashed, "unhashed": report.unhashed,
+                               "recorded": report.recorded,
+                               "unanchored": list(report.unanchored)}, indent=2))
+    else:
+        click.echo(message)
+
+
+def _check_segment_object(store: RemoteStorage, m: Manifest) -> bytes:
+    data = read_piece(store, Piece("tier", m.data_key, m.start_offset, m.end_offset, m))
+    try:
+        found = describe_batches(data, m.start_offset)
+    except CorruptBatchError as exc:
+        raise CorruptObjectError(m.data_key, exc.reason, exc.offset) from None
+    if (found.end_offset, found.epochs) != (m.end_offset, m.epochs):
+        raise CorruptObjectError(m.data_key, "the batches do not match the manifest's "
+                                 "end offset or epochs", m.start_offset)
+    return data
+
+
+def _verify_failed(output: str, first: str, findings: list[str] | None = None) -> NoReturn:
+    if output == "json":
+        click.echo(json.dumps({"ok": False, "first": first, "findings": findings or [first]},
+                              indent=2))
+    else:
+        click.echo(f"BAD {first}", err=True)
+        for more in (findings or [])[1:]:
+            click.echo(f"    also: {more}", err=True)
+    sys.exit(1)
 
 
 __all__ = ["tier"]

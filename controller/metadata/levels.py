@@ -36,6 +36,10 @@ class Feature(enum.Enum):
     MOD_OFFSETS = (8, "mod offsets and conditional writes: every topic and config resource "
                    "names the offset of its last change, the same on every controller "
                    "(snapshots carry it); writes may be conditional on it")
+    TIER_HASH_CHAIN = (9, "a tamper-evident tier: every tier object's manifest holds the "
+                       "SHA-256 of its data, each log object's manifest the SHA-256 of the "
+                       "previous one's (a hash chain), and the log records each manifest's "
+                       "SHA-256 before its upload")
 
     @property
     def level(self) -> int:
@@ -69,6 +73,7 @@ LEVELS: tuple[Level, ...] = (
     Level(6, "0.3.0", Feature.IDLE_NO_OPS.description),
     Level(7, "0.4.0", Feature.REPLICA_REPORTED_ISR.description),
     Level(8, "0.4.0", Feature.MOD_OFFSETS.description),
+    Level(9, "0.4.0", Feature.TIER_HASH_CHAIN.description),
 )
 
 MINIMUM_METADATA_VERSION = LEVELS[0].level

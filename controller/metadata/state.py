@@ -133,6 +133,11 @@ class MetadataState(RecordHandler):
         if not enabled(Feature.REMOTE_TIER, level) and self.tier.objects():
             out.append(f"the remote tier holds {len(self.tier.objects())} objects "
                        f"(metadata.version {Feature.REMOTE_TIER.level})")
+        hashed = sum(1 for o in self.tier.objects() if o.manifest_sha256)
+        if enabled(Feature.REMOTE_TIER, level) and not enabled(Feature.TIER_HASH_CHAIN,
+                                                                level) and hashed:
+            out.append(f"the remote tier holds {hashed} objects with manifest hashes "
+                       f"(metadata.version {Feature.TIER_HASH_CHAIN.level})")
         if not enabled(Feature.REQUEST_RESULTS, level) and self.requests.size():
             out.append(f"the request-result table holds {self.requests.size()} entries "
                        f"(metadata.version {Feature.REQUEST_RESULTS.level})")
@@ -354,7 +359,8 @@ class MetadataState(RecordHandler):
         # 0: not finalized yet (before the bootstrap records): nothing to leave out.
         level = self.features.finalized_level(METADATA_VERSION, epoch) or LATEST_METADATA_VERSION
         if enabled(Feature.REMOTE_TIER, level):
-            records += self.tier.snapshot_records(epoch)
+            records += self.tier.snapshot_records(
+                epoch, with_hashes=enabled(Feature.TIER_HASH_CHAIN, level))
         if enabled(Feature.REQUEST_RESULTS, level):
             records += self.requests.snapshot_records(epoch)
         return records

@@ -60,6 +60,10 @@ _TRANSITIONS: dict[SegmentState, frozenset[SegmentState]] = {
 }
 
 
+def _is_sha256_hex(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
 class TierStateError(ValueError):
     """A tier change that does not fit the current tier state (nothing is written)."""
 
@@ -81,6 +85,10 @@ class RemoteObject:
     # When the current state was entered (the changing controller's clock).
     state: SegmentState
     state_time_ms: int
+    # SHA-256 (hex) of the object's manifest (metadata.version 9; "" before): what a
+    # tamper check compares the tier's manifest with, and the link the next log
+    # object's manifest chains to.
+    manifest_sha256: str = ""
 
     def __attrs_post_init__(self) -> None:
         assert 0 <= self.start_offset <= self.end_offset, self
@@ -102,7 +110,8 @@ class RemoteObject:
             start_offset=self.start_offset, end_offset=self.end_offset,
             start_time_ms=self.start_time_ms, end_time_ms=self.end_time_ms,
             size_bytes=self.size_bytes, last_epoch=self.last_epoch, copier_id=self.copier_id,
-            copier_epoch=self.copier_epoch, event_time_ms=self.state_time_ms)
+            copier_epoch=self.copier_epoch, event_time_ms=self.state_time_ms,
+            manifest_sha256=self.manifest_sha256)
 
 
 class RemoteLogControlManager:
@@ -118,6 +127,17 @@ class RemoteLogControlManager:
 
     def get(self, segment_id: str, epoch: int | None = None) -> RemoteObject | None:
         return self._objects.get(segment_id, epoch=epoch)
+
+    def chain_predecessor(self, start_offset: int, epoch: int | None = None) -> str:
+        """The manifest SHA-256 a log object starting at `start_offset` chains to: that
+        of the finished log object ending there ("" if none, or if it predates
+        metadata.version 9). Two finished copies of one range hold the same batches;
+        a hashed one with the smallest id is taken, so every controller picks the same."""
+        ends_here = sorted((not o.manifest_sha256, o.segment_id, o.manifest_sha256)
+                           for o in self._objects.values(epoch)
+                           if o.kind is ObjectKind.SEGMENT and o.end_offset == start_offset
+                           and o.state is SegmentState.COPY_FINISHED)
+        return ends_here[0][2] if ends_here else ""
 
     def copied_end_offset(self, epoch: int | None = None) -> int | None:
         """End of the log range whose copy finished (None: nothing copied yet).
@@ -167,6 +187,9 @@ class RemoteLogControlManager:
             raise MetadataReplayError("remote object without an id")
         if record.segment_id in self._objects:
             raise MetadataReplayError(f"remote object {record.segment_id} announced twice")
+        if record.manifest_sha256 and not _is_sha256_hex(record.manifest_sha256):
+            raise MetadataReplayError(f"remote object {record.segment_id}: manifest SHA-256 "
+                                      f"{record.manifest_sha256[:80]!r} is not 64 hex digits")
         if not 0 <= record.start_offset <= record.end_offset or record.size_bytes < 0:
             raise MetadataReplayError(f"remote object {record.segment_id}: bad range "
                                       f"[{record.start_offset}, {record.end_offset}) or size")
@@ -174,7 +197,7 @@ class RemoteLogControlManager:
             record.segment_id, kind, record.start_offset, record.end_offset,
             record.start_time_ms, record.end_time_ms, record.size_bytes, record.last_epoch,
             record.copier_id, record.copier_epoch, SegmentState.COPY_STARTED,
-            record.event_time_ms)
+            record.event_time_ms, record.manifest_sha256)
 
     def replay_state_change(self, record: RemoteLogSegmentStateChangeRecord) -> None:
         obj = self._objects.get(record.segment_id)
@@ -198,10 +221,13 @@ class RemoteLogControlManager:
 
     # -- snapshots ---------------------------------------------------------------------
 
-    def snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
+    def snapshot_records(self, epoch: int | None = None, *, with_hashes: bool = True
+                         ) -> list[MetadataRecord]:
+        """`with_hashes=False` (below metadata.version 9, after an unsafe downgrade):
+        the manifest hashes are left out."""
         out: list[MetadataRecord] = []
         for obj in self.objects(epoch):
-            out += obj.to_records()
+            out += (obj if with_hashes else attrs.evolve(obj, manifest_sha256="")).to_records()
         return out
 
     def image(self, epoch: int | None = None) -> Sequence[RemoteObject]:

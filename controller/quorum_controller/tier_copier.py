@@ -277,11 +277,17 @@ class TierCopier:
         data = b"".join(chunks)
         segment_id = uuid.uuid4().hex
         epoch, now = self._epoch(), self._clock_ms()
-        # Indexing the batches is CPU work: off the loop. Their CRCs were checked as
-        # the log served them; the object's own CRC-32C covers them from here on.
+        # On the hash chain from metadata.version 9: linked to the manifest of the
+        # finished object this one follows (as the replicated tier state records it).
+        prev = (self._controller.state.tier.chain_predecessor(start)
+                if self._hash_chain() else None)
+        # Indexing and hashing the batches is CPU work: off the loop. Their CRCs were
+        # checked as the log served them; the object's own CRC-32C and SHA-256 cover
+        # them from here on.
         manifest = await asyncio.to_thread(segment_manifest, self._cluster_id, segment_id,
                                            start, data, copier_id=self._node_id,
-                                           copier_epoch=epoch, check_crcs=False)
+                                           copier_epoch=epoch, check_crcs=False,
+                                           prev_manifest_sha256=prev)
         assert manifest.end_offset == target, (manifest.end_offset, target)
         obj = _object_of(manifest, ObjectKind.SEGMENT, now)
         await self._upload(obj, manifest, data)
@@ -302,13 +308,27 @@ class TierCopier:
         now = self._clock_ms()
         manifest = await asyncio.to_thread(
             snapshot_manifest, self._cluster_id, uuid.uuid4().hex, latest.end_offset,
-            latest.epoch, data, now, copier_id=self._node_id, copier_epoch=self._epoch())
+            latest.epoch, data, now, copier_id=self._node_id, copier_epoch=self._epoch(),
+            hashed=self._hash_chain())
         await self._upload(_object_of(manifest, ObjectKind.SNAPSHOT, now), manifest, data)
         return True
 
+    def _hash_chain(self) -> bool:
+        level = self._controller.state.features.finalized_level(METADATA_VERSION)
+        return enabled(Feature.TIER_HASH_CHAIN, level)
+
     async def _upload(self, obj: RemoteObject, manifest: Manifest, data: bytes) -> None:
         tier = self._controller.state.tier
-        await self._write("TierCopyStarted", lambda: tier.copy_started_records(obj))
+
+        def announce() -> list[MetadataRecord]:
+            # The level was read when the manifest was made; it may have moved since.
+            # Either way the record must match the level it is written at.
+            if bool(obj.manifest_sha256) != self._hash_chain():
+                raise TierStateError("metadata.version moved across the SHA-256 level "
+                                     "while the copy was prepared; the next round redoes it")
+            return tier.copy_started_records(obj)
+
+        await self._write("TierCopyStarted", announce)
         kind = obj.kind.name.lower()
         log.info("tier_copy_started", id=obj.segment_id, kind=kind, start_offset=obj.start_offset,
                  end_offset=obj.end_offset, bytes=len(data))
@@ -367,5 +387,6 @@ def _object_of(manifest: Manifest, kind: ObjectKind, now_ms: int) -> RemoteObjec
     return RemoteObject(manifest.segment_id, kind, manifest.start_offset, manifest.end_offset,
                         manifest.start_time_ms, manifest.end_time_ms, manifest.size_bytes,
                         manifest.last_epoch, manifest.copier_id, manifest.copier_epoch,
-                        SegmentState.COPY_STARTED, now_ms)
+                        SegmentState.COPY_STARTED, now_ms,
+                        manifest.sha256() if manifest.hashed else "")
 

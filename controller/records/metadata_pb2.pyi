@@ -1107,6 +1107,7 @@ class RemoteLogSegmentRecord(_message.Message):
     COPIER_ID_FIELD_NUMBER: _builtins.int
     COPIER_EPOCH_FIELD_NUMBER: _builtins.int
     EVENT_TIME_MS_FIELD_NUMBER: _builtins.int
+    MANIFEST_SHA256_FIELD_NUMBER: _builtins.int
     segment_id: _builtins.str
     """Unique id of this copy (a uuid); part of the object's name."""
     kind: Global___RemoteLogObjectKind.ValueType
@@ -1127,6 +1128,12 @@ class RemoteLogSegmentRecord(_message.Message):
     copier_epoch: _builtins.int
     event_time_ms: _builtins.int
     """When the copy started (copier's clock)."""
+    manifest_sha256: _builtins.str
+    """metadata.version 9: the SHA-256 (hex) of the object's manifest as put in the tier
+    (its canonical encoding), which holds the SHA-256 of the data and, for a log
+    object, of the previous log object's manifest. Empty below level 9. Recorded
+    before the upload, so the log holds the head of the tier's hash chain.
+    """
     def __init__(
         self,
         *,
@@ -1141,10 +1148,11 @@ class RemoteLogSegmentRecord(_message.Message):
         copier_id: _builtins.int = ...,
         copier_epoch: _builtins.int = ...,
         event_time_ms: _builtins.int = ...,
+        manifest_sha256: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copier_epoch", b"copier_epoch", "copier_id", b"copier_id", "end_offset", b"end_offset", "end_time_ms", b"end_time_ms", "event_time_ms", b"event_time_ms", "kind", b"kind", "last_epoch", b"last_epoch", "segment_id", b"segment_id", "size_bytes", b"size_bytes", "start_offset", b"start_offset", "start_time_ms", b"start_time_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copier_epoch", b"copier_epoch", "copier_id", b"copier_id", "end_offset", b"end_offset", "end_time_ms", b"end_time_ms", "event_time_ms", b"event_time_ms", "kind", b"kind", "last_epoch", b"last_epoch", "manifest_sha256", b"manifest_sha256", "segment_id", b"segment_id", "size_bytes", b"size_bytes", "start_offset", b"start_offset", "start_time_ms", b"start_time_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -14,10 +14,17 @@ a half-copied object is never read. The manifest holds the data's size and CRC-3
 an offset index (offset -> byte position, sparse), a time index (append time ->
 first offset at or after it, sparse), the slice of the leader-epoch history the
 range covers, and a CRC-32C of itself.
+
+From metadata.version 9 (manifest format 2) a manifest also holds the SHA-256 of its
+data and, for a log object, the SHA-256 of the previous log object's manifest: the
+log objects form a hash chain, and the log records each manifest's SHA-256 before the
+upload (`controller.tier.chain` checks all of it). CRC-32C finds damage; the hashes
+find replacement.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -29,7 +36,9 @@ from controller.logformat.batch import peek_batch_header, verify_batch
 from controller.storage.errors import CorruptBatchError
 from controller.tier.remote import TierError
 
-FORMAT_VERSION = 1
+# 1: CRC-32C only; 2: with the SHA-256 fields (metadata.version 9). Both are read.
+FORMAT_VERSION = 2
+_FORMAT_VERSIONS = (1, 2)
 CLUSTER_MARKER = "cluster.json"
 LOG_PREFIX = "log/"
 SNAPSHOT_PREFIX = "snapshots/"
@@ -90,6 +99,15 @@ class Manifest:
     time_index: tuple[tuple[int, int], ...] = ()
     copier_id: int = -1
     copier_epoch: int = -1
+    # Format 2: the SHA-256 (hex) of the data, and of the previous log object's
+    # manifest ("" for the first object of the chain, and on snapshots).
+    data_sha256: str = ""
+    prev_manifest_sha256: str = ""
+
+    @property
+    def hashed(self) -> bool:
+        """Format 2: on the hash chain (written at metadata.version 9)."""
+        return bool(self.data_sha256)
 
     @property
     def data_key(self) -> str:
@@ -101,8 +119,15 @@ class Manifest:
         return manifest_key(self.data_key)
 
     def encode(self) -> bytes:
+        """The canonical bytes (what `sha256` hashes): a decoded manifest encodes to
+        the bytes it was decoded from, whatever its format."""
         body = attrs.asdict(self)
-        body["format_version"] = FORMAT_VERSION
+        if self.hashed:
+            body["format_version"] = 2
+        else:
+            # Format 1 has no SHA-256 fields.
+            del body["data_sha256"], body["prev_manifest_sha256"]
+            body["format_version"] = 1
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return json.dumps({"crc32c": crc32c.crc32c(text.encode()), "manifest": text}
                           ).encode() + b"\n"
@@ -115,8 +140,13 @@ class Manifest:
             if crc32c.crc32c(text.encode()) != outer["crc32c"]:
                 raise CorruptObjectError(key, "manifest CRC-32C mismatch")
             body: dict[str, Any] = json.loads(text)
-            if body.pop("format_version") != FORMAT_VERSION:
-                raise CorruptObjectError(key, "unknown manifest format version")
+            version = body.pop("format_version")
+            if version not in _FORMAT_VERSIONS:
+                raise CorruptObjectError(key, f"unknown manifest format version {version!r}")
+            if version == 1 and ("data_sha256" in body or "prev_manifest_sha256" in body):
+                raise CorruptObjectError(key, "a format 1 manifest with SHA-256 fields")
+            if version == 2 and not body.get("data_sha256"):
+                raise CorruptObjectError(key, "a format 2 manifest without its data SHA-256")
             for name in ("epochs", "offset_index", "time_index"):
                 body[name] = tuple(tuple(pair) for pair in body[name])
             manifest = cls(**body)
@@ -128,6 +158,11 @@ class Manifest:
             raise CorruptObjectError(key, f"manifest describes {manifest.data_key}, "
                                      "not the object its name says")
         return manifest
+
+    def sha256(self) -> str:
+        """SHA-256 (hex) of the canonical encoding: what the log records and the next
+        log object's manifest chains to."""
+        return hashlib.sha256(self.encode()).hexdigest()
 
 
 @attrs.frozen
@@ -186,22 +221,29 @@ def describe_batches(data: bytes, start_offset: int,
 
 def segment_manifest(cluster_id: str, segment_id: str, start_offset: int, data: bytes, *,
                      copier_id: int = -1, copier_epoch: int = -1,
-                     check_crcs: bool = True) -> Manifest:
+                     check_crcs: bool = True, prev_manifest_sha256: str | None = None
+                     ) -> Manifest:
     """The manifest of a log object holding `data` (batches from `start_offset`;
-    `check_crcs=False` when they were verified as they were read)."""
+    `check_crcs=False` when they were verified as they were read). With
+    `prev_manifest_sha256` ("" for the first object of a chain), a format 2
+    manifest on the hash chain; None: format 1 (below metadata.version 9)."""
     span = describe_batches(data, start_offset, check_crcs=check_crcs)
+    hashed = prev_manifest_sha256 is not None
     return Manifest(cluster_id, segment_id, "segment", start_offset, span.end_offset,
                     len(data), crc32c.crc32c(data), span.first_time_ms, span.last_time_ms,
                     span.last_epoch, span.epochs, span.offset_index, span.time_index,
-                    copier_id, copier_epoch)
+                    copier_id, copier_epoch,
+                    hashlib.sha256(data).hexdigest() if hashed else "",
+                    prev_manifest_sha256 or "")
 
 
 def snapshot_manifest(cluster_id: str, segment_id: str, end_offset: int, epoch: int,
                       data: bytes, time_ms: int, *, copier_id: int = -1,
-                      copier_epoch: int = -1) -> Manifest:
+                      copier_epoch: int = -1, hashed: bool = False) -> Manifest:
     return Manifest(cluster_id, segment_id, "snapshot", 0, end_offset, len(data),
                     crc32c.crc32c(data), time_ms, time_ms, epoch, copier_id=copier_id,
-                    copier_epoch=copier_epoch)
+                    copier_epoch=copier_epoch,
+                    data_sha256=hashlib.sha256(data).hexdigest() if hashed else "")
 
 
 def check_data(manifest: Manifest, data: bytes) -> None:
@@ -213,6 +255,12 @@ def check_data(manifest: Manifest, data: bytes) -> None:
                                  f"{manifest.size_bytes} (short or overwritten object)",
                                  manifest.start_offset if manifest.kind == "segment" else None)
     if crc32c.crc32c(data) == manifest.data_crc32c:
+        if manifest.hashed and hashlib.sha256(data).hexdigest() != manifest.data_sha256:
+            # Valid CRCs, other bytes: written on purpose, not damaged.
+            raise CorruptObjectError(key, "data SHA-256 does not match the manifest (the "
+                                     "object was replaced)",
+                                     manifest.start_offset if manifest.kind == "segment"
+                                     else None)
         return
     if manifest.kind == "segment":
         try:

@@ -21,6 +21,7 @@ from controller.storage.meta_properties import DataDir
 from controller.tier.history import list_tier
 from controller.tier.remote import open_store
 from tests.support.polling import wait_until
+from tests.support.tier_tamper import TAMPERINGS, replace_object, replace_snapshot
 from tests.support.tiered_cluster import Writer, count_lines, start_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -100,7 +101,7 @@ def test_the_audit_sees_every_record_from_offset_0_through_the_tier(
     out = tmp_path / "report"
     result = CliRunner().invoke(cli, ["audit", "--tier", tiered.tier_url, "--log-dir",
                                       str(local), "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 0 and "ok  tier_chain" in result.output, result.output
     report = (out / "report.md").read_text()
     assert f"- offsets 0 to {offsets - 1} ({offsets} records);" in report
 
@@ -145,3 +146,39 @@ def test_a_damaged_tier_object_is_named_or_skipped(spark: Any, tiered: TieredRun
                                       "--permissive"])
     assert result.exit_code == 1 and "VIOLATED  log_readable" in result.output, result.output
     assert victim.data_key in (tmp_path / "p" / "report.md").read_text()
+
+
+def verify(tier_dir: Path, log_dir: Path | None) -> Any:
+    args = ["tier", "verify", "--tier", tier_dir.as_uri()]
+    return CliRunner().invoke(cli, args + (["--log-dir", str(log_dir)] if log_dir else []))
+
+
+@pytest.mark.parametrize("how", sorted(TAMPERINGS))
+def test_tampering_with_the_tier_is_caught_by_tier_verify(how: str, tiered: TieredRun,
+                                                          tmp_path: Path) -> None:
+    """Each change keeps every CRC-32C valid; `tier verify` names the object, with a
+    controller's log and (the newest objects aside) without."""
+    tampered = tmp_path / "tier"
+    shutil.copytree(tiered.tier_dir, tampered)
+    untouched = verify(tampered, tiered.data_dirs[0])
+    assert untouched.exit_code == 0 and "matching the log's record" in untouched.output
+    named = TAMPERINGS[how](tampered)
+    for log_dir in (tiered.data_dirs[0], None):
+        result = verify(tampered, log_dir)
+        assert result.exit_code == 1 and named in result.output, (log_dir, result.output)
+
+
+def test_the_audit_checks_the_tier_against_the_logs_record(
+        spark: Any, tiered: TieredRun, tmp_path: Path) -> None:
+    local = str(tiered.data_dirs[0])
+    for tamper in (replace_object, replace_snapshot):
+        tampered = tmp_path / tamper.__name__
+        shutil.copytree(tiered.tier_dir, tampered)
+        named = tamper(tampered)
+        out = tmp_path / f"report-{tamper.__name__}"
+        result = CliRunner().invoke(cli, ["audit", "--tier", tampered.as_uri(), "--log-dir",
+                                          local, "--out", str(out)])
+        assert result.exit_code == 1 and "VIOLATED  tier_chain" in result.output, \
+            result.output
+        report = (out / "report.md").read_text()
+        assert "## Tier history (hash chain)" in report and named in report

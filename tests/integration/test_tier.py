@@ -73,6 +73,11 @@ def check_history(cluster: ControllerCluster, tier_url: str, writer: Writer) -> 
         result = CliRunner().invoke(cli, ["tier", "verify", "--tier", tier_url, "--log-dir",
                                           str(node.data_dir)])
         assert result.exit_code == 0 and "no gap" in result.output, result.output
+        # Every object is on the hash chain and is the one its record names (the local
+        # log holds the newest records), across the leader kills and abandoned copies.
+        chain = re.search(r"hash chain: (\d+) object\(s\), (\d+) matching", result.output)
+        assert chain and int(chain[1]) == int(chain[2]) >= 2, result.output
+        assert "not yet in the history read" not in result.output
         assert records > 0
 
 

@@ -20,6 +20,8 @@ from controller.api.seam import Args, Operation, Origin
 from controller.logformat.batch import EMPTY_ORIGIN
 from controller.metadata import BrokerHeartbeatRequest, BrokerRegistrationRequest, CreatableTopic
 from controller.metadata.errors import ControllerResult
+from controller.metadata.features import METADATA_VERSION, FeatureUpdate, UpgradeType
+from controller.metadata.levels import LATEST_METADATA_VERSION, Feature
 from controller.metadata.tier import ObjectKind, RemoteObject, SegmentState
 from controller.quorum.driver import RaftDriver, SteadyWallClock
 from controller.quorum.driver_config import DriverConfig
@@ -28,11 +30,12 @@ from controller.quorum_controller.events import Mode
 from controller.quorum_controller.facade import ControllerApi
 from controller.quorum_controller.ports import ControllerSettings
 from controller.quorum_controller.tier_copier import TierCopier
-from controller.records.domain import Listener
+from controller.records.domain import FeatureRange, Listener
 from controller.storage.log_config import LogConfig
 from controller.storage.meta_properties import DataDir, format_data_dir, random_cluster_id
+from controller.tier.chain import TierLedger, check_chain
 from controller.tier.config import TierConfig
-from controller.tier.history import list_tier, plan_history
+from controller.tier.history import history_batches, list_tier, local_segments, plan_history
 from controller.tier.objects import data_key
 from controller.tier.remote import DirectoryStore, TierUnavailableError
 from tests.support.admin_calls import AdminCalls
@@ -66,7 +69,8 @@ class Rig:
         return self.ctrl.state.tier.objects(self.ctrl.committed_offset - 1)
 
 
-def run(tmp_path: Path, body: Callable[[Rig], Awaitable[None]], **tier: Any) -> None:
+def run(tmp_path: Path, body: Callable[[Rig], Awaitable[None]], *,
+        metadata_version: int = LATEST_METADATA_VERSION, **tier: Any) -> None:
     cluster_id = random_cluster_id()
     data_dir = tmp_path / "c1"
     format_data_dir(data_dir, cluster_id, 1)
@@ -76,11 +80,13 @@ def run(tmp_path: Path, body: Callable[[Rig], Awaitable[None]], **tier: Any) -> 
         clock = SteadyWallClock()
         ctrl = QuorumController(ControllerSettings(node_id=1, cluster_id=cluster_id,
                                                    voter_addresses=voters,
-                                                   snapshot_interval_bytes=4096),
+                                                   snapshot_interval_bytes=4096,
+                                                   bootstrap_metadata_version=metadata_version),
                                 clock_ms=clock, rng=random.Random(1))
         driver = RaftDriver(DriverConfig(node_id=1, cluster_id=cluster_id,
                                          voter_addresses=voters, data_dir=data_dir,
-                                         log_config=LogConfig(segment_ms=2), tiered=True),
+                                         log_config=LogConfig(segment_ms=2), tiered=True,
+                                         supported_versions=(1, LATEST_METADATA_VERSION)),
                             ctrl, clock_ms=clock)
         ctrl.attach(driver)
         ctrl.enable_snapshots(driver.snapshot_dir)
@@ -95,7 +101,8 @@ def run(tmp_path: Path, body: Callable[[Rig], Awaitable[None]], **tier: Any) -> 
         copier = TierCopier(controller=ctrl, driver=driver, store=store, config=config,
                             clock_ms=clock)
         api = AdminCalls(ControllerApi(ctrl, driver))
-        reg = await api.register_broker(BrokerRegistrationRequest(0, "inc", cluster_id, listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),)),
+        reg = await api.register_broker(BrokerRegistrationRequest(0, "inc", cluster_id, listeners=(Listener("PLAINTEXT", "localhost", 9092, "PLAINTEXT"),),
+            features=(FeatureRange(METADATA_VERSION, 1, LATEST_METADATA_VERSION),)),
                                         origin=ORIGIN)
         await api.broker_heartbeat(BrokerHeartbeatRequest(0, reg.broker_epoch, 1 << 40),
                                    origin=ORIGIN)
@@ -131,6 +138,54 @@ def test_copies_follow_the_copied_end_and_local_retention_trims(tmp_path: Path) 
         assert plan_history(listing.segments, local)[0].start == 0
 
     run(tmp_path, body)
+
+
+def chain_report(rig: Rig) -> Any:
+    listing = list_tier(rig.store)
+    ledger = TierLedger()
+    pieces = plan_history(listing.segments, local_segments(rig.data_dir))
+    ledger.add_batches(b for _, b in history_batches(rig.store, pieces))
+    return listing, check_chain(listing.segments, listing.snapshots, ledger, complete=True)
+
+
+def test_copies_are_chained_from_the_level_that_turns_the_chain_on(tmp_path: Path) -> None:
+    """Below metadata.version 9 manifests carry CRC-32C only; from the upgrade on,
+    each object's manifest hashes its data and chains to the one before it, and the
+    log records each manifest's SHA-256 (so every object matches its record)."""
+    level = Feature.TIER_HASH_CHAIN.level
+
+    async def body(rig: Rig) -> None:
+        await rig.write_topics("a", 15)
+        await rig.rounds_until_idle()
+        before = {m.segment_id for m in list_tier(rig.store).segments}
+        assert before and not any(o.manifest_sha256 for o in rig.objects())
+        [result] = await rig.api.update_features([FeatureUpdate(METADATA_VERSION, level)],
+                                                 origin=ORIGIN)
+        assert result.error.ok, result
+        await rig.write_topics("b", 30)
+        await rig.rounds_until_idle()
+        listing, report = chain_report(rig)
+        after = [m for m in listing.segments if m.segment_id not in before]
+        assert len(after) >= 2 and all(m.hashed for m in after)
+        assert not any(m.hashed for m in listing.segments if m.segment_id in before)
+        # The first hashed object follows an unhashed one: the chain starts there.
+        assert after[0].prev_manifest_sha256 == ""
+        by_id = {m.segment_id: m for m in listing.segments}
+        for m in after[1:]:
+            [prev] = [p for p in listing.segments if p.end_offset == m.start_offset]
+            assert m.prev_manifest_sha256 == by_id[prev.segment_id].sha256()
+        assert report.ok, report.findings
+        assert report.recorded == report.hashed == len(after) + sum(
+            1 for m in listing.snapshots if m.hashed)
+        recorded = {o.segment_id: o.manifest_sha256 for o in rig.objects()}
+        assert all(recorded[m.segment_id] == m.sha256() for m in after)
+        # A safe downgrade below 9 is refused while the state holds hashes.
+        [down] = await rig.api.update_features(
+            [FeatureUpdate(METADATA_VERSION, level - 1, UpgradeType.SAFE_DOWNGRADE)],
+            origin=ORIGIN)
+        assert not down.error.ok and "manifest hashes" in down.error.message, down
+
+    run(tmp_path, body, metadata_version=level - 1)
 
 
 async def _announce(rig: Rig, obj: RemoteObject, then: SegmentState | None = None) -> None:
