@@ -143,7 +143,7 @@ def from_files(log_dir: Path | None, tier: str | None, at_offset: int | None) ->
             builder.load_snapshot(sf.SnapshotReader.open(path).records(), local_snap.end_offset)
         elif remote_snap is not None:
             assert store is not None
-            _load_tier_snapshot(builder, store, remote_snap)
+            load_tier_snapshot(builder, store, remote_snap)
         start = builder.source.offset + 1
         pieces = plan_history(tier_segments, local, start=start, end=at + 1)
         if pieces and pieces[0].start > start:
@@ -162,7 +162,7 @@ def from_files(log_dir: Path | None, tier: str | None, at_offset: int | None) ->
     return builder.source
 
 
-def _load_tier_snapshot(builder: ImageBuilder, store: RemoteStorage, manifest: Manifest
+def load_tier_snapshot(builder: ImageBuilder, store: RemoteStorage, manifest: Manifest
                         ) -> None:
     """A tier snapshot object, checked against its manifest, then read as the file it
     is a copy of (a temporary one, named as the original was)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -150,3 +152,96 @@ def info(data_dir: str) -> None:
         "segments": segments,
         "snapshots": [s.file_name for s in list_snapshots(layout.snapshot_dir)],
     }, indent=2))
+
+
+def _parse_time_ms(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO 8601 time (UTC unless it says)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither milliseconds since the epoch nor an "
+                                 "ISO 8601 time (2026-11-29T08:00:00Z)",
+                                 param_hint="--to-time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+@storage.command("restore")
+@click.option("--tier", "tier_url", required=True, metavar="URL",
+              help="The tier to restore from (file:///path or s3://bucket/prefix?...).")
+@click.option("--to-offset", type=click.IntRange(min=0), default=None,
+              help="Restore the state after this offset (rounded down to a whole batch).")
+@click.option("--to-time", default=None, metavar="TIME",
+              help="Restore the state after the last batch appended at or before TIME "
+                   "(ISO 8601, UTC unless it says, or milliseconds since the epoch).")
+@click.option("--data-dir", type=click.Path(file_okay=False),
+              help="The new controller's data directory (must not exist or be empty).")
+@click.option("--node-id", type=click.IntRange(min=0))
+@click.option("--cluster-id", default=None,
+              help="The restored cluster's id: give every controller restored the same "
+                   "one (default: a new one, printed).")
+@click.option("--initial-controllers", metavar="ID@HOST:PORT:DIRID,...",
+              help="The restored cluster's voters (a dynamic quorum), as for `storage "
+                   "format`; without it the voters are the configured ones (static).")
+@click.option("--dry-run", is_flag=True, help="Say what would be restored; write nothing.")
+def restore_cmd(tier_url: str, to_offset: int | None, to_time: str | None,
+                data_dir: str | None, node_id: int | None, cluster_id: str | None,
+                initial_controllers: str | None, dry_run: bool) -> None:
+    """Form a new controller from the remote tier: the metadata state at a point in
+    time (default: the tier's end), rebuilt from the newest tiered snapshot at or
+    below it and the tiered batches after it, each object checked against its
+    manifest and the hash chain. The restored cluster gets a new cluster id (its
+    tier must be a new one) and keeps a link to the old one in its cluster configs
+    (restored.from.cluster.id, restored.from.offset). Restore every controller of
+    the new cluster with the same point and --cluster-id, then start them."""
+    from controller.cli.restore import RestoreError, plan_restore, rebuild, write_data_dir
+    from controller.tier.remote import open_store
+
+    if to_offset is not None and to_time is not None:
+        raise click.UsageError("give --to-offset or --to-time, not both")
+    if not dry_run and (data_dir is None or node_id is None):
+        raise click.UsageError("--data-dir and --node-id are needed (or --dry-run)")
+    if data_dir is not None and Path(data_dir).exists() and any(Path(data_dir).iterdir()):
+        raise click.UsageError(f"{data_dir} is not empty: restore into a new directory")
+    try:
+        voters = (parse_initial_controllers(initial_controllers)
+                  if initial_controllers is not None else None)
+        store = open_store(tier_url)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    started = time.monotonic()
+    try:
+        plan = plan_restore(store, to_offset=to_offset,
+                            to_time_ms=None if to_time is None else _parse_time_ms(to_time))
+        for line in plan.describe():
+            click.echo(line)
+        if dry_run:
+            click.echo("dry run: nothing written")
+            return
+        assert data_dir is not None and node_id is not None
+        restored = rebuild(store, plan)
+        new_id = cluster_id or random_cluster_id()
+        try:
+            snapshot = write_data_dir(restored, data_dir=data_dir, node_id=node_id,
+                                      cluster_id=new_id, old_cluster_id=plan.old_cluster_id,
+                                      voters=voters)
+        except BaseException:
+            shutil.rmtree(data_dir, ignore_errors=True)  # no half-restored directory
+            raise
+    except (RestoreError, StorageError, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    seconds = time.monotonic() - started
+    click.echo(f"Restored {data_dir}: cluster {new_id} (from {plan.old_cluster_id}), node "
+               f"{node_id}; the state after offset {snapshot.end_offset - 1} "
+               f"({restored.batches} batches, {restored.records} records replayed after the "
+               f"snapshot), {plan.read_bytes} bytes read in {seconds:.1f} s "
+               f"({plan.read_bytes / max(seconds, 1e-6) / 1e6:.1f} MB/s). Its log continues "
+               f"at offset {snapshot.end_offset}.")
+    if cluster_id is None:
+        click.echo(f"Restore the other controllers with --cluster-id {new_id} and the same "
+                   "point; give the new cluster a new tier (this one belongs to "
+                   f"{plan.old_cluster_id}).")

@@ -55,6 +55,8 @@ class ConfigKey:
     maximum: int | None = None
     # Allowed values for STRING, allowed items for LIST; None = anything.
     choices: frozenset[str] | None = None
+    # Written by metakraft itself (`storage restore`), never by AlterConfigs.
+    read_only: bool = False
 
     def allowed(self) -> str:
         """What values are allowed, for error messages."""
@@ -115,6 +117,11 @@ def join_list(items: list[str]) -> str:
     return ",".join(items)
 
 
+CLUSTER = frozenset({ResourceType.CLUSTER})
+# The link a restored cluster keeps to the one it was restored from (`metakraft
+# storage restore` puts them in the restored snapshot).
+RESTORED_FROM_CLUSTER_ID = "restored.from.cluster.id"
+RESTORED_FROM_OFFSET = "restored.from.offset"
 _KEYS = (
     ConfigKey(
         "cleanup.policy",
@@ -228,6 +235,13 @@ _KEYS = (
         "Threads a broker uses for background work.",
         minimum=1,
     ),
+    ConfigKey(RESTORED_FROM_CLUSTER_ID, ConfigType.STRING, "", CLUSTER,
+              "The cluster id this cluster was restored from by `metakraft storage "
+              "restore` (empty: never restored). Read-only.", read_only=True),
+    ConfigKey(RESTORED_FROM_OFFSET, ConfigType.LONG, "-1", CLUSTER,
+              "The end offset of the history it was restored from (its state holds "
+              "that cluster's offsets below this; its own log continues from here). "
+              "Read-only.", minimum=-1, read_only=True),
 )
 
 CONFIG_KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}

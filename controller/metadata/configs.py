@@ -279,6 +279,9 @@ class ConfigurationControlManager:
             spec = self.check_key(resource.type, op.key)
             if isinstance(spec, ApiError):
                 return spec, []
+            if spec.read_only:
+                return ApiError(ErrorCode.INVALID_CONFIG,
+                                f"config {op.key!r} is read-only: {spec.doc}"), []
             current = self.get(resource, op.key)
             outcome = self._new_value(spec, op, current)
             if isinstance(outcome, ApiError):

@@ -351,14 +351,16 @@ class MetadataState(RecordHandler):
         records += self.replication.snapshot_records(epoch)
         return records + self.tail_snapshot_records(epoch)
 
-    def tail_snapshot_records(self, epoch: int | None = None) -> list[MetadataRecord]:
+    def tail_snapshot_records(self, epoch: int | None = None, *, with_tier: bool = True
+                              ) -> list[MetadataRecord]:
         """The records a snapshot ends with. It asks the level table too: after an
         unsafe downgrade, what the level no longer allows is left out (dropped for
-        whoever loads the snapshot)."""
+        whoever loads the snapshot). `with_tier=False`: without the tier's objects (a
+        restored cluster starts with a tier of its own)."""
         records = self.configs.snapshot_records(epoch) + self.access.snapshot_records(epoch)
         # 0: not finalized yet (before the bootstrap records): nothing to leave out.
         level = self.features.finalized_level(METADATA_VERSION, epoch) or LATEST_METADATA_VERSION
-        if enabled(Feature.REMOTE_TIER, level):
+        if with_tier and enabled(Feature.REMOTE_TIER, level):
             records += self.tier.snapshot_records(
                 epoch, with_hashes=enabled(Feature.TIER_HASH_CHAIN, level))
         if enabled(Feature.REQUEST_RESULTS, level):

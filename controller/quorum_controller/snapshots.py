@@ -22,9 +22,7 @@ from controller.log import get_logger
 from controller.logformat import SnapshotId
 from controller.metadata import MetadataState
 from controller.quorum.service import DriverStoppedError
-from controller.records import (
-    encode_record,
-)
+from controller.records import MetadataRecord, encode_record
 from controller.records.partition_wire import encode_partitions
 from controller.storage import snapshot_file as sf
 from controller.storage.snapshot_file import SnapshotReader, SnapshotWriter
@@ -39,17 +37,22 @@ def iter_snapshot_bytes(path: Path) -> Iterator[bytes]:
     return SnapshotReader.open(path).records()
 
 
-def iter_image_chunks(state: MetadataState, epoch: int,
-                      chunk_records: int) -> Iterator[list[bytes]]:
+def iter_image_chunks(state: MetadataState, epoch: int, chunk_records: int, *,
+                      voters: list[MetadataRecord] | None = None,
+                      with_tier: bool = True) -> Iterator[list[bytes]]:
     """The image at `epoch` as encoded record lists of about `chunk_records` each (a
     topic's partitions are never split); between two chunks the caller may do other
     work, as long as the registry snapshot at `epoch` stays. PartitionRecords, nearly
-    all of a snapshot, are encoded without messages (`encode_partitions`)."""
+    all of a snapshot, are encoded without messages (`encode_partitions`).
+
+    A restore (`metakraft storage restore`) gives the new cluster's `voters` (the
+    VotersRecord, or [] for a static quorum) instead of the state's, and leaves the
+    old tier's objects out (`with_tier=False`)."""
     assert chunk_records > 0
     # Reads at `epoch` only from here on: older change hints can go.
     state.replication.forget_changes_up_to(epoch)
-    head = state.voters_snapshot_records(epoch) + state.features.snapshot_records(epoch) \
-        + state.cluster.snapshot_records(epoch)
+    head = (state.voters_snapshot_records(epoch) if voters is None else voters) \
+        + state.features.snapshot_records(epoch) + state.cluster.snapshot_records(epoch)
     pending = [encode_record(r) for r in head]
     replication = state.replication
     for listing in replication.list_topics(epoch):
@@ -59,7 +62,8 @@ def iter_image_chunks(state: MetadataState, epoch: int,
         if len(pending) >= chunk_records:
             yield pending
             pending = []
-    pending += [encode_record(r) for r in state.tail_snapshot_records(epoch)]
+    pending += [encode_record(r) for r in state.tail_snapshot_records(epoch,
+                                                                      with_tier=with_tier)]
     yield pending
 
 

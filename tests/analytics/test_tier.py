@@ -5,6 +5,8 @@ named by the reader (failfast) or reported and skipped (permissive)."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,13 +18,18 @@ from click.testing import CliRunner
 import analytics
 from analytics import audit, state
 from analytics.reader import MetakraftCorruptLogError, plan_history_files, read_file
+from controller.api.client import AdminClient
 from controller.cli.main import cli
+from controller.metadata import CreatableTopic, ErrorCode
+from controller.metadata.config_schema import ResourceType
+from controller.metadata.configs import ConfigResource
 from controller.storage.meta_properties import DataDir
 from controller.tier.history import list_tier
 from controller.tier.remote import open_store
+from tests.support.controller_processes import ControllerCluster
 from tests.support.polling import wait_until
 from tests.support.tier_tamper import TAMPERINGS, replace_object, replace_snapshot
-from tests.support.tiered_cluster import Writer, count_lines, start_cluster
+from tests.support.tiered_cluster import Writer, count_lines, start_cluster, tier_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -182,3 +189,91 @@ def test_the_audit_checks_the_tier_against_the_logs_record(
             result.output
         report = (out / "report.md").read_text()
         assert "## Tier history (hash chain)" in report and named in report
+
+
+def restore(tier_url: str, *args: str) -> Any:
+    return CliRunner().invoke(cli, ["storage", "restore", "--tier", tier_url, *args])
+
+
+def partitions_digest(rows: list[tuple[Any, ...]]) -> str:
+    return hashlib.sha256(repr(sorted(rows)).encode()).hexdigest()
+
+
+def restored_partitions(admin: AdminClient) -> list[tuple[Any, ...]]:
+    return [(t.name, t.topic_id, p.partition_id, tuple(p.registration.replicas),
+             tuple(p.registration.isr), p.registration.leader, p.registration.leader_epoch,
+             p.registration.partition_epoch)
+            for t in admin.describe_topics() for p in t.partitions]
+
+
+def audited_partitions(df: Any, offset: int) -> list[tuple[Any, ...]]:
+    return [(r["topic_name"], r["topic_id"], r["partition_id"], tuple(r["replicas"]),
+             tuple(r["isr"]), r["leader"], r["leader_epoch"], r["partition_epoch"])
+            for r in state.partitions_at(df, offset).collect()]
+
+
+def test_a_cluster_restored_from_the_tier_equals_the_audits_time_travel(
+        spark: Any, tiered: TieredRun, tmp_path: Path) -> None:
+    """Every controller's disk lost: three new controllers restored from the tier (to
+    its end, and to a point in the middle) start as a cluster whose partitions equal
+    the Spark audit's time travel at that offset (same digest), take brokers and
+    writes, and name the cluster they came from."""
+    history = analytics.read_log(spark, None, tier=tiered.tier_url, snapshots=True)
+    old_id = list_tier(open_store(tiered.tier_url)).cluster_id
+    tier_end = history.agg({"offset": "max"}).first()[0] + 1  # type: ignore[index]
+    dry = restore(tiered.tier_url, "--dry-run")
+    assert dry.exit_code == 0 and "dry run: nothing written" in dry.output, dry.output
+    assert f"the tier holds offsets below {tier_end}" in dry.output
+    for label, point in (("end", []), ("middle", ["--to-offset", str(tier_end // 2)])):
+        root = tmp_path / label
+        cluster = ControllerCluster(root, 3, extra_config=tier_config(
+            (root / "new-tier").as_uri()))
+        ends = set()
+        for node_id, node in cluster.nodes.items():
+            shutil.rmtree(node.data_dir)
+            result = restore(tiered.tier_url, *point, "--data-dir", str(node.data_dir),
+                             "--node-id", str(node_id), "--cluster-id", cluster.cluster_id)
+            assert result.exit_code == 0, result.output
+            ends.add(int(re.search(r"the state after offset (\d+)", result.output)[1]))
+        [last] = ends  # every controller restored the same state
+        assert (last == tier_end - 1) if label == "end" else last <= tier_end // 2
+        try:
+            cluster.start()
+            wait_until(cluster.active_node, 20.0, "an active restored controller")
+            with AdminClient(cluster.bootstrap, timeout_ms=10_000) as admin:
+                restored = restored_partitions(admin)
+                assert restored, "the restored cluster holds partitions"
+                assert partitions_digest(restored) == partitions_digest(
+                    audited_partitions(history, last)), label
+                [link] = admin.describe_configs([ConfigResource(ResourceType.CLUSTER, "")])
+                values = {e.key: e.value for e in link.entries}
+                assert values["restored.from.cluster.id"] == old_id
+                assert values["restored.from.offset"] == str(last + 1)
+                cluster.register_brokers([1, 2, 3])
+                [created] = admin.create_topics([CreatableTopic(f"after-{label}", 3, 3)])
+                assert created.error.code is ErrorCode.NONE, created
+                assert any(t.name == f"after-{label}" for t in admin.describe_topics())
+        finally:
+            cluster.close()
+
+
+def test_a_restore_from_a_damaged_or_tampered_tier_fails_naming_the_object(
+        tiered: TieredRun, tmp_path: Path) -> None:
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiered.tier_dir, damaged)
+    victim = list_tier(open_store(damaged.as_uri())).segments[-1]
+    path = damaged / victim.data_key
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+    result = restore(damaged.as_uri(), "--data-dir", str(tmp_path / "d1"), "--node-id", "1")
+    assert result.exit_code == 1 and victim.data_key in result.output, result.output
+    assert not (tmp_path / "d1").exists()  # nothing written
+    tampered = tmp_path / "tampered"
+    shutil.copytree(tiered.tier_dir, tampered)
+    named = replace_object(tampered)
+    result = restore(tampered.as_uri(), "--data-dir", str(tmp_path / "d2"), "--node-id", "1")
+    assert result.exit_code == 1 and "was changed" in result.output, result.output
+    # Named by its id (the break may show first at the object after it).
+    assert named.rsplit("-", 1)[-1].split(".")[0] in result.output
+    assert not (tmp_path / "d2").exists()
