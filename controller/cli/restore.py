@@ -41,8 +41,9 @@ from controller.raft.control import encode_voters
 from controller.raft.voters import VoterSet
 from controller.records import ConfigRecord, MetadataRecord, decode_record, make_record
 from controller.storage.errors import StorageError
+from controller.storage.fsutil import atomic_write_bytes
 from controller.storage.meta_properties import DataDir, format_data_dir
-from controller.storage.snapshot_file import SnapshotWriter
+from controller.storage.snapshot_file import SnapshotReader, SnapshotWriter
 from controller.tier.chain import TierLedger, check_chain
 from controller.tier.history import (
     Piece,
@@ -52,7 +53,7 @@ from controller.tier.history import (
     plan_history,
     read_piece,
 )
-from controller.tier.objects import Manifest
+from controller.tier.objects import Manifest, check_data
 from controller.tier.remote import RemoteStorage, TierError
 
 # Records per chunk handed to the snapshot writer (a topic's partitions stay whole).
@@ -218,4 +219,33 @@ def write_data_dir(restored: Restored, *, data_dir: str, node_id: int, cluster_i
     except BaseException:
         writer.abort()
         raise
+    return snapshot_id
+
+
+def seed_from_tier(store: RemoteStorage, data_dir: str, cluster_id: str) -> SnapshotId:
+    """Put the tier's newest snapshot (checked: CRC-32C, SHA-256, the hash chain's
+    links, the file's own CRCs and footer) into a freshly formatted controller of
+    the same cluster, so it starts from it and fetches only the log after it from
+    the leader, instead of the whole image by FetchSnapshot. It is the file the
+    active controller wrote, byte for byte, under its own name (end offset, epoch)."""
+    try:
+        listing = list_tier(store, cluster_id)
+    except TierError as exc:
+        raise RestoreError(str(exc)) from None
+    if not listing.snapshots:
+        raise RestoreError(f"{store.url} holds no snapshot yet")
+    chain = check_chain(listing.segments, listing.snapshots, TierLedger(), complete=False)
+    if not chain.ok:
+        raise RestoreError(f"the tier's history was changed: {chain.findings[0]}")
+    newest = max(listing.snapshots, key=lambda m: (m.end_offset, m.segment_id))
+    snapshot_id = SnapshotId(newest.end_offset, newest.last_epoch)
+    path = DataDir(Path(data_dir)).snapshot_dir / snapshot_id.file_name
+    try:
+        data = store.get(newest.data_key)
+        check_data(newest, data)
+        atomic_write_bytes(path, data)
+        SnapshotReader.open(path)  # the whole file, as the controller will load it
+    except (TierError, StorageError) as exc:
+        path.unlink(missing_ok=True)
+        raise RestoreError(f"cannot use {newest.data_key}: {exc}") from None
     return snapshot_id

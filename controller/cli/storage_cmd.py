@@ -51,8 +51,13 @@ def random_uuid() -> None:
               "voters from the log; `metakraft quorum add-controller` makes it a voter.")
 @click.option("--ignore-formatted", is_flag=True,
               help="Leave an already formatted directory as it is (exit 0) instead of failing.")
+@click.option("--bootstrap-from-tier", "tier_url", metavar="URL", default=None,
+              help="Start from the cluster's newest tiered snapshot (checked) instead of "
+                   "fetching the whole image from the leader: for a controller joining, or "
+                   "replacing a lost disk, of a cluster with a large image.")
 def format_cmd(cluster_id: str, node_id: int, data_dir: str, initial_controllers: str | None,
-               no_initial_controllers: bool, ignore_formatted: bool) -> None:
+               no_initial_controllers: bool, ignore_formatted: bool,
+               tier_url: str | None) -> None:
     """Write meta.properties and the directory layout into an empty DATA_DIR.
 
     Without --initial-controllers or --no-initial-controllers the quorum's voters are
@@ -60,6 +65,10 @@ def format_cmd(cluster_id: str, node_id: int, data_dir: str, initial_controllers
     if initial_controllers is not None and no_initial_controllers:
         click.echo("error: give --initial-controllers or --no-initial-controllers, not both",
                    err=True)
+        sys.exit(2)
+    if tier_url is not None and initial_controllers is not None:
+        click.echo("error: --bootstrap-from-tier is for a controller joining an existing "
+                   "cluster; the initial controllers start from their voter set", err=True)
         sys.exit(2)
     try:
         if initial_controllers is not None or no_initial_controllers:
@@ -78,6 +87,8 @@ def format_cmd(cluster_id: str, node_id: int, data_dir: str, initial_controllers
         kind = "a dynamic quorum" if meta.kraft_version else "a static quorum"
         click.echo(f"Formatted {data_dir} for cluster {cluster_id}, node {node_id}, "
                    f"directory id {meta.directory_id} ({kind}).")
+        if tier_url is not None:
+            _seed_from_tier(tier_url, data_dir, cluster_id)
     else:
         click.echo(f"{data_dir} is already formatted; left unchanged (--ignore-formatted).")
 
@@ -152,6 +163,20 @@ def info(data_dir: str) -> None:
         "segments": segments,
         "snapshots": [s.file_name for s in list_snapshots(layout.snapshot_dir)],
     }, indent=2))
+
+
+def _seed_from_tier(tier_url: str, data_dir: str, cluster_id: str) -> None:
+    from controller.cli.restore import RestoreError, seed_from_tier
+    from controller.tier.remote import open_store
+
+    try:
+        snapshot_id = seed_from_tier(open_store(tier_url), data_dir, cluster_id)
+    except (RestoreError, ValueError) as exc:
+        shutil.rmtree(data_dir, ignore_errors=True)  # not half a bootstrap
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"Starts from the tier's snapshot at offset {snapshot_id.end_offset} (epoch "
+               f"{snapshot_id.epoch}); the leader sends only the log after it.")
 
 
 def _parse_time_ms(text: str) -> int:

@@ -13,6 +13,7 @@ an S3 tier on a real S3-compatible server on loopback.
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from controller.api.client import AdminClient
 from controller.cli.main import cli
 from controller.cli.tier_cmd import replayed_tier_state
 from controller.metadata.tier import SegmentState
@@ -244,3 +246,47 @@ def test_s3_tier_survives_an_endpoint_outage_and_a_leader_killed_mid_copy(
                  or (o.state is SegmentState.COPY_STARTED
                      and o.segment_id in started_before_kill)]
         assert not stale, (node.node_id, stale)
+
+
+def test_a_controller_replacing_a_lost_disk_starts_from_the_tiers_snapshot(
+        tmp_path: Path) -> None:
+    """`storage format --bootstrap-from-tier`: a controller whose disk was lost starts
+    from the tier's newest snapshot (checked) and fetches only the log after it."""
+    tier_url = (tmp_path / "tier").as_uri()
+    cluster = start_cluster(tmp_path, tier_url)
+    writer = Writer(cluster.bootstrap)
+    try:
+        active = wait_until(cluster.active_node, START_S, "an active controller")
+        cluster.register_brokers([1, 2, 3])
+        writer.start()
+        wait_until(lambda: list_tier(open_store(tier_url)).snapshots, 60.0, "a tiered snapshot")
+        victim = next(n for n in cluster.nodes.values() if n is not active)
+        assert victim.terminate() == 0
+        shutil.rmtree(victim.data_dir)
+        result = CliRunner().invoke(cli, [
+            "storage", "format", "--cluster-id", cluster.cluster_id, "--node-id",
+            str(victim.node_id), "--data-dir", str(victim.data_dir),
+            "--bootstrap-from-tier", tier_url])
+        assert result.exit_code == 0, result.output
+        found = re.search(r"snapshot at offset (\d+)", result.output)
+        assert found, result.output
+        seeded = int(found[1])
+        assert seeded > 0
+        victim.start()
+        loaded = wait_until(lambda: re.findall(r"event=snapshot_loaded end_offset=(\d+)",
+                                               victim.log_text()),
+                            START_S, "the seeded controller to load a snapshot")
+        assert int(loaded[0]) == seeded  # its first image: the tier's snapshot
+        writer.stop()
+        with AdminClient(cluster.bootstrap, timeout_ms=10_000) as admin:
+            def caught_up() -> bool:
+                quorum = admin.describe_quorum()
+                ends = {r.replica_id: r.log_end_offset for r in quorum.voters}
+                return ends.get(victim.node_id, -1) >= quorum.high_watermark > seeded
+            wait_until(caught_up, 60.0, "the seeded controller to catch up")
+    finally:
+        writer.stop()
+        stop_all(cluster)
+    result = CliRunner().invoke(cli, ["tier", "verify", "--tier", tier_url, "--log-dir",
+                                      str(victim.data_dir)])
+    assert result.exit_code == 0 and "no gap" in result.output, result.output

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli.restore import RestoreError, plan_restore
+from controller.cli.restore import RestoreError, plan_restore, seed_from_tier
 from controller.logformat.batch import iter_batches
 from controller.tier.objects import snapshot_manifest
 from tests.support.tier_objects import PER_OBJECT, build, seg_id
@@ -65,3 +65,12 @@ def test_points_the_tier_cannot_restore_are_refused(tmp_path: Path) -> None:
     empty = build(tmp_path / "empty", 0)
     with pytest.raises(RestoreError, match="holds no history"):
         plan_restore(empty.store)
+
+
+def test_seeding_a_controller_needs_the_clusters_own_tier_with_a_snapshot(
+        tmp_path: Path) -> None:
+    tier = build(tmp_path)
+    with pytest.raises(RestoreError, match="belongs to cluster cid, not other"):
+        seed_from_tier(tier.store, str(tmp_path / "d"), "other")
+    with pytest.raises(RestoreError, match="holds no snapshot yet"):
+        seed_from_tier(tier.store, str(tmp_path / "d"), "cid")
