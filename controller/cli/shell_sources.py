@@ -20,6 +20,7 @@ from controller.cli.shell_view import ImageSource
 from controller.logformat import RecordBatch, SnapshotId
 from controller.metadata import MetadataState
 from controller.quorum.contracts import CommitListener
+from controller.quorum_controller.restore import tier_snapshot_records
 from controller.records import decode_record
 from controller.records.registry import record_type
 from controller.security.tls import TlsCredentials
@@ -33,7 +34,7 @@ from controller.tier.history import (
     local_segments,
     plan_history,
 )
-from controller.tier.objects import Manifest, check_data
+from controller.tier.objects import Manifest
 from controller.tier.remote import RemoteStorage, open_store
 
 
@@ -163,16 +164,9 @@ def from_files(log_dir: Path | None, tier: str | None, at_offset: int | None) ->
 
 
 def load_tier_snapshot(builder: ImageBuilder, store: RemoteStorage, manifest: Manifest
-                        ) -> None:
-    """A tier snapshot object, checked against its manifest, then read as the file it
-    is a copy of (a temporary one, named as the original was)."""
-    data = store.get(manifest.data_key)
-    check_data(manifest, data)
-    with tempfile.TemporaryDirectory(prefix="metakraft-shell-") as tmp:
-        path = Path(tmp) / SnapshotId(manifest.end_offset, manifest.last_epoch).file_name
-        path.write_bytes(data)
-        reader = sf.SnapshotReader.open(path)
-        builder.load_snapshot(reader.records(), reader.summary.last_contained_offset + 1)
+                       ) -> None:
+    """A tier snapshot object, checked against its manifest."""
+    builder.load_snapshot(tier_snapshot_records(store, manifest), manifest.end_offset)
 
 
 class LiveFollower:

@@ -166,7 +166,7 @@ def info(data_dir: str) -> None:
 
 
 def _seed_from_tier(tier_url: str, data_dir: str, cluster_id: str) -> None:
-    from controller.cli.restore import RestoreError, seed_from_tier
+    from controller.quorum_controller.restore import RestoreError, seed_from_tier
     from controller.tier.remote import open_store
 
     try:
@@ -222,7 +222,12 @@ def restore_cmd(tier_url: str, to_offset: int | None, to_time: str | None,
     tier must be a new one) and keeps a link to the old one in its cluster configs
     (restored.from.cluster.id, restored.from.offset). Restore every controller of
     the new cluster with the same point and --cluster-id, then start them."""
-    from controller.cli.restore import RestoreError, plan_restore, rebuild, write_data_dir
+    from controller.quorum_controller.restore import (
+        RestoreError,
+        plan_restore,
+        rebuild,
+        write_data_dir,
+    )
     from controller.tier.remote import open_store
 
     if to_offset is not None and to_time is not None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli.restore import RestoreError, plan_restore, seed_from_tier
 from controller.logformat.batch import iter_batches
+from controller.quorum_controller.restore import RestoreError, plan_restore, seed_from_tier
 from controller.tier.objects import snapshot_manifest
 from tests.support.tier_objects import PER_OBJECT, build, seg_id
 

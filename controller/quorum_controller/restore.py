@@ -23,11 +23,13 @@ point and cluster id gives the same snapshot bytes, so they start as equals.
 
 from __future__ import annotations
 
+import random
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
 
-from controller.cli.shell_sources import ImageBuilder, load_tier_snapshot
 from controller.logformat import SnapshotId
 from controller.metadata import MetadataState
 from controller.metadata.config_schema import (
@@ -148,15 +150,29 @@ def _end_at_time(listing: TierListing, to_time_ms: int, tier_end: int) -> int:
     return tier_end
 
 
+def tier_snapshot_records(store: RemoteStorage, manifest: Manifest) -> Iterator[bytes]:
+    """The encoded records of a tier snapshot object, checked against its manifest
+    and read as the file it is a copy of (a temporary one, named as the original:
+    the whole file's CRCs and footer are verified before the first record)."""
+    data = store.get(manifest.data_key)
+    check_data(manifest, data)
+    with tempfile.TemporaryDirectory(prefix="metakraft-snapshot-") as tmp:
+        path = Path(tmp) / SnapshotId(manifest.end_offset, manifest.last_epoch).file_name
+        path.write_bytes(data)
+        yield from SnapshotReader.open(path).records()
+
+
 def rebuild(store: RemoteStorage, plan: RestorePlan) -> Restored:
     """The state at the plan's point: RestoreError naming the object if one is
     damaged, replaced (its SHA-256), or breaks the hash chain."""
-    builder = ImageBuilder(f"tier {store.url}", plan.old_cluster_id)
+    state = MetadataState(cluster_id=plan.old_cluster_id, rng=random.Random(0))
     ledger = TierLedger()
+    offset = -1  # the last offset replayed
     last_time_ms = batches = records = 0
     try:
         if plan.snapshot is not None:
-            load_tier_snapshot(builder, store, plan.snapshot)
+            offset = plan.snapshot.end_offset - 1
+            state.replay_encoded(tier_snapshot_records(store, plan.snapshot), offset, step=0)
             last_time_ms = plan.snapshot.end_time_ms
         for piece in plan.pieces:
             assert piece.manifest is not None
@@ -165,24 +181,25 @@ def rebuild(store: RemoteStorage, plan: RestorePlan) -> Restored:
                 if batch.next_offset > plan.limit:
                     break  # the point is inside this batch: not half of it
                 ledger.add_batch(batch)
-                if batch.next_offset <= builder.source.offset + 1:
+                if batch.next_offset <= offset + 1:
                     continue
-                builder.apply(batch)
+                first = offset + 1  # a snapshot may end inside a batch
+                state.replay_encoded(batch.records[first - batch.base_offset:], first)
+                offset = batch.last_offset
                 last_time_ms, batches = batch.append_time_ms, batches + 1
                 records += batch.record_count
     except (TierError, StorageError) as exc:  # CorruptObjectError names the object
         raise RestoreError(f"the tier is damaged: {exc}") from None
     except MetadataReplayError as exc:
-        raise RestoreError(f"the tier's history does not replay at offset "
-                           f"{builder.source.offset + 1}: {exc}") from None
-    end = builder.source.offset + 1
+        raise RestoreError(f"the tier's history does not replay at offset {offset + 1}: "
+                           f"{exc}") from None
     # The links between every object, and each object the records read announce: a
     # tier changed anywhere is not restored from, even below the snapshot used.
     chain = check_chain(plan.listing.segments, plan.listing.snapshots, ledger,
                         complete=False)
     if not chain.ok:
         raise RestoreError(f"the tier's history was changed: {chain.findings[0]}")
-    return Restored(builder.source.state, end, last_time_ms, batches, records)
+    return Restored(state, offset + 1, last_time_ms, batches, records)
 
 
 def write_data_dir(restored: Restored, *, data_dir: str, node_id: int, cluster_id: str,
