@@ -14,11 +14,15 @@ stops at the first failure (exit 1); the runner stops the cluster either way.
   4. reassign a partition to a broker that had none of it: moved, leader elected;
   5. replace a controller whose data dir was deleted: kill -9, delete, format a new
      replica (new directory id), start it, remove the lost voter, add the new one;
-  6. (the runner) stop everything: brokers first, then controllers.
+  6. (the runner) stop everything: brokers first, then controllers;
+  7. restore the cluster from its remote tier, as after losing every disk: the
+     state at the tier's end rebuilt (every object checked, the hash chain too)
+     into new controllers' data dirs under DATA_DIR/restored, each read back.
 """
 
 from __future__ import annotations
 
+import random
 import shutil
 import signal
 import threading
@@ -31,7 +35,7 @@ from rich.table import Table
 from broker_agent.replica.client import Consumer, DataClientError, Producer
 from broker_agent.replica.records import DataRecord
 from controller.api.client import AdminClient, AdminClientError
-from controller.devcluster.configs import SESSION_TIMEOUT_MS, prepare_node
+from controller.devcluster.configs import SEGMENT_MS, SESSION_TIMEOUT_MS, prepare_node, tier_url
 from controller.devcluster.layout import DevClusterError, NodeSpec
 from controller.devcluster.probe import broker_status, serving
 from controller.devcluster.security import client_credentials
@@ -42,15 +46,38 @@ from controller.devcluster.session import (
     Interrupted,
     ProcessDied,
 )
-from controller.metadata import CreatableTopic, ErrorCode, ReassignmentRequest, TopicDescription
-from controller.storage.meta_properties import read_meta_properties
+from controller.metadata import (
+    CreatableTopic,
+    ErrorCode,
+    MetadataState,
+    ReassignmentRequest,
+    TopicDescription,
+)
+from controller.quorum_controller.restore import (
+    RestoreError,
+    plan_restore,
+    rebuild,
+    write_data_dir,
+)
+from controller.raft.voters import Voter, VoterSet
+from controller.storage.meta_properties import (
+    DataDir,
+    random_cluster_id,
+    random_directory_id,
+    read_meta_properties,
+)
+from controller.storage.snapshot_file import SnapshotReader
+from controller.tier.history import list_tier
+from controller.tier.remote import open_store
 
 TOPICS = ("tour-a", "tour-b")
 # Fencing waits a session timeout; the rest is reaction and replication.
 FENCE_TIMEOUT_S = SESSION_TIMEOUT_MS / 1000 + 15.0
 CONVERGE_TIMEOUT_S = 30.0
 MIN_BROKERS = 3
-STEPS = 6
+STEPS = 7
+# Where step 7 restores the cluster to (under the dev cluster's data dir).
+RESTORED_DIR_NAME = "restored"
 
 
 class StepFailed(Exception):
@@ -380,10 +407,13 @@ def run_scenario(session: DevSession) -> int:
 
 
 def finish_scenario(session: DevSession, code: int) -> int:
-    """Step 5: stop everything and check every process exited cleanly."""
+    """Steps 6 and 7: let the tier catch up, stop everything and check every process
+    exited cleanly, then restore the cluster from its tier."""
     console = session.console
-    console.print(f"\n[bold]step {STEPS}/{STEPS}:[/] stop everything (brokers first, then "
-                  "controllers)")
+    console.print(f"\n[bold]step {STEPS - 1}/{STEPS}:[/] let the tier catch up with the tour, "
+                  "then stop everything (brokers first, then controllers)")
+    if code == EXIT_OK:
+        code = _wait_for_tier(session)
     codes = session.stop()
     unclean = {name: c for name, c in codes.items() if c != 0}
     if unclean:
@@ -391,8 +421,80 @@ def finish_scenario(session: DevSession, code: int) -> int:
         return EXIT_FAILED
     console.print(f"  [green]\\[ok][/] stopped {len(codes)} processes, every exit code 0")
     if code == EXIT_OK:
+        code = restore_from_tier(session)
+    if code == EXIT_OK:
         console.print("\n[bold green]scenario passed[/]")
     else:
         console.print("\n[bold red]scenario FAILED[/]")
     return code
 
+
+def _wait_for_tier(session: DevSession) -> int:
+    """Until the tier holds the log up to where the tour ended (a segment is copied
+    once closed: after SEGMENT_MS of activity)."""
+    assert session.probe is not None
+    end = session.probe.admin.describe_quorum().high_watermark
+    store = open_store(tier_url(session.spec))
+
+    def copied() -> int | None:
+        found = max((m.end_offset for m in list_tier(store).segments), default=0)
+        return found if found >= end else None
+
+    try:
+        held = session.wait_for(f"the tier to hold offsets below {end}", copied,
+                                SEGMENT_MS / 1000 + CONVERGE_TIMEOUT_S)
+    except DevClusterError as exc:
+        session.console.print(f"  [red]\\[FAILED][/] {exc}", highlight=False)
+        return EXIT_FAILED
+    session.console.print(f"  [green]\\[ok][/] the tier holds the log below offset {held} "
+                          f"(the tour ended at {end})", highlight=False)
+    return EXIT_OK
+
+
+def restore_from_tier(session: DevSession) -> int:
+    """Step 7: rebuild the cluster from its tier into new data dirs (a new cluster id,
+    the same controller ids and addresses, new directory ids), then read each back."""
+    console, spec = session.console, session.spec
+    target = spec.root / RESTORED_DIR_NAME
+    console.print(f"\n[bold]step {STEPS}/{STEPS}:[/] restore the cluster from its tier into "
+                  f"{target}, as after losing every disk", highlight=False)
+
+    def ok(text: str) -> None:
+        console.print(f"  [green]\\[ok][/] {text}", highlight=False)
+
+    store = open_store(tier_url(spec))
+    try:
+        plan = plan_restore(store)
+        for line in plan.describe():
+            ok(line)
+        restored = rebuild(store, plan)
+        cluster_id = random_cluster_id()
+        voters = VoterSet.of(Voter(n.node_id, random_directory_id(), n.address)
+                             for n in spec.controllers)
+        shutil.rmtree(target, ignore_errors=True)  # an earlier run's
+        written = [write_data_dir(restored, data_dir=str(target / n.name), node_id=n.node_id,
+                                  cluster_id=cluster_id, old_cluster_id=plan.old_cluster_id,
+                                  voters=voters) for n in spec.controllers]
+        image = restored.state.to_image()
+        for node, snapshot_id in zip(spec.controllers, written, strict=True):
+            loaded = MetadataState(cluster_id=cluster_id, rng=random.Random(0))
+            path = DataDir(target / node.name).snapshot_dir
+            loaded.replay_encoded(SnapshotReader.open(path / snapshot_id.file_name).records(),
+                                  snapshot_id.end_offset - 1, step=0)
+            if loaded.to_image().topics != image.topics:
+                raise RestoreError(f"{target / node.name} does not read back as restored")
+    except (RestoreError, OSError) as exc:
+        console.print(f"  [red]\\[FAILED][/] {exc}", highlight=False)
+        return EXIT_FAILED
+    names = {t.name for t in image.topics}
+    missing = [t for t in TOPICS if t not in names]
+    if missing:
+        console.print(f"  [red]\\[FAILED][/] the tier's history ends before the tour created "
+                      f"{', '.join(missing)}", highlight=False)
+        return EXIT_FAILED
+    ok(f"{len(written)} controllers restored: cluster {cluster_id} (restored.from.cluster.id "
+       f"{plan.old_cluster_id}), the state after offset {restored.end_offset - 1}: "
+       f"{len(image.topics)} topics, {sum(len(t.partitions) for t in image.topics)} "
+       f"partitions, {len(image.brokers)} brokers, the tour's topics among them; each data "
+       "dir read back. To run them, see docs/operations.md, \"Disaster recovery\"")
+    return EXIT_OK

@@ -1,6 +1,7 @@
 """`metakraft dev` end to end: real controller and broker processes on loopback.
 
-- `--scenario` runs the whole tour and exits 0 with every checkpoint printed;
+- `--scenario` runs the whole tour (restoring the cluster from its tier last) and exits 0
+  with every checkpoint printed;
 - a background `metakraft dev` comes up, the CLI works against it, SIGINT stops
   every process in cluster.json, and a second run resumes the same cluster.
 
@@ -63,7 +64,10 @@ def test_scenario_runs_the_tour_and_exits_0(data_dir: Path, secure: bool) -> Non
                        "[ok] reassignment accepted", "removed its replica",
                        "removed the voter of its lost disk", "joined the voters",
                        "is a voter again under directory id",
-                       "[ok] stopped 6 processes, every exit code 0", "scenario passed"):
+                       "[ok] the tier holds the log below offset",
+                       "[ok] stopped 6 processes, every exit code 0",
+                       "controllers restored: cluster", "the tour's topics among them; each "
+                       "data dir read back", "scenario passed"):
         assert checkpoint in out, f"missing {checkpoint!r} in:\n{out}"
     assert "[FAILED]" not in out
     assert not any(pid_alive(pid) for pid in recorded_pids(data_dir))
