@@ -331,6 +331,7 @@ class FetchRequest(_message.Message):
     READ_BARRIER_FIELD_NUMBER: _builtins.int
     MIN_SUPPORTED_VERSION_FIELD_NUMBER: _builtins.int
     MAX_SUPPORTED_VERSION_FIELD_NUMBER: _builtins.int
+    RETAINED_START_OFFSET_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     fetch_offset: _builtins.int
     last_fetched_epoch: _builtins.int
@@ -343,6 +344,11 @@ class FetchRequest(_message.Message):
     said; releases before 0.3.0): how the active controller learns each replica's range.
     """
     max_supported_version: _builtins.int
+    retained_start_offset: _builtins.int
+    """The oldest offset the fetcher's local log holds (absent: not said; releases
+    before 0.4.0): where the active controller finds a voter holding a range its
+    tier copier needs.
+    """
     @_builtins.property
     def header(self) -> Global___Header: ...
     def __init__(
@@ -357,12 +363,15 @@ class FetchRequest(_message.Message):
         read_barrier: _builtins.int = ...,
         min_supported_version: _builtins.int = ...,
         max_supported_version: _builtins.int = ...,
+        retained_start_offset: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_retained_start_offset", b"_retained_start_offset", "header", b"header", "retained_start_offset", b"retained_start_offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "header", b"header", "high_watermark", b"high_watermark", "last_fetched_epoch", b"last_fetched_epoch", "max_supported_version", b"max_supported_version", "max_wait_ms", b"max_wait_ms", "min_supported_version", b"min_supported_version", "read_barrier", b"read_barrier", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_retained_start_offset", b"_retained_start_offset", "fetch_offset", b"fetch_offset", "header", b"header", "high_watermark", b"high_watermark", "last_fetched_epoch", b"last_fetched_epoch", "max_supported_version", b"max_supported_version", "max_wait_ms", b"max_wait_ms", "min_supported_version", b"min_supported_version", "read_barrier", b"read_barrier", "retained_start_offset", b"retained_start_offset", "seq", b"seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__retained_start_offset: _TypeAlias = _typing.Literal["retained_start_offset"]  # noqa: Y015
+    _WhichOneofArgType__retained_start_offset: _TypeAlias = _typing.Literal["_retained_start_offset", b"_retained_start_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__retained_start_offset) -> _WhichOneofReturnType__retained_start_offset | None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
 

@@ -155,7 +155,9 @@ def to_pb(m: Message, cache: StoredBatchCache | None = None) -> PbMessage:
                                    high_watermark=m.high_watermark, max_wait_ms=m.max_wait_ms,
                                    read_barrier=m.read_barrier,
                                    min_supported_version=m.supported_versions[0],
-                                   max_supported_version=m.supported_versions[1])
+                                   max_supported_version=m.supported_versions[1],
+                                   retained_start_offset=(None if m.retained_start_offset < 0
+                                                          else m.retained_start_offset))
         case FetchResponse():
             enc = cache.encode if cache is not None else encode_batch
             out = pb.FetchResponse(
@@ -278,7 +280,9 @@ def from_pb(p: PbMessage, cache: StoredBatchCache | None = None) -> Message:
                 read_barrier=_nonneg("read_barrier", p.read_barrier),
                 supported_versions=(
                     _nonneg("min_supported_version", p.min_supported_version, _INT32_MAX),
-                    _nonneg("max_supported_version", p.max_supported_version, _INT32_MAX)))
+                    _nonneg("max_supported_version", p.max_supported_version, _INT32_MAX)),
+                retained_start_offset=(_nonneg("retained_start_offset", p.retained_start_offset)
+                                       if p.HasField("retained_start_offset") else -1))
         case pb.FetchResponse():
             outcomes = (p.error != pb.ERROR_NONE, p.HasField("diverging"),
                         p.HasField("snapshot_id"))

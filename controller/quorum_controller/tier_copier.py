@@ -96,6 +96,8 @@ class TierCopier:
         self._claimed = False
         self._failing: str | None = None
         self._warned_start: int | None = None
+        # The last hand-over of a missing range logged: (target, start offset).
+        self._handing_over: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ the loop
 
@@ -248,9 +250,7 @@ class TierCopier:
                         reason="the local log no longer holds older offsets: the tier's "
                                "history starts here")
         if start < view.local_start_offset:
-            raise TierError(f"cannot copy offsets from {start}: this controller's local log "
-                            f"starts at {view.local_start_offset} (it was reset to a "
-                            "snapshot); another controller must copy them")
+            return await self._hand_over_missing_range(start, view.local_start_offset)
         committed = min(view.high_watermark, view.flushed_offset)
         ends = [s.next_offset for s in view.segments
                 if not s.is_active and start < s.next_offset <= committed]
@@ -292,6 +292,36 @@ class TierCopier:
         obj = _object_of(manifest, ObjectKind.SEGMENT, now)
         await self._upload(obj, manifest, data)
         return True
+
+    async def _hand_over_missing_range(self, start: int, local_start: int) -> bool:
+        """This controller leads but its local log starts above the copied end (it was
+        reset to a snapshot): hand leadership to a voter whose local log still holds
+        `start` (its fetches say where its log starts), so the copy goes on without
+        anyone restarting anything. TierError if no voter holds it."""
+        status = self._driver.status()
+        holders = sorted((r for r in status.replicas
+                          if r.is_voter and r.replica_id != self._node_id
+                          and 0 <= r.retained_start_offset <= start),
+                         key=lambda r: (-r.log_end_offset, r.replica_id))
+        missing = f"[{start}, {local_start})"
+        if not holders:
+            raise TierError(f"cannot copy offsets {missing}: this controller's local log "
+                            f"starts at {local_start} (it was reset to a snapshot) and no "
+                            "other voter has said it holds them")
+        target = holders[0].replica_id
+        if self._handing_over != (target, start):
+            log.warning("tier_range_not_held", node=self._node_id, missing=missing,
+                        to=target, action="transferring leadership to a voter that holds "
+                        "them, so it copies them")
+            self._handing_over = (target, start)
+        refused = await self._controller.transfer_leadership(target)
+        if refused is not None:
+            raise TierError(f"cannot copy offsets {missing} (not held here); handing "
+                            f"leadership to controller {target}, which holds them, was "
+                            f"refused: {refused}")
+        if self.metrics is not None:
+            self.metrics.handovers.inc()
+        return False
 
     async def _copy_snapshot(self, view: LocalLogView, objects: list[RemoteObject]) -> bool:
         latest = sf.latest_snapshot(self._driver.snapshot_dir)

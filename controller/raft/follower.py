@@ -71,6 +71,7 @@ class FollowerMixin(NodeState):
                 max_wait_ms=self.config.fetch_max_wait_ms,
                 read_barrier=self.read_barrier_seen,
                 supported_versions=self.config.supported_versions,
+                retained_start_offset=self.log.retained_start_offset,
             )
         )
 

@@ -158,6 +158,7 @@ class LeaderMixin(NodeState):
                 directory_id=req.src_directory_id,
                 caught_up=req.fetch_offset >= self.log.end_offset,
                 supported_versions=req.supported_versions,
+                retained_start_offset=req.retained_start_offset,
             )
             self.update_high_watermark()
             if self._has_news(req, not state.reads.current_sent) or req.max_wait_ms <= 0:
@@ -171,6 +172,7 @@ class LeaderMixin(NodeState):
         state.record_fetch(
             req.src, None, self.now_ms, is_voter=is_voter, directory_id=req.src_directory_id,
             supported_versions=req.supported_versions,
+            retained_start_offset=req.retained_start_offset,
         )
         state.parked.pop(req.src, None)
         if check is FetchCheck.DIVERGING:

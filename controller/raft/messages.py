@@ -118,6 +118,10 @@ class FetchRequest(_Envelope):
     # What the fetcher's software supports (RaftConfig.supported_versions), opaque to
     # Raft: recorded per replica for the state machine; (0, 0): not said.
     supported_versions: tuple[int, int] = (0, 0)
+    # The oldest offset the fetcher's local log still holds (its retained start; -1:
+    # not said), recorded per replica: the tier copier hands leadership to a voter
+    # that holds a range it must copy and itself lacks.
+    retained_start_offset: int = -1
 
 
 @attrs.frozen(slots=True, kw_only=True)

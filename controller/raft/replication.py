@@ -94,6 +94,8 @@ class ReplicaProgress:
     last_caught_up_ms: int = -1
     # What its software supports, as its last fetch said ((0, 0): not said).
     supported_versions: tuple[int, int] = (0, 0)
+    # The oldest offset its local log holds, as its last fetch said (-1: not said).
+    retained_start_offset: int = -1
 
 
 @attrs.define(slots=True)
@@ -124,6 +126,8 @@ class LeaderState:
     observer_fetches: dict[int, tuple[int, int, str]] = attrs.field(factory=dict)
     # Each replica's supported versions, from its last fetch (FetchRequest).
     supported_versions: dict[int, tuple[int, int]] = attrs.field(factory=dict)
+    # Each replica's retained log start, from its last fetch (-1: not said).
+    retained_starts: dict[int, int] = attrs.field(factory=dict)
     # A leadership transfer under way (`LeaderMixin.transfer_leadership`): the voter
     # to take over, and when the attempt is given up. Invariant: while set, nothing
     # but control batches is appended, so the log end the target must reach stays put.
@@ -145,10 +149,12 @@ class LeaderState:
         directory_id: str = "",
         caught_up: bool = False,
         supported_versions: tuple[int, int] = (0, 0),
+        retained_start_offset: int = -1,
     ) -> None:
         """`is_voter`: the fetch came from the voter of this id (its directory id
         matches); a replica of a voter's id with another directory is an observer."""
         self.supported_versions[replica_id] = supported_versions
+        self.retained_starts[replica_id] = retained_start_offset
         if caught_up:
             self.caught_up_ms[replica_id] = now_ms
         if replica_id not in self.voters or not is_voter:
@@ -226,12 +232,14 @@ class LeaderState:
         return now_ms - times[len(self.voters) // 2] <= timeout_ms
 
     def replica_progress(
-        self, own_end_offset: int, now_ms: int, own_versions: tuple[int, int] = (0, 0)
+        self, own_end_offset: int, now_ms: int, own_versions: tuple[int, int] = (0, 0),
+        own_retained_start: int = -1,
     ) -> tuple[ReplicaProgress, ...]:
         """Voters (by id, us with our own log end) then observers (by id)."""
-        versions = self.supported_versions
+        versions, starts = self.supported_versions, self.retained_starts
         voters = tuple(
-            ReplicaProgress(v, True, own_end_offset, now_ms, "", now_ms, own_versions)
+            ReplicaProgress(v, True, own_end_offset, now_ms, "", now_ms, own_versions,
+                            own_retained_start)
             if v == self.node_id
             else ReplicaProgress(
                 v,
@@ -241,12 +249,13 @@ class LeaderState:
                 "",
                 self.caught_up_ms.get(v, -1),
                 versions.get(v, (0, 0)),
+                starts.get(v, -1),
             )
             for v in sorted(self.voters)
         )
         observers = tuple(
             ReplicaProgress(o, False, offset, at, directory_id, self.caught_up_ms.get(o, -1),
-                            versions.get(o, (0, 0)))
+                            versions.get(o, (0, 0)), starts.get(o, -1))
             for o, (offset, at, directory_id) in sorted(self.observer_fetches.items())
         )
         return voters + observers

@@ -239,7 +239,8 @@ class NodeState:
         if self.role is not Role.LEADER or state is None:
             return None
         return state.replica_progress(self.log.end_offset, self.now_ms,
-                                      self.config.supported_versions)
+                                      self.config.supported_versions,
+                                      self.log.retained_start_offset)
 
     @property
     def quorum_state(self) -> QuorumState:

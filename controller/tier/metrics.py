@@ -23,6 +23,11 @@ class TierMetrics:
         self.copied_bytes = Counter("metakraft_tier_copied_bytes_total",
                                     "Bytes this controller copied to the tier.", ["kind"],
                                     registry=r)
+        self.handovers = Counter(
+            "metakraft_tier_leadership_handovers_total",
+            "Leadership handed to another voter because this controller's local log "
+            "lacked a range the tier still needed (it was reset to a snapshot).",
+            registry=r)
         self.deletes = Counter("metakraft_tier_deletes_total",
                                "Objects this controller deleted from the tier.", ["kind"],
                                registry=r)

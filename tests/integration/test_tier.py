@@ -25,8 +25,9 @@ from click.testing import CliRunner
 from controller.api.client import AdminClient
 from controller.cli.main import cli
 from controller.cli.tier_cmd import replayed_tier_state
+from controller.metadata import ErrorCode
 from controller.metadata.tier import SegmentState
-from controller.storage.meta_properties import DataDir
+from controller.storage.meta_properties import DataDir, format_data_dir
 from controller.tier.history import list_tier
 from controller.tier.remote import open_store
 from tests.support.controller_processes import ControllerCluster
@@ -290,3 +291,57 @@ def test_a_controller_replacing_a_lost_disk_starts_from_the_tiers_snapshot(
     result = CliRunner().invoke(cli, ["tier", "verify", "--tier", tier_url, "--log-dir",
                                       str(victim.data_dir)])
     assert result.exit_code == 0 and "no gap" in result.output, result.output
+
+
+def test_a_leader_without_the_range_to_copy_hands_leadership_to_a_voter_with_it(
+        tmp_path: Path, s3: S3Server) -> None:
+    """The S3 outage again, with the case that used to need a restart: a controller
+    reset to a leader's snapshot (its disk was replaced while the tier hung) becomes
+    the active one and lacks the range the tier needs next. It hands leadership to a
+    voter that holds it, and the tier catches up by itself."""
+    s3.create_bucket("meta")
+    tier_url = s3.url("meta", "cluster-b")
+    cluster = start_cluster(tmp_path, tier_url, env=CREDENTIALS)
+    writer = Writer(cluster.bootstrap)
+    store = open_store(tier_url)
+    try:
+        active = wait_until(cluster.active_node, START_S, "an active controller")
+        cluster.register_brokers([1, 2, 3])
+        writer.start()
+        wait_until(lambda: len(list_tier(store).segments) >= 2, 60.0, "two objects in S3")
+        s3.pause()
+        victim = next(n for n in cluster.nodes.values() if n is not active)
+        assert victim.terminate() == 0
+        shutil.rmtree(victim.data_dir)
+        format_data_dir(victim.data_dir, cluster.cluster_id, victim.node_id)
+        # The leader snapshots on (its local log is trimmed below its snapshots and the
+        # copied end): the victim will be reset to a snapshot above the tier's end.
+        written = count_lines(active, "snapshot_written")
+        wait_until(lambda: count_lines(active, "snapshot_written") >= written + 2, 60.0,
+                   "the leader to write two more snapshots while S3 hangs")
+        victim.start()
+        loaded = wait_until(lambda: re.findall(r"event=snapshot_loaded end_offset=(\d+)",
+                                               victim.log_text()),
+                            START_S, "the new replica to be reset to the leader's snapshot")
+        with AdminClient(cluster.bootstrap, timeout_ms=30_000) as admin:
+            outcome = admin.transfer_leadership(victim.node_id)
+            assert outcome.error.code is ErrorCode.NONE, outcome
+        s3.resume()
+        # It finds it lacks [copied end, its snapshot) and hands over, by itself.
+        wait_until(lambda: count_lines(victim, "tier_range_not_held") >= 1, 90.0,
+                   "the new active controller to find it lacks the range")
+        line = re.search(r'event=tier_range_not_held .*missing="\[(\d+), (\d+)\)" to=(\d+)',
+                         victim.log_text())
+        assert line and int(line[2]) == int(loaded[0]), victim.log_text()[-3000:]
+        holder = cluster.nodes[int(line[3])]
+        wait_until(lambda: cluster.active_node() is holder, 30.0, "the holder to lead")
+        wait_until(lambda: max(m.end_offset for m in list_tier(store).segments) > int(line[2]),
+                   90.0, "the tier to copy the range past the victim's snapshot")
+        writer.stop()
+        wait_until(lambda: tier_covers_every_local_log(cluster, tier_url), 60.0,
+                   "the tier to reach every controller's local log")
+    finally:
+        writer.stop()
+        s3.resume()
+        stop_all(cluster)
+    check_history(cluster, tier_url, writer)

@@ -257,3 +257,20 @@ def test_the_leader_reports_what_each_replica_said_it_supports() -> None:
                 for p in state.replica_progress(11, now_ms=2, own_versions=(1, 6))}
     # Node 3 never fetched: not said. An observer (a broker) is reported too.
     assert progress == {1: (1, 6), 2: (1, 6), 3: (0, 0), 7: (1, 5)}
+
+
+def test_the_leader_reports_where_each_replicas_local_log_starts() -> None:
+    """What the tier copier asks when it leads without a range to copy: which voter
+    still holds it (each fetch says where the fetcher's local log starts)."""
+    state = LeaderState(
+        node_id=1, epoch=3, voters=frozenset({1, 2, 3}), epoch_start_offset=10, started_ms=0
+    )
+    state.record_fetch(2, 10, now_ms=1, retained_start_offset=0)
+    state.record_fetch(3, 10, now_ms=1, retained_start_offset=400)
+    state.record_fetch(7, None, now_ms=1, is_voter=False)
+    starts = {p.replica_id: p.retained_start_offset
+              for p in state.replica_progress(11, now_ms=2, own_retained_start=250)}
+    assert starts == {1: 250, 2: 0, 3: 400, 7: -1}
+    state.record_fetch(2, 11, now_ms=3, retained_start_offset=300)  # it trimmed its log
+    assert {p.replica_id: p.retained_start_offset
+            for p in state.replica_progress(11, now_ms=4)}[2] == 300
