@@ -105,6 +105,7 @@ on_log_damage = "repair"
 # local_retention_bytes = -1                # ... or at most this many bytes of them (-1: no limit)
 # retention_ms = -1                         # delete tier objects older than this (-1: keep forever)
 # retention_bytes = -1                      # ... or beyond this many bytes (-1: keep forever)
+# copy_max_bytes_per_second = -1            # upload at most this fast, averaged (-1: no limit)
 
 # Watch (`metakraft watch`): programs that follow the metadata log.
 [watch]
@@ -157,7 +158,8 @@ _CONTROLLER_MAXIMUM = {"snapshot_busy_percent": 100,
 _LOG_KEYS = ("segment_bytes", "segment_ms")
 _LOG_STR_KEYS = ("on_log_damage",)
 _TIER_INT_KEYS = ("copy_interval_ms", "copy_timeout_ms", "max_backoff_ms", "local_retention_ms",
-                  "local_retention_bytes", "retention_ms", "retention_bytes")
+                  "local_retention_bytes", "retention_ms", "retention_bytes",
+                  "copy_max_bytes_per_second")
 _TIER_STR_KEYS = ("url", "access_key_id", "secret_access_key")
 _WATCH_KEYS = ("max_watchers", "send_timeout_ms")
 _TOP_KEYS = {"node_id", "cluster_id", "data_dir", "listen", "voters", "raft", "controller",

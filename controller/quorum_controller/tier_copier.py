@@ -68,6 +68,7 @@ from controller.tier.objects import (
     snapshot_manifest,
 )
 from controller.tier.remote import RemoteStorage, TierError
+from controller.tier.throttle import CopyThrottle
 
 log = get_logger("metakraft.tier")
 
@@ -98,6 +99,8 @@ class TierCopier:
         self._warned_start: int | None = None
         # The last hand-over of a missing range logged: (target, start offset).
         self._handing_over: tuple[int, int] | None = None
+        self._throttle = (CopyThrottle(config.copy_max_bytes_per_second, time.monotonic)
+                          if config.copy_max_bytes_per_second > 0 else None)
 
     # ------------------------------------------------------------------ the loop
 
@@ -358,6 +361,15 @@ class TierCopier:
                                      "while the copy was prepared; the next round redoes it")
             return tier.copy_started_records(obj)
 
+        if self._throttle is not None:
+            # Before the copy is announced: a copy in progress is not kept waiting
+            # (a successor would take it as abandoned after copy_timeout_ms).
+            wait_s = self._throttle.delay_s()
+            if wait_s > 0:
+                if self.metrics is not None:
+                    self.metrics.throttled.inc(wait_s)
+                await asyncio.sleep(wait_s)
+            self._throttle.took(len(data))
         await self._write("TierCopyStarted", announce)
         kind = obj.kind.name.lower()
         log.info("tier_copy_started", id=obj.segment_id, kind=kind, start_offset=obj.start_offset,

@@ -43,6 +43,9 @@ class TierConfig:
     # newer log in the tier; -1 (default): keep the whole history.
     retention_ms: int = attrs.field(default=-1, validator=_limit)
     retention_bytes: int = attrs.field(default=-1, validator=_limit)
+    # Bytes per second the copier uploads at most, averaged (-1: no limit): keeps a
+    # catching-up copier from taking the link the controllers replicate over.
+    copy_max_bytes_per_second: int = attrs.field(default=-1, validator=_limit)
 
     def __attrs_post_init__(self) -> None:
         if (self.access_key_id is None) != (self.secret_access_key is None):

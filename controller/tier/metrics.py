@@ -28,6 +28,10 @@ class TierMetrics:
             "Leadership handed to another voter because this controller's local log "
             "lacked a range the tier still needed (it was reset to a snapshot).",
             registry=r)
+        self.throttled = Counter(
+            "metakraft_tier_copy_throttled_seconds_total",
+            "Seconds the copier waited to keep its uploads under "
+            "tier.copy_max_bytes_per_second.", registry=r)
         self.deletes = Counter("metakraft_tier_deletes_total",
                                "Objects this controller deleted from the tier.", ["kind"],
                                registry=r)

@@ -125,6 +125,7 @@ segment_ms = 30000
 url = "file:///var/tier"
 local_retention_bytes = 1048576
 retention_ms = -1
+copy_max_bytes_per_second = 5000000
 """
 
 
@@ -135,6 +136,7 @@ def test_log_and_tier_sections_parse_and_gate_local_deletion(tmp_path: Path) -> 
     assert config.tier is not None and config.tier.url == "file:///var/tier"
     assert (config.tier.local_retention_bytes, config.tier.local_retention_ms) == (1048576,
                                                                                  600_000)
+    assert config.tier.copy_max_bytes_per_second == 5_000_000
     plain = parse_config(GOOD, tmp_path / "c.toml")
     assert plain.tier is None and not plain.driver.tiered
 
@@ -145,6 +147,8 @@ def test_log_and_tier_sections_parse_and_gate_local_deletion(tmp_path: Path) -> 
     (lambda t: t.replace("file:///var/tier", "ftp://host/x"), "expected file:///path or s3://"),
     (lambda t: t.replace("file:///var/tier", "s3://b/p?endpont=http://x"), "unknown option"),
     (lambda t: t.replace("retention_ms = -1", "retention_ms = -2"), "tier.retention_ms: must be >= -1"),
+    (lambda t: t.replace("per_second = 5000000", "per_second = -3"),
+     "tier.copy_max_bytes_per_second: must be >= -1"),
     (lambda t: t.replace("retention_ms = -1", "retention_ms = \"1h\""), "expected an integer"),
     (lambda t: t.replace("retention_ms = -1", "retension_ms = 5"), "unknown key(s) retension_ms"),
     (lambda t: t.replace("retention_ms = -1", 'access_key_id = "a"'), "go together"),
