@@ -41,8 +41,8 @@ from controller.records.codec import RecordDecodeError
 from controller.storage.errors import CorruptBatchError, TruncatedBatchError
 from controller.storage.meta_properties import cluster_id_of
 from controller.storage.segment import parse_segment_file_name
-from controller.tier.history import list_tier, local_segments, plan_history
-from controller.tier.objects import CorruptObjectError, Manifest, check_data, manifest_key
+from controller.tier.history import list_tier, local_segments, plan_history, read_tier_range
+from controller.tier.objects import CorruptObjectError, Manifest, manifest_key
 from controller.tier.remote import RemoteStorage, open_store
 
 # Rows per Arrow batch handed to Spark: large enough to amortise the per-batch cost,
@@ -122,8 +122,10 @@ def _load(piece: FileSlice) -> bytes:
     if store is None:
         store = _STORES[piece.tier] = open_store(piece.tier)
     manifest = Manifest.decode(manifest_key(piece.path), piece.manifest.encode())
-    data = store.get(piece.path)
-    check_data(manifest, data)
+    # Only the byte range the slice needs (an offset range, `audit --from-offset`),
+    # through the manifest's offset index; read whole, the object is checked against
+    # its manifest.
+    data, _first = read_tier_range(store, manifest, piece.start, piece.end)
     return data
 
 

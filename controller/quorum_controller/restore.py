@@ -53,7 +53,7 @@ from controller.tier.history import (
     iter_piece_batches,
     list_tier,
     plan_history,
-    read_piece,
+    read_piece_range,
 )
 from controller.tier.objects import Manifest, check_data
 from controller.tier.remote import RemoteStorage, TierError
@@ -176,8 +176,8 @@ def rebuild(store: RemoteStorage, plan: RestorePlan) -> Restored:
             last_time_ms = plan.snapshot.end_time_ms
         for piece in plan.pieces:
             assert piece.manifest is not None
-            data = read_piece(store, piece)
-            for batch in iter_piece_batches(data, piece, piece.manifest.start_offset):
+            data, first = read_piece_range(store, piece)
+            for batch in iter_piece_batches(data, piece, first):
                 if batch.next_offset > plan.limit:
                     break  # the point is inside this batch: not half of it
                 ledger.add_batch(batch)

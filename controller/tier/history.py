@@ -194,6 +194,54 @@ def read_piece(store: RemoteStorage | None, piece: Piece) -> bytes:
     return data
 
 
+def byte_range(manifest: Manifest, start: int, end: int = MAX_OFFSET,
+               max_bytes: int | None = None) -> tuple[int, int, int]:
+    """(position, length, first offset): the bytes of `manifest`'s object that hold
+    the batches of offsets [start, end), through its offset index. The range runs from
+    the last index entry at or below `start` to the first entry at or above `end`, or
+    (with `max_bytes`) the first entry past about that many bytes, else to the
+    object's end: batch boundaries both, so the range is whole batches."""
+    position, first = 0, manifest.start_offset
+    stop = manifest.size_bytes
+    for offset, pos in manifest.offset_index:
+        if offset <= start:
+            position, first = pos, offset
+        elif offset >= end or (max_bytes is not None and pos - position >= max_bytes):
+            stop = pos
+            break
+    return position, stop - position, first
+
+
+def read_tier_range(store: RemoteStorage, manifest: Manifest, start: int,
+                    end: int = MAX_OFFSET, max_bytes: int | None = None) -> tuple[bytes, int]:
+    """Only the bytes of a log object that hold [start, end) (`byte_range`), and the
+    offset of their first batch. Read whole, the object is checked against its
+    manifest (CRC-32C, SHA-256); read in part, each batch's CRC is checked as it is
+    parsed (`iter_piece_batches`), and a short read is CorruptObjectError."""
+    position, length, first = byte_range(manifest, start, end, max_bytes)
+    key = manifest.data_key
+    if position == 0 and length == manifest.size_bytes:
+        data = store.get(key)
+        check_data(manifest, data)
+        return data, first
+    data = store.get(key, position, length)
+    if len(data) != length:
+        raise CorruptObjectError(key, f"object ends at byte {position + len(data)}, the "
+                                 f"manifest says {manifest.size_bytes} (short object)", first)
+    return data, first
+
+
+def read_piece_range(store: RemoteStorage | None, piece: Piece) -> tuple[bytes, int]:
+    """The bytes a piece needs and the offset of their first batch: a local segment
+    whole, a tier object only in the range the piece covers (`read_tier_range`)."""
+    if piece.source == "local":
+        first = parse_segment_file_name(Path(piece.location).name)
+        assert first is not None, piece.location
+        return Path(piece.location).read_bytes(), first
+    assert store is not None and piece.manifest is not None
+    return read_tier_range(store, piece.manifest, piece.start, piece.end)
+
+
 def iter_piece_batches(data: bytes, piece: Piece, start_offset: int | None = None
                        ) -> Iterator[RecordBatch]:
     """The decoded batches of a piece's bytes that hold offsets of [piece.start,
@@ -223,11 +271,9 @@ def iter_piece_batches(data: bytes, piece: Piece, start_offset: int | None = Non
 
 def history_batches(store: RemoteStorage | None, pieces: Sequence[Piece]
                     ) -> Iterator[tuple[Piece, RecordBatch]]:
-    """Every batch of the planned history, in offset order, with its piece."""
+    """Every batch of the planned history, in offset order, with its piece (tier
+    objects read only in the ranges the pieces cover)."""
     for piece in pieces:
-        data = read_piece(store, piece)
-        first = piece.manifest.start_offset if piece.manifest is not None else None
-        if first is None:
-            first = parse_segment_file_name(Path(piece.location).name)
+        data, first = read_piece_range(store, piece)
         for batch in iter_piece_batches(data, piece, first):
             yield piece, batch

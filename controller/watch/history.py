@@ -15,10 +15,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from controller.logformat import RecordBatch
-from controller.logformat.batch import HEADER_SIZE, decode_batch, peek_batch_header, verify_batch
-from controller.storage.errors import CorruptBatchError, OffsetOutOfRangeError
-from controller.tier.history import list_tier
-from controller.tier.objects import CorruptObjectError, Manifest
+from controller.storage.errors import OffsetOutOfRangeError
+from controller.tier.history import Piece, iter_piece_batches, list_tier, read_tier_range
+from controller.tier.objects import Manifest
 from controller.tier.remote import RemoteStorage, TierError
 
 # How long a tier listing is reused before it is read again (objects appear as the
@@ -94,60 +93,17 @@ class TierSource:
         if not holding:
             return []
         manifest = max(holding, key=lambda m: m.end_offset)
-        # The last index entry at or below the offset: a batch boundary before it.
-        position, first = 0, manifest.start_offset
-        for offset, pos in manifest.offset_index:
-            if offset > from_offset:
-                break
-            position, first = pos, offset
-        batches = await asyncio.to_thread(self._load, manifest, position, first, from_offset)
+        batches = await asyncio.to_thread(self._load, manifest, from_offset)
         self.objects_read += 1
         return batches
 
-    def _load(self, manifest: Manifest, position: int, first: int,
-              from_offset: int) -> list[RecordBatch]:
+    def _load(self, manifest: Manifest, from_offset: int) -> list[RecordBatch]:
         """The whole batches in about `read_bytes` from the one holding `from_offset`
-        (at least one), reading on from `position` (a batch boundary at `first`: an
-        index entry, at most an index interval before it)."""
-        while True:
-            batches, size = self._load_range(manifest, position, first)
-            held = [b for b in batches if b.next_offset > from_offset]
-            if held:
-                return held
-            position, first = position + size, batches[-1].next_offset
-
-    def _load_range(self, manifest: Manifest, position: int, first: int
-                    ) -> tuple[list[RecordBatch], int]:
-        """The whole batches in about `read_bytes` from `position` (at least one), and
-        their size in bytes."""
-        length = self._read_bytes
-        while True:
-            length = min(length, manifest.size_bytes - position)
-            data = self._store.get(manifest.data_key, position, length)
-            batches: list[RecordBatch] = []
-            pos, expected = 0, first
-            while pos + HEADER_SIZE <= len(data):
-                try:
-                    if pos + peek_batch_header(data, pos).size_bytes > len(data):
-                        break
-                    header = verify_batch(data, pos)
-                except CorruptBatchError as exc:
-                    raise CorruptObjectError(manifest.data_key, exc.reason,
-                                             exc.offset) from None
-                if header.base_offset != expected:
-                    raise CorruptObjectError(manifest.data_key, "offset discontinuity: batch "
-                                             f"starts at {header.base_offset}, expected "
-                                             f"{expected}", expected)
-                batch, size = decode_batch(data, pos, verified=header)
-                batches.append(batch)
-                pos += size
-                expected = batch.next_offset
-            if batches or position + length >= manifest.size_bytes:
-                if not batches:
-                    raise CorruptObjectError(manifest.data_key, "the data ends inside a batch",
-                                             first)
-                return batches, pos
-            length *= 2  # one batch larger than a read
+        (at least that one): one ranged read through the offset index."""
+        data, first = read_tier_range(self._store, manifest, from_offset,
+                                      max_bytes=self._read_bytes)
+        piece = Piece("tier", manifest.data_key, from_offset, manifest.end_offset, manifest)
+        return list(iter_piece_batches(data, piece, first))
 
 
 class HistoryReader:

@@ -197,3 +197,38 @@ def test_manifest_json_is_plain_text() -> None:
     m = segment_manifest("cid", seg_id(7), 0, batches_bytes(0, 3))
     outer = json.loads(m.encode())
     assert json.loads(outer["manifest"])["cluster_id"] == "cid"
+
+
+class CountingStore(DirectoryStore):
+    """A directory tier that counts the bytes its reads return."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.bytes_read = 0
+
+    def get(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
+        data = super().get(key, offset, length)
+        self.bytes_read += len(data)
+        return data
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 1499), st.integers(1, 300))
+def test_a_range_reads_only_the_index_intervals_it_needs(tmp_path_factory: pytest.TempPathFactory,
+                                                         start: int, length: int) -> None:
+    root = tmp_path_factory.mktemp("ranged")
+    store = CountingStore(root)
+    data = batches_bytes(0, 1500, per_batch=2)  # about ten index intervals
+    m = segment_manifest("cid", seg_id(1), 0, data)
+    store.put(m.data_key, data)
+    end = min(1500, start + length)
+    pieces = plan_history([m], [], start=start, end=end)
+    offsets = [o for _, b in history_batches(store, pieces)
+               for o in range(b.base_offset, b.next_offset) if start <= o < end]
+    assert offsets == list(range(start, end))
+    # At most the index interval before `start` and the one reaching `end` more than
+    # the batches wanted; never the whole object.
+    wanted = (len(batches_bytes(0, end, per_batch=2))
+              - len(batches_bytes(0, start - start % 2, per_batch=2)))
+    assert store.bytes_read <= wanted + 2 * 4096 + 64
+    assert store.bytes_read < len(data)
