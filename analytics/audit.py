@@ -40,9 +40,15 @@ WHO = ["principal", "client_address", "request_id"]
 RECOVERING = "LEADER_RECOVERY_STATE_RECOVERING"
 
 
+# A window audit's seed (`report.report_rows(start_offset=...)`): the snapshot the
+# window starts from, its rows as one batch just before the window.
+SEED = "seed"
+
+
 def log_rows(df: DataFrame) -> DataFrame:
-    """Rows of the log itself (snapshot rows restate state; they are not history)."""
-    return df.where(F.col("source") == "segment")
+    """Rows of the log itself, and a window's seed (snapshot rows otherwise restate
+    state; they are not history)."""
+    return df.where(F.col("source").isin("segment", SEED))
 
 
 # Set on the `topic_name` column by `resolve_topic_names`, so resolving twice (e.g.

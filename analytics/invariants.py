@@ -56,7 +56,9 @@ def replicas_registered(df: DataFrame, states: DataFrame | None = None) -> DataF
     # with no interval covering them. No shuffle of the exploded states.
     regs = F.broadcast(registration_intervals(df))
     return (s.join(regs, (s["replica"] == regs["broker_id"])
-                   & (regs["registered_offset"] < s["offset"]) & (s["offset"] < regs["until"]),
+                   # <=: a log holds one record per offset, so only a window's seed
+                   # (one offset for the whole state) has both at one offset.
+                   & (regs["registered_offset"] <= s["offset"]) & (s["offset"] < regs["until"]),
                    "left_anti")
             .withColumn("violation", F.lit("replica is not a registered broker")))
 
@@ -111,8 +113,10 @@ def raft_epochs_monotonic(df: DataFrame) -> DataFrame:
 
 
 def broker_epoch_is_registration_offset(df: DataFrame) -> DataFrame:
-    """RegisterBroker records whose broker_epoch is not their own offset."""
-    rows = log_rows(df).where(F.col("record_type") == "register_broker")
+    """RegisterBroker records whose broker_epoch is not their own offset (a window's
+    seed restates registrations at its offset: not checked)."""
+    rows = df.where((F.col("source") == "segment")
+                    & (F.col("record_type") == "register_broker"))
     return (rows.select("broker_id", "offset", "broker_epoch")
             .where(F.col("broker_epoch") != F.col("offset"))
             .withColumn("violation", F.lit("broker epoch is not the registration offset")))

@@ -72,11 +72,13 @@ class FileSlice:
 
 
 def plan_history_files(log_dir: str | None, tier: str, *, snapshots: bool = False,
-                       start: int = 0, end: int = MAX_OFFSET) -> list[FileSlice]:
+                       start: int = 0, end: int = MAX_OFFSET,
+                       seed: bool = False) -> list[FileSlice]:
     """`plan_files` over a remote tier and (optionally) a local log directory, read as
     one history: each offset from one place (controller.tier.history.plan_history),
     a gap an error naming the missing range. With `snapshots`, the tier's snapshots
-    and the local ones (one per end offset) are read too."""
+    and the local ones (one per end offset) are read too; with `seed`, the one
+    snapshot that ends at `start` (the tier's, else the local one)."""
     store = open_store(tier)
     cluster_id = cluster_id_of(log_dir) if log_dir else None
     local = local_segments(log_dir) if log_dir else []
@@ -89,6 +91,16 @@ def plan_history_files(log_dir: str | None, tier: str, *, snapshots: bool = Fals
                                  manifest=piece.manifest.encode().decode()))
         else:
             out.append(FileSlice(piece.location, "segment", piece.start, piece.end))
+    if seed:
+        found = [m for m in listing.snapshots if m.end_offset == start]
+        if found:
+            m = found[0]
+            out.insert(0, FileSlice(m.data_key, "snapshot", start, end, start - 1, tier=tier,
+                                    manifest=m.encode().decode()))
+        elif log_dir:
+            out[:0] = _seed_slice(log_dir, start, end)
+        else:
+            raise FileNotFoundError(f"{tier}: no snapshot ends at offset {start}")
     if snapshots:
         seen: set[int] = set()
         if log_dir:
@@ -129,8 +141,19 @@ def _load(piece: FileSlice) -> bytes:
     return data
 
 
+def _seed_slice(log_dir: str, start: int, end: int) -> list[FileSlice]:
+    """The local snapshot that ends at `start` (FileNotFoundError if none)."""
+    root = Path(log_dir)
+    snap_dir = (root.parent if root.name == "metadata" else root) / "snapshots"
+    for p in (snap_dir.iterdir() if snap_dir.is_dir() else ()):
+        sid = parse_snapshot_file_name(p.name)
+        if sid is not None and sid.end_offset == start:
+            return [FileSlice(str(p), "snapshot", start, end, start - 1)]
+    raise FileNotFoundError(f"{log_dir}: no snapshot ends at offset {start}")
+
+
 def plan_files(log_dir: str, *, snapshots: bool = False, start: int = 0,
-               end: int = MAX_OFFSET) -> list[FileSlice]:
+               end: int = MAX_OFFSET, seed: bool = False) -> list[FileSlice]:
     """The files of a controller's data directory overlapping [start, end), in offset order.
 
     `log_dir` is the data directory (holding `metadata/` and `snapshots/`) or the
@@ -143,7 +166,7 @@ def plan_files(log_dir: str, *, snapshots: bool = False, start: int = 0,
         raise FileNotFoundError(f"{log_dir}: no such log directory")
     bases = sorted((b, p) for p in seg_dir.iterdir()
                    if (b := parse_segment_file_name(p.name)) is not None)
-    out: list[FileSlice] = []
+    out: list[FileSlice] = _seed_slice(log_dir, start, end) if seed else []
     for i, (base, path) in enumerate(bases):
         seg_end = bases[i + 1][0] if i + 1 < len(bases) else MAX_OFFSET
         if seg_end > start and base < end:

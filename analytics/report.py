@@ -157,7 +157,8 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
               progress: Progress = print, *, max_rows: int = 200,
               snapshots: bool = False, permissive: bool = False,
               compare_with: Sequence[str] = (),
-              committed_offset: int | None = None, tier: str | None = None) -> dict[str, int]:
+              committed_offset: int | None = None, tier: str | None = None,
+              start_offset: int = 0) -> dict[str, int]:
     """Run everything, write the report into `out_dir`; return violations per check.
 
     The log is read once and cached, and the partition states (what most sections
@@ -173,6 +174,12 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     `compare_with`: other controllers' log directories, compared with `log_dir` by
     `invariants.first_divergence` up to `committed_offset` (default: the shortest
     log's end) under the verdict `REPLICA_CHECK`.
+
+    `start_offset` > 0 audits a window: the log from that offset, which must be where a
+    snapshot ends (`window_start`), seeded with that snapshot's records as if they
+    were one batch at `start_offset - 1` (what existed then shows as created there),
+    so the partition states and every invariant start from the true state. Only the
+    tier objects and byte ranges holding the window are read.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -186,12 +193,15 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
         last[0] = now
 
     label = " + ".join(f"`{s}`" for s in (tier, log_dir) if s)
+    if start_offset:
+        label += (f", from offset {start_offset} (the state at offset {start_offset - 1}: "
+                  "a snapshot's records, shown as created there)")
     progress(f"reading {label}")
     # The source rows are cached once (one scan of the files), names not resolved:
     # the functions that show topic names join them to their (few) result rows, so
     # no scan of the whole log goes through the name join.
     rows = report_rows(spark, log_dir, snapshots=snapshots, permissive=permissive,
-                       tier=tier).persist(MEMORY_AND_DISK)
+                       tier=tier, start_offset=start_offset).persist(MEMORY_AND_DISK)
     raw = rows
     extra: list[ExtraCheck] = []
     if permissive:
@@ -232,7 +242,8 @@ UNUSED_COLUMNS = ("version", "is_control")
 
 
 def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = False,
-                permissive: bool = False, tier: str | None = None) -> DataFrame:
+                permissive: bool = False, tier: str | None = None,
+                start_offset: int = 0) -> DataFrame:
     """The rows as the report caches them: the source read without PartitionChange
     JSON (`partitionChangeJson=False`) and without the columns in `UNUSED_COLUMNS`.
 
@@ -241,10 +252,17 @@ def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = F
     every other record keeps its JSON. Not building it saves reader time, and every
     byte and column left out of the cache saves its building time.
     """
-    options: dict[str, str | bool] = {} if not tier else {"tier": tier}
+    options: dict[str, str | int | bool] = {} if not tier else {"tier": tier}
+    if start_offset:
+        options.update(startOffset=start_offset, seed=True)
     rows = analytics.read_log(spark, log_dir, snapshots=snapshots,
                               mode="permissive" if permissive else "failfast",
                               partitionChangeJson=False, **options).drop(*UNUSED_COLUMNS)
+    if start_offset:
+        # The seed snapshot's rows (at start_offset - 1) count as log rows (`audit.SEED`):
+        # the window starts from the state they hold (as `analytics.state.as_of` does).
+        rows = rows.withColumn("source", F.when(F.col("source") == "snapshot", audit.SEED)
+                               .otherwise(F.col("source")))
     # Grouped by record type within each file: the cache keeps min/max per column per
     # batch of rows, so a filter on a type spread thinly over the log (broker changes,
     # configs, leader changes) skips the batches of the others instead of decoding

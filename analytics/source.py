@@ -7,6 +7,7 @@
           .option("endOffset", 5000)
           .option("mode", "permissive")         # damage -> a `_corrupt` row, not an error
           .option("partitionChangeJson", "false")  # no record_json on PartitionChange rows
+          .option("seed", "true")               # + the snapshot ending at startOffset
           .load("/var/lib/metakraft/node-1"))
 
     # The whole history: the remote tier's objects, then the local log after them.
@@ -56,7 +57,7 @@ def _flag(opts: dict[str, str], name: str, default: bool) -> bool:
 
 # Every option the source takes (Spark lower-cases the keys); "path" is load()'s.
 KNOWN_OPTIONS = ("path", "snapshots", "partitionChangeJson", "mode", "startOffset",
-                 "endOffset", "tier")
+                 "endOffset", "tier", "seed")
 
 
 def _offset(opts: dict[str, str], name: str, default: int) -> int:
@@ -108,6 +109,11 @@ class _Options:
         if self.start > self.end:
             raise ValueError(f"metakraft source: empty offset range: startOffset "
                              f"{self.start} > endOffset {self.end}")
+        # The snapshot that ends at startOffset (its rows at offset startOffset - 1):
+        # the state a window of the log starts from (`metakraft audit --from-offset`).
+        self.seed = _flag(opts, "seed", False)
+        if self.seed and self.start == 0:
+            raise ValueError("metakraft source: option seed needs a startOffset above 0")
 
 
 class MetakraftPartition(InputPartition):
@@ -124,10 +130,10 @@ class MetakraftReader(DataSourceReader):
         opts = self.opts
         if opts.tier:
             pieces = plan_history_files(opts.path or None, opts.tier, snapshots=opts.snapshots,
-                                        start=opts.start, end=opts.end)
+                                        start=opts.start, end=opts.end, seed=opts.seed)
         else:
             pieces = plan_files(opts.path, snapshots=opts.snapshots, start=opts.start,
-                                end=opts.end)
+                                end=opts.end, seed=opts.seed)
         return [MetakraftPartition(p) for p in pieces]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

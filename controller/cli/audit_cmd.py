@@ -89,6 +89,45 @@ def _spark_conf(ctx: click.Context, param: click.Parameter,
     return conf
 
 
+def _window_start(log_dir: str | None, tier: str | None, from_offset: int | None,
+                  since: str | None, whole_history_options: bool) -> int:
+    """Where a window audit starts: the end of the newest snapshot (the tier's or the
+    log directory's) at or below the offset asked for, or found for a time; 0 when
+    none is (the whole history, said by the caller's progress)."""
+    from controller.cli.storage_cmd import parse_time_ms
+    from controller.storage.meta_properties import DataDir
+    from controller.storage.snapshot_file import list_snapshots
+    from controller.tier.history import first_offset_after, list_tier
+    from controller.tier.objects import Manifest
+    from controller.tier.remote import open_store
+
+    if from_offset is not None and since is not None:
+        raise ValueError("give --from-offset or --since, not both")
+    if whole_history_options:
+        raise ValueError("a window (--from-offset, --since) goes with neither --snapshots "
+                         "nor --compare-with")
+    ends: list[int] = []
+    segments: tuple[Manifest, ...] = ()
+    if tier is not None:
+        listing = list_tier(open_store(tier))
+        ends += [m.end_offset for m in listing.snapshots]
+        segments = listing.segments
+    if log_dir is not None:
+        root = Path(log_dir)
+        data_dir = root.parent if root.name == "metadata" else root
+        ends += [s.end_offset for s in list_snapshots(DataDir(data_dir).snapshot_dir)]
+    if since is not None:
+        if tier is None:
+            raise ValueError("--since finds its offset through the tier's time indexes: give "
+                             "--tier (or use --from-offset)")
+        found = first_offset_after(segments, parse_time_ms(since) - 1)
+        if found is None:
+            raise ValueError(f"the tier holds nothing appended at or after {since}")
+        from_offset = found
+    assert from_offset is not None
+    return max((e for e in ends if e <= from_offset), default=0)
+
+
 @click.command()
 @click.option("--log-dir", "log_dir", type=click.Path(exists=True, file_okay=False),
               help="A controller's data directory (holding metadata/) or its metadata/ dir.")
@@ -121,6 +160,13 @@ def _spark_conf(ctx: click.Context, param: click.Parameter,
               default=None, help="With --compare-with: compare up to this offset (the "
                                  "quorum's high watermark - 1). Default: the shortest "
                                  "log's end.")
+@click.option("--from-offset", "from_offset", type=click.IntRange(min=0), default=None,
+              help="Audit a window: the log from the newest snapshot at or below this "
+                   "offset (the tier's or --log-dir's), the state then seeded from it. "
+                   "Reads only the objects and byte ranges the window needs.")
+@click.option("--since", "since", default=None, metavar="TIME",
+              help="Audit a window from TIME (ISO 8601, UTC unless it says, or ms since the "
+                   "epoch), found through the tier's time indexes; as --from-offset.")
 @click.option("--ship-code", "ship_code", is_flag=True,
               help="Send this package's code to the executors (what spark-submit "
                    "--py-files does), for a cluster whose Python has the dependencies "
@@ -128,7 +174,7 @@ def _spark_conf(ctx: click.Context, param: click.Parameter,
 def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snapshots: bool,
           driver_memory: str | None, spark_conf: dict[str, str], permissive: bool,
           compare_with: tuple[str, ...], committed_offset: int | None,
-          ship_code: bool) -> None:
+          from_offset: int | None, since: str | None, ship_code: bool) -> None:
     """Audit a metadata log with Spark: history, invariants, report with plots.
 
     Exits 1 when a check fails (an invariant; with --permissive, the log's damage;
@@ -141,6 +187,14 @@ def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snap
         click.echo("error: give --log-dir (--tier alone is enough without --compare-with)",
                    err=True)
         sys.exit(2)
+    start_offset = 0
+    if from_offset is not None or since is not None:
+        try:
+            start_offset = _window_start(log_dir, tier, from_offset, since,
+                                         snapshots or bool(compare_with))
+        except (ValueError, OSError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
     problem = (_analytics_problem()
                or _log_dir_problem(log_dir, snapshots, tier)
                or next(filter(None, (_log_dir_problem(d, False) for d in compare_with)), None)
@@ -170,7 +224,8 @@ def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snap
         violations = run_audit(spark, log_dir and os.path.abspath(log_dir), out_dir, progress,
                                snapshots=snapshots, permissive=permissive,
                                compare_with=[os.path.abspath(d) for d in compare_with],
-                               committed_offset=committed_offset, tier=tier)
+                               committed_offset=committed_offset, tier=tier,
+                               start_offset=start_offset)
     except Exception as exc:  # any failure exits 2, never 1 (which is a verdict)
         click.echo(f"error: the audit could not run: {failure_message(exc)}", err=True)
         sys.exit(2)

@@ -145,7 +145,8 @@ _TIER_HELP = ("Also read the remote tier at this URL (file:///path or s3://bucke
               "optional) are read as one history from its oldest offset.")
 
 
-def _tier_pieces(tier: str, paths: tuple[str, ...]) -> tuple[RemoteStorage, list[Piece]]:
+def _tier_pieces(tier: str, paths: tuple[str, ...], start: int = 0, end: int = MAX_OFFSET
+                 ) -> tuple[RemoteStorage, list[Piece]]:
     if len(paths) > 1:
         raise click.BadParameter("with --tier, give at most one log directory",
                                  param_hint="PATH")
@@ -163,7 +164,8 @@ def _tier_pieces(tier: str, paths: tuple[str, ...]) -> tuple[RemoteStorage, list
         raise click.BadParameter(str(exc), param_hint="PATH") from None
     try:
         listing = list_tier(store, cluster_id)
-        return store, plan_history(listing.segments, local)
+        # Only the objects (and byte ranges of them) that hold [start, end).
+        return store, plan_history(listing.segments, local, start=start, end=end)
     except TierError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
@@ -171,7 +173,9 @@ def _tier_pieces(tier: str, paths: tuple[str, ...]) -> tuple[RemoteStorage, list
 
 def _dump_history(tier: str, paths: tuple[str, ...], skip_metadata: bool,
                   wanted: RecordFilter) -> None:
-    store, pieces = _tier_pieces(tier, paths)
+    store, pieces = _tier_pieces(tier, paths, wanted.from_offset,
+                                 MAX_OFFSET if wanted.to_offset is None
+                                 else wanted.to_offset + 1)
     out = sys.stdout
     errors = 0
     current: Piece | None = None

@@ -179,7 +179,7 @@ def _seed_from_tier(tier_url: str, data_dir: str, cluster_id: str) -> None:
                f"{snapshot_id.epoch}); the leader sends only the log after it.")
 
 
-def _parse_time_ms(text: str) -> int:
+def parse_time_ms(text: str) -> int:
     """Milliseconds since the epoch, or an ISO 8601 time (UTC unless it says)."""
     if text.isdigit():
         return int(text)
@@ -245,7 +245,7 @@ def restore_cmd(tier_url: str, to_offset: int | None, to_time: str | None,
     started = time.monotonic()
     try:
         plan = plan_restore(store, to_offset=to_offset,
-                            to_time_ms=None if to_time is None else _parse_time_ms(to_time))
+                            to_time_ms=None if to_time is None else parse_time_ms(to_time))
         for line in plan.describe():
             click.echo(line)
         if dry_run:

@@ -50,6 +50,7 @@ from controller.tier.chain import TierLedger, check_chain
 from controller.tier.history import (
     Piece,
     TierListing,
+    first_offset_after,
     iter_piece_batches,
     list_tier,
     plan_history,
@@ -123,7 +124,8 @@ def plan_restore(store: RemoteStorage, *, to_offset: int | None = None,
                                f"below {tier_end}")
         limit, point = to_offset + 1, f"offset {to_offset}"
     elif to_time_ms is not None:
-        limit, point = _end_at_time(listing, to_time_ms, tier_end), f"time {to_time_ms} ms"
+        after = first_offset_after(listing.segments, to_time_ms)
+        limit, point = (tier_end if after is None else after), f"time {to_time_ms} ms"
     else:
         limit, point = tier_end, "the end of the tier"
     usable = [m for m in listing.snapshots if m.end_offset <= limit]
@@ -138,16 +140,6 @@ def plan_restore(store: RemoteStorage, *, to_offset: int | None = None,
         raise RestoreError(f"the tier holds nothing at or before {point}")
     return RestorePlan(listing.cluster_id, point, limit, tier_end, snapshot, tuple(pieces),
                        listing)
-
-
-def _end_at_time(listing: TierListing, to_time_ms: int, tier_end: int) -> int:
-    """The first offset whose batch was appended after `to_time_ms` (from the
-    manifests' time indexes, which list each batch that passes every earlier time)."""
-    for m in listing.segments:
-        for time_ms, offset in m.time_index:
-            if time_ms > to_time_ms:
-                return offset
-    return tier_end
 
 
 def tier_snapshot_records(store: RemoteStorage, manifest: Manifest) -> Iterator[bytes]:

@@ -194,6 +194,19 @@ def read_piece(store: RemoteStorage | None, piece: Piece) -> bytes:
     return data
 
 
+def first_offset_after(segments: Sequence[Manifest], time_ms: int) -> int | None:
+    """The first offset whose batch was appended after `time_ms` (None: none held),
+    from the manifests' time indexes alone: each lists every batch whose append time
+    passes all earlier ones in its object, so the first entry past `time_ms` in the
+    first object that has one is that batch (append times may step back across a
+    failover; a batch that steps back is never the first past a time)."""
+    for m in segments:
+        for entry_ms, offset in m.time_index:
+            if entry_ms > time_ms:
+                return offset
+    return None
+
+
 def byte_range(manifest: Manifest, start: int, end: int = MAX_OFFSET,
                max_bytes: int | None = None) -> tuple[int, int, int]:
     """(position, length, first offset): the bytes of `manifest`'s object that hold
