@@ -28,6 +28,7 @@ from controller.tier.history import (
     MAX_OFFSET,
     Piece,
     TierListing,
+    epoch_history,
     history_batches,
     iter_piece_batches,
     list_tier,
@@ -126,6 +127,11 @@ def describe(tier_url: str, log_dir: str | None, output: str) -> None:
             sys.exit(1)
         states = {o.segment_id: o.state.name for o in objects}
     copied_end = max((m.end_offset for m in listing.segments), default=None)
+    try:
+        epochs = epoch_history(listing.segments)
+    except TierError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     rows: list[dict[str, Any]] = []
     for m in (*listing.segments, *listing.snapshots):
         rows.append({"kind": m.kind, "id": m.segment_id, "start_offset": m.start_offset,
@@ -146,7 +152,9 @@ def describe(tier_url: str, log_dir: str | None, output: str) -> None:
                "copy_lag_offsets": None if log_end is None
                else log_end - (copied_end or 0)}
     if output == "json":
-        click.echo(json.dumps({"summary": summary, "objects": rows}, indent=2))
+        click.echo(json.dumps({"summary": summary, "objects": rows,
+                               "epochs": [{"epoch": e, "start_offset": s} for e, s in epochs]},
+                              indent=2))
         return
     console = Console()
     for key, value in summary.items():
@@ -160,6 +168,9 @@ def describe(tier_url: str, log_dir: str | None, output: str) -> None:
                       str(row.get("last_epoch", "")), str(row.get("copier_id", "")),
                       row["id"])
     console.print(table)
+    if epochs:
+        console.print("[bold]leader epochs[/] (epoch: first offset), from the manifests: "
+                      + ", ".join(f"{e}: {s}" for e, s in epochs), highlight=False)
 
 
 @tier.command()
@@ -178,6 +189,7 @@ def verify(tier_url: str, log_dir: str | None, output: str) -> None:
     ledger = TierLedger()
     try:
         local = local_segments(log_dir) if log_dir is not None else []
+        epoch_history(listing.segments)  # the slices agree with each other
         pieces = plan_history(listing.segments, local)
         planned = {p.location for p in pieces if p.source == "tier"}
         for m in listing.snapshots:

@@ -194,6 +194,29 @@ def read_piece(store: RemoteStorage | None, piece: Piece) -> bytes:
     return data
 
 
+def epoch_history(segments: Sequence[Manifest]) -> tuple[tuple[int, int], ...]:
+    """The leader-epoch history of the tiered log: (epoch, the offset where its
+    batches start), merged from the manifests' epoch slices (an epoch that spans
+    objects starts where its first object has it; overlapping copies hold the same
+    batches). What a controller's own checkpoint no longer holds below its snapshot.
+    CorruptObjectError naming the first object whose epochs go back in time."""
+    starts: dict[int, int] = {}
+    prev: Manifest | None = None
+    for m in segments:  # by start offset
+        if not m.epochs:
+            continue
+        if (prev is not None and m.start_offset >= prev.end_offset
+                and m.epochs[0][0] < prev.epochs[-1][0]):
+            raise CorruptObjectError(m.manifest_key, f"its first epoch {m.epochs[0][0]} is "
+                                     f"older than epoch {prev.epochs[-1][0]} of "
+                                     f"{prev.manifest_key}, before it", m.start_offset)
+        for epoch, start in m.epochs:
+            starts[epoch] = min(start, starts.get(epoch, start))
+        if prev is None or m.end_offset >= prev.end_offset:
+            prev = m
+    return tuple(sorted(starts.items()))
+
+
 def first_offset_after(segments: Sequence[Manifest], time_ms: int) -> int | None:
     """The first offset whose batch was appended after `time_ms` (None: none held),
     from the manifests' time indexes alone: each lists every batch whose append time

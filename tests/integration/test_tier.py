@@ -12,6 +12,7 @@ an S3 tier on a real S3-compatible server on loopback.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -81,6 +82,16 @@ def check_history(cluster: ControllerCluster, tier_url: str, writer: Writer) -> 
         chain = re.search(r"hash chain: (\d+) object\(s\), (\d+) matching", result.output)
         assert chain and int(chain[1]) == int(chain[2]) >= 2, result.output
         assert "not yet in the history read" not in result.output
+        described = CliRunner().invoke(cli, ["tier", "describe", "--tier", tier_url,
+                                             "--log-dir", str(node.data_dir), "--output",
+                                             "json"])
+        assert described.exit_code == 0, described.output
+        doc = json.loads(described.output)
+        # The leader epochs the tier's history went through (a leader was killed).
+        epochs = [(e["epoch"], e["start_offset"]) for e in doc["epochs"]]
+        assert len(epochs) >= 2 and epochs == sorted(epochs), epochs
+        assert {o["id"] for o in doc["objects"] if o["kind"] == "segment"} == {
+            m.segment_id for m in listing.segments}
         assert records > 0
 
 

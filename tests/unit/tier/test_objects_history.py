@@ -16,6 +16,7 @@ from controller.tier.history import (
     MAX_OFFSET,
     HistoryGapError,
     claim_tier,
+    epoch_history,
     history_batches,
     list_tier,
     plan_history,
@@ -232,3 +233,18 @@ def test_a_range_reads_only_the_index_intervals_it_needs(tmp_path_factory: pytes
               - len(batches_bytes(0, start - start % 2, per_batch=2)))
     assert store.bytes_read <= wanted + 2 * 4096 + 64
     assert store.bytes_read < len(data)
+
+
+def test_the_epoch_history_is_rebuilt_from_the_manifests_slices() -> None:
+    # Epoch 1 in [0, 20), epoch 3 from 20 to 45 (across two objects), epoch 4 after.
+    a = segment_manifest("cid", seg_id(1), 0, batches_bytes(0, 20, epoch=1)
+                         + batches_bytes(20, 30, epoch=3))
+    b = segment_manifest("cid", seg_id(2), 30, batches_bytes(30, 45, epoch=3)
+                         + batches_bytes(45, 60, epoch=4))
+    copy = segment_manifest("cid", seg_id(3), 30, batches_bytes(30, 45, epoch=3)
+                            + batches_bytes(45, 60, epoch=4))
+    assert epoch_history([a, b, copy]) == ((1, 0), (3, 20), (4, 45))
+    # An object after them whose batches go back to epoch 2: named.
+    back = segment_manifest("cid", seg_id(4), 60, batches_bytes(60, 70, epoch=2))
+    with pytest.raises(CorruptObjectError, match="first epoch 2 is older than epoch 4"):
+        epoch_history([a, b, back])
