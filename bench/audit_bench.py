@@ -82,7 +82,7 @@ def _pool(rng: random.Random, topic_ids: list[str], replicas: dict[tuple[str, in
 
 
 def write_log(directory: Path, records: int, seed: int = 7,
-              segment_bytes: int = 32 * 1024 * 1024) -> float:
+              segment_bytes: int = 32 * 1024 * 1024, batch_interval_ms: int = 50) -> float:
     rng = random.Random(seed)
     started = time.monotonic()
     log = SegmentedLog.open(directory / "metadata", LogConfig(segment_bytes=segment_bytes))
@@ -108,7 +108,7 @@ def write_log(directory: Path, records: int, seed: int = 7,
         n = min(rng.randint(1, 200), records - log.end_offset)
         batch = [pool[(i + k) % len(pool)] for k in range(n)]
         i += n
-        now += 50
+        now += batch_interval_ms
         log.append_records(1, now, batch, BatchOrigin())
     log.flush()
     log.close()

@@ -49,11 +49,11 @@ from controller.metadata import (
     OpType,
     ResourceType,
 )
-from controller.watch.events import TopicNames, WatchSpec, changes_of
 from tests.support.broker_processes import BrokerProcess
 from tests.support.controller_processes import ControllerCluster, ControllerProcess
 from tests.support.nemesis import Nemesis
 from tests.support.polling import wait_until
+from tests.support.watch_expect import watched_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -293,17 +293,6 @@ class _Watch(threading.Thread):
         self.client.close()
 
 
-def _watched_offsets(log: list[RecordBatch], below: int) -> list[int]:
-    """What a watch of the default kinds from 0 must deliver below `below`."""
-    names = TopicNames(lambda _tid: None)
-    out: list[int] = []
-    for batch in log:
-        out += [c.offset for c, _ in WatchSpec().select(changes_of(batch), 0, names,
-                                                        lambda _t: True, True)
-                if c.offset < below]
-    return out
-
-
 def _assignment(topics: Any) -> dict[int, dict[str, bool]]:
     """Broker -> its replicas (directory name -> leads it) in described topics."""
     want: dict[int, dict[str, bool]] = {b: {} for b in BROKERS}
@@ -384,7 +373,7 @@ def test_history_under_partitions_pauses_and_kills_is_linearizable(tmp_path: Pat
         cluster.close()
         log = _committed_log(cluster, barrier)
         counts = _check(history, log)
-        assert watch.offsets == _watched_offsets(log, watch.next_offset), \
+        assert watch.offsets == watched_offsets(log, watch.next_offset), \
             "the watcher missed or repeated a change"
         counts["watched"] = len(watch.offsets)
         counts["watch_resumptions"] = watch.watcher.resumptions

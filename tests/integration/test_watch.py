@@ -23,11 +23,12 @@ from controller.cli.main import cli
 from controller.metadata import CreatableTopic
 from controller.tier.history import history_batches, list_tier, local_segments, plan_history
 from controller.tier.remote import open_store
-from controller.watch.events import DEFAULT_KINDS, Kind, TopicNames, WatchSpec, changes_of
+from controller.watch.events import DEFAULT_KINDS, Kind, WatchSpec
 from controller.watch.service import RESUME_OFFSET_KEY
 from tests.support.controller_processes import ControllerCluster, ControllerProcess
 from tests.support.polling import wait_until
 from tests.support.tiered_cluster import Writer, start_cluster
+from tests.support.watch_expect import watched_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -62,12 +63,7 @@ class Follower(threading.Thread):
 def expected_offsets(node: ControllerProcess, below: int) -> list[int]:
     """The offsets a watch of the default kinds from 0 must deliver below `below`, from
     the node's own log (read from disk)."""
-    names = TopicNames(lambda _tid: None)
-    out: list[int] = []
-    for batch in node.read_log():
-        out += [c.offset for c, _ in WatchSpec(DEFAULT_KINDS).select(
-            changes_of(batch), 0, names, lambda _t: True, True) if c.offset < below]
-    return out
+    return watched_offsets(node.read_log(), below, WatchSpec(DEFAULT_KINDS))
 
 
 def expected_history_offsets(tier_url: str, node: ControllerProcess, spec: WatchSpec,
@@ -76,13 +72,8 @@ def expected_history_offsets(tier_url: str, node: ControllerProcess, spec: Watch
     log (from disk: the node must be stopped)."""
     store = open_store(tier_url)
     pieces = plan_history(list_tier(store).segments, local_segments(node.data_dir))
-    names = TopicNames(lambda _tid: None)
-    out: list[int] = []
-    for piece, batch in history_batches(store, pieces):
-        changes = [c for c in changes_of(batch) if piece.start <= c.offset < piece.end]
-        out += [c.offset for c, _ in spec.select(changes, 0, names, lambda _t: True, True)
-                if c.offset < below]
-    return out
+    return watched_offsets((batch for _, batch in history_batches(store, pieces)), below,
+                           spec)
 
 
 @pytest.fixture
