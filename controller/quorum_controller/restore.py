@@ -46,7 +46,7 @@ from controller.storage.errors import StorageError
 from controller.storage.fsutil import atomic_write_bytes
 from controller.storage.meta_properties import DataDir, format_data_dir
 from controller.storage.snapshot_file import SnapshotReader, SnapshotWriter
-from controller.tier.chain import TierLedger, check_chain
+from controller.tier.chain import ChainReport, TierLedger, check_chain
 from controller.tier.history import (
     Piece,
     TierListing,
@@ -117,7 +117,9 @@ def plan_restore(store: RemoteStorage, *, to_offset: int | None = None,
     if listing.cluster_id is None or not (listing.segments or listing.snapshots):
         raise RestoreError(f"{store.url} holds no history (no cluster.json or no objects)")
     whole = plan_history(listing.segments, [])
-    tier_end = whole[-1].end if whole else max(m.end_offset for m in listing.snapshots)
+    # A snapshot may reach past the log objects (copied before the segment it ends in).
+    ends = [m.end_offset for m in listing.snapshots] + ([whole[-1].end] if whole else [])
+    tier_end = max(ends, default=0)
     if to_offset is not None:
         if to_offset >= tier_end:
             raise RestoreError(f"offset {to_offset} is beyond the tier, which holds offsets "
@@ -157,6 +159,10 @@ def tier_snapshot_records(store: RemoteStorage, manifest: Manifest) -> Iterator[
 def rebuild(store: RemoteStorage, plan: RestorePlan) -> Restored:
     """The state at the plan's point: RestoreError naming the object if one is
     damaged, replaced (its SHA-256), or breaks the hash chain."""
+    # The links first (manifests only): a forged object is named before its batches
+    # are replayed (they might not even replay).
+    _refuse_changed(check_chain(plan.listing.segments, plan.listing.snapshots, TierLedger(),
+                                complete=False))
     state = MetadataState(cluster_id=plan.old_cluster_id, rng=random.Random(0))
     ledger = TierLedger()
     offset = -1  # the last offset replayed
@@ -187,11 +193,14 @@ def rebuild(store: RemoteStorage, plan: RestorePlan) -> Restored:
                            f"{exc}") from None
     # The links between every object, and each object the records read announce: a
     # tier changed anywhere is not restored from, even below the snapshot used.
-    chain = check_chain(plan.listing.segments, plan.listing.snapshots, ledger,
-                        complete=False)
+    _refuse_changed(check_chain(plan.listing.segments, plan.listing.snapshots, ledger,
+                                complete=False))
+    return Restored(state, offset + 1, last_time_ms, batches, records)
+
+
+def _refuse_changed(chain: ChainReport) -> None:
     if not chain.ok:
         raise RestoreError(f"the tier's history was changed: {chain.findings[0]}")
-    return Restored(state, offset + 1, last_time_ms, batches, records)
 
 
 def write_data_dir(restored: Restored, *, data_dir: str, node_id: int, cluster_id: str,
@@ -243,9 +252,8 @@ def seed_from_tier(store: RemoteStorage, data_dir: str, cluster_id: str) -> Snap
         raise RestoreError(str(exc)) from None
     if not listing.snapshots:
         raise RestoreError(f"{store.url} holds no snapshot yet")
-    chain = check_chain(listing.segments, listing.snapshots, TierLedger(), complete=False)
-    if not chain.ok:
-        raise RestoreError(f"the tier's history was changed: {chain.findings[0]}")
+    _refuse_changed(check_chain(listing.segments, listing.snapshots, TierLedger(),
+                                complete=False))
     newest = max(listing.snapshots, key=lambda m: (m.end_offset, m.segment_id))
     snapshot_id = SnapshotId(newest.end_offset, newest.last_epoch)
     path = DataDir(Path(data_dir)).snapshot_dir / snapshot_id.file_name

@@ -16,7 +16,10 @@ in the object's `RemoteLogSegmentRecord` *before* the upload. So:
 The log's records of the newest objects are in the controllers' local logs (an
 object's record comes after its range), so a check that reads a controller's local
 log too (`complete=True`) anchors the whole chain to that controller's disk: whoever
-rewrites the bucket must also rewrite every controller's log. A check of the tier
+rewrites the bucket must also rewrite every controller's log. Check against a
+controller that is caught up: objects copied after the end of its log are reported
+as not vouched for, and an object it saw copied but not yet deleted by retention
+counts as missing. A check of the tier
 alone verifies each object against the records held in later objects and the links,
 which leaves the newest objects and a consistent rewrite of the whole bucket
 unanchored (the report says how many).
@@ -109,8 +112,11 @@ class ChainReport:
     unhashed: int  # objects copied below metadata.version 9: CRC-32C only
     recorded: int  # hashed objects whose manifest matches the log's record
     # Hashed objects no record read vouches for (their records are in the local log
-    # of a controller, which a check of the tier alone does not read).
+    # of a controller, which a check of the tier alone does not read, or past the
+    # end of the log read).
     unanchored: tuple[str, ...]
+    # The history read ran to a controller's log end (`check_chain(complete=)`).
+    complete: bool = False
 
     @property
     def ok(self) -> bool:
@@ -121,7 +127,10 @@ class ChainReport:
                  "record"]
         if self.unhashed:
             parts.append(f"{self.unhashed} copied before metadata.version 9 (CRC-32C only)")
-        if self.unanchored:
+        if self.unanchored and self.complete:
+            parts.append(f"{len(self.unanchored)} copied after the end of the log read (check "
+                         "against a controller that is caught up to vouch for them)")
+        elif self.unanchored:
             parts.append(f"{len(self.unanchored)} not yet in the history read (the newest: "
                          "their records are in the controllers' local logs; give --log-dir "
                          "to check them)")
@@ -163,12 +172,18 @@ def check_chain(segments: Sequence[Manifest], snapshots: Sequence[Manifest],
             recorded += 1
     unanchored: list[str] = []
     history_start = ledger.first_offset if ledger.first_offset is not None else 0
+    # Copies are announced in order (log objects by range, snapshots by end), so an
+    # object newer than every announced one of its kind may be announced past the end
+    # of the log read (a controller that is behind): not vouched for, not a fault.
+    newest_announced = {kind: max((o.end_offset for o in ledger.objects.values()
+                                   if o.kind == kind), default=-1)
+                        for kind in ("segment", "snapshot")}
     for m in (*segments, *snapshots):
         if not m.hashed or m.segment_id in ledger.objects:
             continue
         if m.end_offset < history_start:
             continue  # announced below the history read (its records expired)
-        if complete:
+        if complete and m.end_offset <= newest_announced[m.kind]:
             findings.append(Finding(m.manifest_key, _start(m),
                                     "no record of the log announces it: no controller of "
                                     "this cluster put it there"))
@@ -176,7 +191,7 @@ def check_chain(segments: Sequence[Manifest], snapshots: Sequence[Manifest],
             unanchored.append(m.manifest_key)
     hashed = sum(1 for m in (*segments, *snapshots) if m.hashed)
     return ChainReport(tuple(sorted(findings, key=lambda f: (f.offset, f.key))), hashed,
-                       len(held) - hashed, recorded, tuple(unanchored))
+                       len(held) - hashed, recorded, tuple(unanchored), complete)
 
 
 def _link_findings(segments: Sequence[Manifest], hashes: dict[str, str]) -> list[Finding]:

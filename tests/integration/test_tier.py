@@ -296,6 +296,10 @@ def test_a_controller_replacing_a_lost_disk_starts_from_the_tiers_snapshot(
                 ends = {r.replica_id: r.log_end_offset for r in quorum.voters}
                 return ends.get(victim.node_id, -1) >= quorum.high_watermark > seeded
             wait_until(caught_up, 60.0, "the seeded controller to catch up")
+        # The tier's snapshot may reach past its log objects: tier + the seeded local
+        # log are one history once the copier has passed the snapshot's end.
+        wait_until(lambda: max(m.end_offset for m in list_tier(open_store(tier_url)).segments)
+                   >= seeded, 60.0, "the tier's log objects to reach the seeded snapshot")
     finally:
         writer.stop()
         stop_all(cluster)

@@ -35,10 +35,10 @@ def middle_segment(tier_dir: Path) -> Manifest:
 
 
 def replace_object(tier_dir: Path) -> str:
-    """A log object in the middle rewritten: its first batch holding a Topic record
-    gets no-ops instead (a topic's creation erased from history), every batch re-
-    encoded with valid CRCs, and a manifest made for the new bytes (valid CRC-32C,
-    SHA-256, and the same link back)."""
+    """A log object in the middle rewritten: its first batch of admin changes (a
+    topic's creation or deletion, say) gets no-ops instead, every batch re-encoded
+    with valid CRCs, and a manifest made for the new bytes (valid CRC-32C, SHA-256,
+    and the same link back)."""
     victim = middle_segment(tier_dir)
     data = (tier_dir / victim.data_key).read_bytes()
     out, pos, forged = [], 0, False
@@ -46,12 +46,13 @@ def replace_object(tier_dir: Path) -> str:
         batch, size = decode_batch(data, pos)
         pos += size
         if not forged and not batch.is_control and any(
-                record_type(decode_record(r)) == "topic" for r in batch.records):
+                record_type(decode_record(r)) in ("topic", "remove_topic", "partition")
+                for r in batch.records):
             noop = encode_record(make_record(NoOpRecord()))
             batch = attrs.evolve(batch, records=tuple(noop for _ in batch.records))
             forged = True
         out.append(encode_batch(batch))
-    assert forged, "the object holds a topic creation"
+    assert forged, "the object holds an admin change"
     new = b"".join(out)
     assert new != data
     manifest = segment_manifest(victim.cluster_id, victim.segment_id, victim.start_offset, new,
@@ -82,13 +83,14 @@ def swap_manifest(tier_dir: Path) -> str:
 
 
 def replace_snapshot(tier_dir: Path) -> str:
-    """The newest tiered snapshot replaced by an older snapshot's bytes, under a
-    manifest made for them (valid CRC-32C and SHA-256)."""
+    """The oldest tiered snapshot replaced by a newer snapshot's bytes, under a
+    manifest made for it (valid CRC-32C and SHA-256). The oldest: its record is in
+    the tier's history (the newest one's may still be only in the local logs)."""
     _, snapshots = _listing(tier_dir)
     hashed = [m for m in snapshots if m.hashed]
     assert len(hashed) >= 2, "two snapshots in the tier"
-    victim, older = hashed[-1], hashed[0]
-    data = (tier_dir / older.data_key).read_bytes()
+    victim, newer = hashed[0], hashed[-1]
+    data = (tier_dir / newer.data_key).read_bytes()
     manifest = snapshot_manifest(victim.cluster_id, victim.segment_id, victim.end_offset,
                                  victim.last_epoch, data, victim.start_time_ms,
                                  copier_id=victim.copier_id, copier_epoch=victim.copier_epoch,

@@ -185,12 +185,24 @@ def test_a_replaced_snapshot_is_caught_by_its_record(tmp_path: Path) -> None:
 
 def test_an_object_nobody_announced_is_caught_with_the_local_log(tmp_path: Path) -> None:
     tier = build(tmp_path)
-    stray = segment_manifest("cid", seg_id(7), 40, batches(40, 50, []),
+    # A second copy of an old range, put by someone else (valid link, valid CRCs).
+    stray = segment_manifest("cid", seg_id(7), 10, batches(10, 20, announce(tier.manifests[0])),
+                             prev_manifest_sha256=tier.manifests[0].sha256())
+    tier.put(stray, batches(10, 20, announce(tier.manifests[0])))
+    assert tier.check() == [f"remote object {stray.manifest_key} at offset 10: no record of "
+                            "the log announces it: no controller of this cluster put it there"]
+
+
+def test_an_object_newer_than_the_log_read_is_not_vouched_for(tmp_path: Path) -> None:
+    """Its record may lie past the end of the log read (a controller behind the
+    others): reported as not vouched for, not as a fault."""
+    tier = build(tmp_path)
+    newer = segment_manifest("cid", seg_id(8), 40, batches(40, 50, []),
                              prev_manifest_sha256=tier.manifests[-1].sha256())
-    tier.put(stray, batches(40, 50, []))
-    found = tier.check()
-    assert found == [f"remote object {stray.manifest_key} at offset 40: no record of the log "
-                     "announces it: no controller of this cluster put it there"]
+    tier.put(newer, batches(40, 50, []))
+    listing = list_tier(tier.store)
+    report = check_chain(listing.segments, (), tier.ledger(with_local=True), complete=True)
+    assert report.ok and report.unanchored == (newer.manifest_key,)
 
 
 def test_the_chain_starts_where_level_9_began(tmp_path: Path) -> None:
