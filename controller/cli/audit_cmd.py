@@ -89,7 +89,7 @@ def _spark_conf(ctx: click.Context, param: click.Parameter,
     return conf
 
 
-def _window_start(log_dir: str | None, tier: str | None, from_offset: int | None,
+def window_start(log_dir: str | None, tier: str | None, from_offset: int | None,
                   since: str | None, whole_history_options: bool) -> int:
     """Where a window audit starts: the end of the newest snapshot (the tier's or the
     log directory's) at or below the offset asked for, or found for a time; 0 when
@@ -190,7 +190,7 @@ def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snap
     start_offset = 0
     if from_offset is not None or since is not None:
         try:
-            start_offset = _window_start(log_dir, tier, from_offset, since,
+            start_offset = window_start(log_dir, tier, from_offset, since,
                                          snapshots or bool(compare_with))
         except (ValueError, OSError) as exc:
             click.echo(f"error: {exc}", err=True)
