@@ -181,11 +181,11 @@ def rebuild(store: RemoteStorage, plan: RestorePlan) -> Restored:
                 ledger.add_batch(batch)
                 if batch.next_offset <= offset + 1:
                     continue
-                first = offset + 1  # a snapshot may end inside a batch
-                state.replay_encoded(batch.records[first - batch.base_offset:], first)
+                start = offset + 1  # a snapshot may end inside a batch
+                state.replay_encoded(batch.records[start - batch.base_offset:], start)
+                records += batch.next_offset - start
                 offset = batch.last_offset
                 last_time_ms, batches = batch.append_time_ms, batches + 1
-                records += batch.record_count
     except (TierError, StorageError) as exc:  # CorruptObjectError names the object
         raise RestoreError(f"the tier is damaged: {exc}") from None
     except MetadataReplayError as exc:
