@@ -172,18 +172,26 @@ def check_chain(segments: Sequence[Manifest], snapshots: Sequence[Manifest],
             recorded += 1
     unanchored: list[str] = []
     history_start = ledger.first_offset if ledger.first_offset is not None else 0
-    # Copies are announced in order (log objects by range, snapshots by end), so an
-    # object newer than every announced one of its kind may be announced past the end
-    # of the log read (a controller that is behind): not vouched for, not a fault.
-    newest_announced = {kind: max((o.end_offset for o in ledger.objects.values()
-                                   if o.kind == kind), default=-1)
-                        for kind in ("segment", "snapshot")}
+    # An object may be announced past the end of the log read (a controller that is
+    # behind): not vouched for, not a fault, unless the log read announces something
+    # that can only come after it. Log copies are announced in order of their start
+    # (a range is copied once the one before it finished), so a copy starting at or
+    # past an object's end comes after its announcement; a snapshot is announced only
+    # when newer than every snapshot the tier holds, so a finished snapshot that
+    # ends past it does too.
+    later_segment = max((o.start_offset for o in ledger.objects.values()
+                         if o.kind == "segment"), default=-1)
+    later_snapshot = max((o.end_offset for o in ledger.objects.values()
+                          if o.kind == "snapshot" and o.state is SegmentState.COPY_FINISHED),
+                         default=-1)
     for m in (*segments, *snapshots):
         if not m.hashed or m.segment_id in ledger.objects:
             continue
         if m.end_offset < history_start:
             continue  # announced below the history read (its records expired)
-        if complete and m.end_offset <= newest_announced[m.kind]:
+        after = (later_segment >= m.end_offset if m.kind == "segment"
+                 else later_snapshot > m.end_offset)
+        if complete and after:
             findings.append(Finding(m.manifest_key, _start(m),
                                     "no record of the log announces it: no controller of "
                                     "this cluster put it there"))

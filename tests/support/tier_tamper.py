@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 
 from controller.logformat.batch import decode_batch, encode_batch
-from controller.records import NoOpRecord, decode_record, encode_record, make_record, record_type
+from controller.records import NoOpRecord, encode_record, make_record
 from controller.tier.history import list_tier
 from controller.tier.objects import Manifest, segment_manifest, snapshot_manifest
 from controller.tier.remote import open_store
@@ -35,8 +35,8 @@ def middle_segment(tier_dir: Path) -> Manifest:
 
 
 def replace_object(tier_dir: Path) -> str:
-    """A log object in the middle rewritten: its first batch of admin changes (a
-    topic's creation or deletion, say) gets no-ops instead, every batch re-encoded
+    """A log object in the middle rewritten: its first batch of metadata records (a
+    topic's creation, an ISR change, ...) gets no-ops instead, every batch re-encoded
     with valid CRCs, and a manifest made for the new bytes (valid CRC-32C, SHA-256,
     and the same link back)."""
     victim = middle_segment(tier_dir)
@@ -45,14 +45,12 @@ def replace_object(tier_dir: Path) -> str:
     while pos < len(data):
         batch, size = decode_batch(data, pos)
         pos += size
-        if not forged and not batch.is_control and any(
-                record_type(decode_record(r)) in ("topic", "remove_topic", "partition")
-                for r in batch.records):
+        if not forged and not batch.is_control:
             noop = encode_record(make_record(NoOpRecord()))
             batch = attrs.evolve(batch, records=tuple(noop for _ in batch.records))
             forged = True
         out.append(encode_batch(batch))
-    assert forged, "the object holds an admin change"
+    assert forged, "the object holds a batch of metadata records"
     new = b"".join(out)
     assert new != data
     manifest = segment_manifest(victim.cluster_id, victim.segment_id, victim.start_offset, new,
