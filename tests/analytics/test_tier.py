@@ -236,18 +236,14 @@ def audited_partitions(df: Any, offset: int) -> list[tuple[Any, ...]]:
 
 
 def image_partitions(data_dir: Path) -> list[tuple[Any, ...]]:
-    """The partitions of a restored data dir's snapshot, as the controller loads it."""
-    import random as _random
-
-    from controller.metadata import MetadataState
-    from controller.storage.snapshot_file import SnapshotReader, latest_snapshot
+    """The partitions of a restored data dir's snapshot, as `metakraft shell` loads it."""
+    from controller.cli.shell_sources import from_snapshot
+    from controller.storage.snapshot_file import latest_snapshot
 
     snapshot_dir = DataDir(data_dir).snapshot_dir
     sid = latest_snapshot(snapshot_dir)
     assert sid is not None
-    state = MetadataState(cluster_id="x", rng=_random.Random(0))
-    state.replay_encoded(SnapshotReader.open(snapshot_dir / sid.file_name).records(),
-                         sid.end_offset - 1, step=0)
+    state = from_snapshot(snapshot_dir / sid.file_name).state
     return [(t.name, t.topic_id, i, tuple(p.replicas), tuple(p.isr), p.leader,
              p.leader_epoch, p.partition_epoch)
             for t in state.to_image().topics for i, p in enumerate(t.partitions)]
