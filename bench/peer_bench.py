@@ -20,8 +20,10 @@ async calls are awaited by the same loop. Clients talk to the leader. Each
 system is driven the way its own client sends: etcd's clients make one unary call
 per write, metakraft's Python client (`AdminClient`) one message on its multiplexed
 `Admin/Stream` (one request in flight); `--systems metakraft-unary` measures
-metakraft with a unary call per write instead, and `metakraft-no-snapshots`
-metakraft whose controllers never write a snapshot (what snapshots cost the writes).
+metakraft with a unary call per write instead, `metakraft-no-snapshots`
+metakraft whose controllers never write a snapshot (what snapshots cost the writes),
+and `--baseline REV` adds `metakraft-base`: the controllers of commit REV (its
+files, `git archive`), run the same way in the same rounds, for an A/B of a change.
 
 The writes:
   small  etcd: one Put of a 100-byte value under a new key; ZooKeeper: one create
@@ -30,6 +32,9 @@ The writes:
   101    101 records in one write: etcd a Txn of 101 Puts, ZooKeeper a multi of 101
          creates, metakraft a CreateTopics of one topic of 100 partitions (one
          TopicRecord and 100 PartitionRecords). Reported as records/s.
+  idle   no client at all (`--rows idlex0`): what the three servers burn doing
+         nothing, as a share of one core (the CPU seconds of the window over its
+         length).
 
 Every round starts each system's cluster afresh, measures every row, and stops
 it; the systems' order rotates from round to round so drift in the machine does
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import multiprocessing as mp
 import os
@@ -69,12 +75,12 @@ from tests.support.ports import free_ports
 
 SYSTEMS = ("etcd", "zookeeper", "metakraft")
 # Also known to --systems: metakraft's writes as unary calls, not over Admin/Stream;
-# metakraft without snapshots.
-OPTIONAL_SYSTEMS = ("metakraft-unary", "metakraft-no-snapshots")
+# metakraft without snapshots; metakraft at the commit `--baseline` names.
+OPTIONAL_SYSTEMS = ("metakraft-unary", "metakraft-no-snapshots", "metakraft-base")
 VALUE = b"v" * 100
 # The rows of one round: (kind, clients).
 ROWS = (("small", 1), ("small", 16), ("small", 64), ("101", 16))
-RECORDS = {"small": 1, "101": 101}
+RECORDS = {"small": 1, "101": 101, "idle": 0}
 
 
 def ensure_packages() -> None:
@@ -221,12 +227,16 @@ class MetakraftCluster:
     """Three `metakraft controller` processes (the tests' launcher) and 12 registered,
     unfenced brokers, so CreateTopics can place replicas."""
 
-    def __init__(self, root: Path, *, snapshots: bool = True) -> None:
+    def __init__(self, root: Path, *, snapshots: bool = True,
+                 source_root: Path | None = None) -> None:
         from tests.support.controller_processes import ControllerCluster
 
         # No snapshots: an interval no bench run reaches.
         self.cluster = (ControllerCluster(root, 3) if snapshots
                         else ControllerCluster(root, 3, snapshot_interval_bytes=1 << 50))
+        if source_root is not None:  # the controllers run another commit's code
+            for node in self.cluster.nodes.values():
+                node.source_root = source_root
 
     def start(self) -> None:
         self.cluster.start()
@@ -244,9 +254,27 @@ class MetakraftCluster:
         self.cluster.close()
 
 
+# `--baseline REV`: the source tree of that commit, run as the system `metakraft-base`.
+BASELINE_TREE: list[Path] = []
+
+
+def baseline_tree(rev: str) -> Path:
+    """The files of commit `rev` in a directory of their own (removed at exit)."""
+    repo = Path(__file__).resolve().parents[1]
+    tree = Path(tempfile.mkdtemp(prefix="peer-bench-baseline-"))
+    atexit.register(shutil.rmtree, tree, ignore_errors=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", rev], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    # Generated code is committed; nothing else to build.
+    return tree
+
+
 def make_cluster(system: str, root: Path) -> Cluster:
     if system == "metakraft-no-snapshots":
         return MetakraftCluster(root, snapshots=False)
+    if system == "metakraft-base":
+        return MetakraftCluster(root, source_root=BASELINE_TREE[0])
     return {"etcd": EtcdCluster, "zookeeper": ZooKeeperCluster,
             "metakraft": MetakraftCluster, "metakraft-unary": MetakraftCluster}[system](root)
 
@@ -409,7 +437,7 @@ async def _zookeeper_writer(leader: str, kind: str, tag: str) -> tuple[Writer, C
 
 WRITERS = {"etcd": _etcd_writer, "zookeeper": _zookeeper_writer, "metakraft": _metakraft_writer,
            "metakraft-unary": _metakraft_unary_writer,
-           "metakraft-no-snapshots": _metakraft_writer}
+           "metakraft-no-snapshots": _metakraft_writer, "metakraft-base": _metakraft_writer}
 
 # What a client process reports: writes in the window, their latencies (s), the
 # first errors, its CPU seconds.
@@ -469,7 +497,16 @@ class Row:
     def cpu_ms_per_write(self) -> float:
         return self.server_cpu_s / max(1.0, self.writes_per_s * self.seconds) * 1e3
 
+    @property
+    def core_percent(self) -> float:
+        """The servers' CPU as a share of one core over the window."""
+        return 100 * self.server_cpu_s / self.seconds
+
     def line(self) -> str:
+        if self.kind == "idle":
+            return (f"{self.system:15s} {self.kind:>5s} {self.clients:7d} {'':9s} {'':10s} "
+                    f"{'':7s} {'':7s} {self.server_cpu_s:12.1f} {'':11s} {'':12s}  "
+                    f"idle: {self.core_percent:.1f}% of one core")
         errors = f"{len(self.errors)}{' ' + self.errors[0] if self.errors else ''}"
         return (f"{self.system:15s} {self.kind:>5s} {self.clients:7d} {self.writes_per_s:9.0f} "
                 f"{self.records_per_s:10.0f} {self.p50_ms:7.1f} {self.p99_ms:7.1f} "
@@ -483,6 +520,8 @@ HEADER = ("system           kind clients  writes/s  records/s  p50 ms  p99 ms  s
 
 def measure(system: str, cluster: Cluster, kind: str, clients: int,
             args: argparse.Namespace, prefix: str) -> Row:
+    if kind == "idle":
+        return measure_idle(system, cluster, args)
     ctx = mp.get_context("spawn")
     procs = min(args.procs, clients)
     out: mp.Queue[object] = ctx.Queue()
@@ -511,6 +550,16 @@ def measure(system: str, cluster: Cluster, kind: str, clients: int,
                args.seconds)
 
 
+def measure_idle(system: str, cluster: Cluster, args: argparse.Namespace) -> Row:
+    """The servers' CPU over `--seconds` with no client, after the warm-up."""
+    pids = cluster.pids()
+    time.sleep(args.startup + args.warmup)
+    cpu_start = [proc_cpu_s(p) for p in pids]
+    time.sleep(args.seconds)
+    cpu = sum(proc_cpu_s(p) - c for p, c in zip(pids, cpu_start, strict=True))
+    return Row(system, "idle", 0, 0.0, float("nan"), float("nan"), cpu, 0.0, (), args.seconds)
+
+
 def summarize(rows: list[Row], systems: list[str], spec: tuple[tuple[str, int], ...]) -> None:
     """Medians over the rounds, and metakraft's ratios to each peer."""
     def med(system: str, kind: str, clients: int, field: str) -> float:
@@ -518,6 +567,16 @@ def summarize(rows: list[Row], systems: list[str], spec: tuple[tuple[str, int], 
                   if (r.system, r.kind, r.clients) == (system, kind, clients)]
         return statistics.median(values) if values else float("nan")
 
+    idle = [s for s in systems if any(r.kind == "idle" and r.system == s for r in rows)]
+    if idle:
+        print("\n# idle: the three servers' CPU as a share of one core (median, each round)")
+        for s in idle:
+            shares = [r.core_percent for r in rows if r.kind == "idle" and r.system == s]
+            print(f"{s:15s} {statistics.median(shares):5.1f}%  "
+                  f"({', '.join(f'{x:.1f}' for x in shares)})")
+        spec = tuple((k, c) for k, c in spec if k != "idle")
+        if not spec:
+            return
     print("\n# medians over the rounds")
     print("system           kind clients  writes/s  records/s  p50 ms  p99 ms  cpu ms/write")
     for kind, clients in spec:
@@ -551,6 +610,8 @@ def main() -> None:
     parser.add_argument("--rows", default=",".join(f"{k}x{c}" for k, c in ROWS),
                         help="kind x clients, e.g. smallx1,101x16")
     parser.add_argument("--dir", default=None, help="where the data dirs go")
+    parser.add_argument("--baseline", default=None, metavar="REV",
+                        help="also run the controllers of commit REV, as `metakraft-base`")
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     known = SYSTEMS + OPTIONAL_SYSTEMS
@@ -558,6 +619,12 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown systems {sorted(unknown)}; known: {', '.join(known)}")
     spec = tuple((k, int(c)) for k, c in (r.split("x") for r in args.rows.split(",")))
+    if args.baseline:
+        BASELINE_TREE.append(baseline_tree(args.baseline))
+        if "metakraft-base" not in systems:
+            systems.append("metakraft-base")
+    elif "metakraft-base" in systems:
+        raise SystemExit("--systems metakraft-base needs --baseline REV")
     if any(k not in RECORDS for k, _ in spec):
         raise SystemExit(f"--rows: kinds are {', '.join(RECORDS)}")
     if {"etcd", "zookeeper"} & set(systems):

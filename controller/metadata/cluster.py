@@ -198,6 +198,11 @@ class ClusterControlManager:
         # checks the entry's epoch against the registration.
         self._heartbeats: dict[int, BrokerHeartbeatState] = {}
         self._partitions: PartitionHooks = _NoPartitions()
+        # The earliest an unfenced broker's session can expire, as of the last
+        # `fence_stale_brokers` (None: no unfenced broker then). Heartbeats since
+        # only move expiries later, so it is never late; a broker unfenced since
+        # expires a full session after its heartbeat, later than any check due sooner.
+        self.session_deadline_ms: int | None = None
 
     def bind_partitions(self, hooks: PartitionHooks) -> None:
         self._partitions = hooks
@@ -211,9 +216,11 @@ class ClusterControlManager:
             b.broker_id: BrokerHeartbeatState(b.broker_epoch, now_ms, -1)
             for b in self._brokers.values()
         }
+        self.session_deadline_ms = None
 
     def clear_soft_state(self) -> None:
         self._heartbeats = {}
+        self.session_deadline_ms = None
 
     def heartbeat_state(self, broker_id: int) -> BrokerHeartbeatState | None:
         return self._heartbeats.get(broker_id)
@@ -355,16 +362,21 @@ class ClusterControlManager:
         active and ``activate`` was not called) is given a full session from now.
         """
         stale: list[BrokerRegistration] = []
+        deadline_ms: int | None = None
         for broker in sorted(self._brokers.values(), key=lambda b: b.broker_id):
             if broker.fenced:
                 continue
             state = self._heartbeats.get(broker.broker_id)
             if state is None or state.broker_epoch != broker.broker_epoch:
-                self._heartbeats[broker.broker_id] = BrokerHeartbeatState(
-                    broker.broker_epoch, now_ms, -1
-                )
+                state = BrokerHeartbeatState(broker.broker_epoch, now_ms, -1)
+                self._heartbeats[broker.broker_id] = state
             elif now_ms - state.last_contact_ms > self.session_timeout_ms:
                 stale.append(broker)
+                continue
+            # Fenced once past the timeout (strictly): at the next millisecond.
+            expiry_ms = state.last_contact_ms + self.session_timeout_ms + 1
+            deadline_ms = expiry_ms if deadline_ms is None else min(deadline_ms, expiry_ms)
+        self.session_deadline_ms = deadline_ms
         if not stale:
             return ControllerResult((), ())
         ids = frozenset(b.broker_id for b in stale)

@@ -78,6 +78,9 @@ class DriverStatus:
     # transfers given up so far (the target did not catch up in time).
     transfer_target: int | None = None
     transfers_abandoned: int = 0
+    # Timer turns of the node (`RaftDriver._schedule_tick`: when a timer is due, not
+    # on a period), a running total.
+    ticks: int = 0
 
 
 @attrs.frozen(slots=True)

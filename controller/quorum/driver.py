@@ -218,6 +218,8 @@ class RaftDriver:
         # EndQuorumEpoch calls of a resigning leader, awaited (briefly) on stop.
         self._handover_sends: set[asyncio.Task[None]] = set()
         self._tick_queued = False
+        # The timer that queues the next tick (`_schedule_tick`).
+        self._tick_timer: asyncio.TimerHandle | None = None
         # How long the node task handles events before its Ready, and how long it may
         # stay busy before it pauses the loop (`_let_others_run`).
         self._turn_budget_ns = config.max_events_time_ms * 1_000_000
@@ -229,7 +231,7 @@ class RaftDriver:
         self._failure: BaseException | None = None
         self._applied_offset = 0
         # Running totals for metrics (DriverStatus).
-        self._fetches_served = self._records_fetched = self._flushes = 0
+        self._fetches_served = self._records_fetched = self._flushes = self._ticks = 0
         self._flush_seconds = 0.0
         self._role = Role.FOLLOWER
         self._node_access = NodeTaskAccess(self)
@@ -280,8 +282,8 @@ class RaftDriver:
                               repair_to_offset=None if repair is None else repair.repair_to_offset)
         self._applied_offset = self._log.start_offset  # the snapshot's end
         self._running = True
-        self._tasks = [asyncio.create_task(self._run(), name=f"raft-node-{cfg.node_id}"),
-                       asyncio.create_task(self._ticker(), name=f"raft-ticker-{cfg.node_id}")]
+        self._tasks = [asyncio.create_task(self._run(), name=f"raft-node-{cfg.node_id}")]
+        self._schedule_tick()
         log.info("raft_started", node=cfg.node_id, epoch=self._node.epoch,
                  log_start_offset=self._log.start_offset, log_end_offset=self._log.end_offset)
 
@@ -303,6 +305,9 @@ class RaftDriver:
         await self._shutdown_tasks()
 
     async def _shutdown_tasks(self) -> None:
+        if self._tick_timer is not None:
+            self._tick_timer.cancel()
+            self._tick_timer = None
         node_task = self._tasks[0] if self._tasks else None
         if node_task is not None and node_task is not asyncio.current_task():
             # Let the node task reach _STOP rather than cancel it mid-flush: a
@@ -438,7 +443,7 @@ class RaftDriver:
                             self._records_fetched, self._flushes, self._flush_seconds,
                             None if log.pending_repair is None
                             else log.pending_repair.repair_to_offset,
-                            node.transfer_target, node.transfers_abandoned)
+                            node.transfer_target, node.transfers_abandoned, self._ticks)
 
     def read_log(self, from_offset: int, max_bytes: int) -> list[bytes]:
         """Stored batches of this node's log (committed or not) from `from_offset`."""
@@ -486,13 +491,34 @@ class RaftDriver:
 
     # ---------------------------------------------------------------- node task
 
-    async def _ticker(self) -> None:
-        interval_s = self.config.tick_interval_ms / 1e3
-        while True:
-            await asyncio.sleep(interval_s)
-            if not self._tick_queued:
-                self._inbox.put_nowait(_TICK)
-                self._tick_queued = True
+    def _schedule_tick(self) -> None:
+        """Wake the node when its next timer is due (`RaftNode.next_deadline_ms`), not
+        on a fixed period: an idle follower then ticks a few times a second (its
+        fetch's timeout, its election timer), an idle leader at its parked fetches'
+        deadlines, instead of a hundred times a second each. Called after every turn
+        of the node task (any event may move a deadline); one timer at a time, moved
+        only when the new deadline is sooner. A timer that fires early (the deadline
+        moved later) ticks for nothing and schedules the next one."""
+        node = self._node
+        if node is None or not self._running:
+            return
+        # +1 ms: the node's clock counts whole milliseconds; a timer at the exact
+        # deadline may see the millisecond before it and find nothing due.
+        delay_s = max(0, node.next_deadline_ms() - self._clock_ms() + 1) / 1e3
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay_s
+        timer = self._tick_timer
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._tick_timer = loop.call_at(when, self._tick_due)
+
+    def _tick_due(self) -> None:
+        self._tick_timer = None
+        if not self._tick_queued and self._running:
+            self._inbox.put_nowait(_TICK)
+            self._tick_queued = True
 
     async def _run(self) -> None:
         inbox = self._inbox
@@ -517,6 +543,7 @@ class RaftDriver:
                         break
                     event = inbox.get_nowait()
                 await self._drain_ready()
+                self._schedule_tick()
                 if inbox.empty():
                     # `inbox.get()` will wait: the loop may block in its I/O poll,
                     # which lets waiting threads take the GIL.
@@ -584,6 +611,7 @@ class RaftDriver:
             node.receive(message, now)
         elif kind == "tick":
             self._tick_queued = False
+            self._ticks += 1
             node.tick(now)
         elif kind == "propose":
             self._outside_events -= 1

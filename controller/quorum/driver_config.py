@@ -60,7 +60,6 @@ class DriverConfig:
     fetch_max_wait_ms: int = 150
     request_timeout_ms: int = 300
     check_quorum_timeout_ms: int = 1000
-    tick_interval_ms: int = 10
 
     # Bounds: events waiting for the node task, events handled per Ready (so a
     # flood of proposals still gets its fsync and replies out regularly), calls
@@ -93,7 +92,7 @@ class DriverConfig:
     def __attrs_post_init__(self) -> None:
         if not self.voter_addresses:
             raise ValueError("at least one voter is required")
-        for name in ("tick_interval_ms", "max_inbox_events", "max_events_per_ready",
+        for name in ("max_inbox_events", "max_events_per_ready",
                      "max_events_time_ms",
                      "max_inflight_per_peer", "max_pending_proposals", "propose_timeout_ms",
                      "reply_slack_ms", "resign_wait_ms"):

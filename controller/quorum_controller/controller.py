@@ -16,7 +16,6 @@ stimulus the machine's instructions settle the callers' futures.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -78,7 +77,9 @@ class QuorumController(CommitListener):
         self._last_append_ms: int | None = None
         self._leader_lost_ms: int | None = None
         self._counts_ms: int | None = None
-        self._ticker: asyncio.Task[None] | None = None
+        # The timer that queues the next tick (`_schedule_tick`), while started.
+        self._tick_timer: asyncio.TimerHandle | None = None
+        self._ticking = False
         # Called (on the node task) with the new mode whenever it changes: the health
         # service's per-role status follows it.
         self.mode_listeners: list[Callable[[Mode], None]] = []
@@ -144,14 +145,14 @@ class QuorumController(CommitListener):
 
     def start(self) -> None:
         assert self._quorum is not None, "attach() first"
-        self._ticker = asyncio.create_task(self._tick_loop(), name="controller-ticker")
+        self._ticking = True
+        self._schedule_tick()
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-            self._ticker = None
+        self._ticking = False
+        if self._tick_timer is not None:
+            self._tick_timer.cancel()
+            self._tick_timer = None
         if self.snapshots is not None:
             await self.snapshots.close()
         self.machine.shut_down()
@@ -345,6 +346,7 @@ class QuorumController(CommitListener):
                 future.set_result(out)
             else:
                 future.set_exception(out.error)
+        self._schedule_tick()
 
     def _fail(self, request_id: int, error: BaseException) -> None:
         future = self._waiting.pop(request_id, None)
@@ -410,11 +412,28 @@ class QuorumController(CommitListener):
 
     # ------------------------------------------------------------------ timers
 
-    async def _tick_loop(self) -> None:
-        interval_s = self.settings.tick_interval_ms / 1e3
-        while True:
-            await asyncio.sleep(interval_s)
-            self.request_tick()
+    def _schedule_tick(self) -> None:
+        """Tick when the machine next needs it (`ControllerMachine.next_tick_ms`):
+        every `tick_interval_ms` while something waits on a timer, a few times a
+        second when idle. Called after every stimulus (`_settle`): one timer, moved
+        only when the new time is sooner; a tick that finds nothing due schedules
+        the next."""
+        if not self._ticking:
+            return
+        now = self._clock_ms()
+        delay_s = max(0, self.machine.next_tick_ms(now) - now) / 1e3
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay_s
+        timer = self._tick_timer
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._tick_timer = loop.call_at(when, self._tick_due)
+
+    def _tick_due(self) -> None:
+        self._tick_timer = None
+        self.request_tick()
 
     def request_tick(self) -> None:
         if self._tick_queued or self._quorum is None:

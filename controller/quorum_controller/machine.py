@@ -93,6 +93,9 @@ if TYPE_CHECKING:
 
 log = get_logger("metakraft.controller")
 
+# Without a timer due, the machine still ticks this often (`next_tick_ms`).
+IDLE_TICK_MS = 1000
+
 
 class SnapshotPolicy(Protocol):
     """When to write a snapshot file (the writer itself is the driver's)."""
@@ -317,6 +320,31 @@ class ControllerMachine:
             if moves:
                 self._append_encoded(moves, None, EMPTY_ORIGIN, node, None, now_ms)
             self._maybe_no_op(node, now_ms)
+
+    def next_tick_ms(self, now_ms: int) -> int:
+        """When `tick` is next needed (ticking sooner is harmless). Within
+        `tick_interval_ms` while anything waits on a timer or owes work: becoming
+        active, requests parked until then, reads waiting to catch up, answers
+        waiting for a commit (an orphan's wait runs out), partition moves owed.
+        Otherwise, when active, the next idle no-op or broker session expiry; and
+        at least every `IDLE_TICK_MS` (the role is re-read from the node at every
+        tick, a safety net behind the leader-change events)."""
+        if (self._mode is Mode.PENDING or self._parked or self._behind or self._purgatory
+                or self.owes_partition_moves):
+            return now_ms + self.settings.tick_interval_ms
+        due_ms = now_ms + IDLE_TICK_MS
+        if self._mode is Mode.ACTIVE:
+            idle_ms = self.settings.metadata_max_idle_interval_ms
+            if idle_ms and enabled(Feature.IDLE_NO_OPS,
+                                   self.state.features.finalized_level(METADATA_VERSION)):
+                due_ms = min(due_ms, self._last_append_ms + idle_ms)
+            cluster = self.state.cluster
+            # No unfenced broker at the last check: one unfenced since expires a
+            # session after its heartbeat at the earliest.
+            expiry_ms = cluster.session_deadline_ms
+            due_ms = min(due_ms, expiry_ms if expiry_ms is not None
+                         else now_ms + cluster.session_timeout_ms + 1)
+        return max(now_ms, due_ms)
 
     def _note_committed_level(self, batch: RecordBatch) -> None:
         """A committed batch lowered a feature level (an unsafe downgrade): snapshot at

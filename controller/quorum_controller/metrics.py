@@ -159,6 +159,10 @@ class ControllerMetrics:
                                       "fsyncs of the log (one per group commit).", registry=r))
         self.flush_time = _Delta(Counter("metakraft_raft_log_flush_seconds",
                                          "Time spent in log fsyncs.", registry=r))
+        self.ticks = _Delta(Counter(
+            "metakraft_raft_ticks",
+            "Timer turns of the Raft node (taken when a timer is due: a few a second "
+            "when idle).", registry=r))
         self._lag_replicas: set[str] = set()
 
     def set_counts(self, counts: StateCounts) -> None:
@@ -185,6 +189,7 @@ class ControllerMetrics:
         self.records_fetched.to(status.records_fetched)
         self.flushes.to(status.flushes)
         self.flush_time.to(status.flush_seconds)
+        self.ticks.to(status.ticks)
         lagging = set()
         for replica in status.replicas:
             if replica.replica_id == status.node_id:

@@ -106,7 +106,9 @@ class ControllerSettings:
     max_queued_events: int = attrs.field(default=10_000, validator=_positive)
     # Items (topics, resources, partitions, ...) in one request.
     max_items_per_request: int = attrs.field(default=10_000, validator=_positive)
-    # How often the controller looks at timers (stale brokers, expired waits).
+    # How often the controller looks at timers while something waits on one (expired
+    # waits, partition moves owed); idle, it ticks only when a no-op or a broker
+    # session expiry is due (`ControllerMachine.next_tick_ms`).
     tick_interval_ms: int = attrs.field(default=100, validator=_positive)
     # After leadership is lost, how long an appended request waits for its fate
     # (committed by the next leader, or replaced) before it is answered "unknown".

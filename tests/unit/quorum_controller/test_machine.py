@@ -37,7 +37,7 @@ from controller.quorum_controller.events import (
     Request,
 )
 from controller.quorum_controller.facade import BROKER_HEARTBEAT, REGISTER_BROKER
-from controller.quorum_controller.machine import ControllerMachine
+from controller.quorum_controller.machine import IDLE_TICK_MS, ControllerMachine
 from controller.quorum_controller.ports import ControllerSettings
 from controller.raft.control import encode_leader_change
 from controller.raft.ready import TransferError
@@ -523,6 +523,55 @@ def test_an_idle_active_controller_appends_no_ops_from_level_6(level: int,
     h.now += 100
     h.machine.tick(h.node, h.now)
     assert "no_op" not in record_types(h)[len(before) + len(added):]
+
+
+def test_an_idle_machine_asks_for_a_tick_only_when_a_timer_is_due() -> None:
+    """`next_tick_ms`: idle, the next no-op or broker session expiry (at most a second
+    away); within `tick_interval_ms` while an answer waits for a commit. A tick
+    before the time finds nothing due; at it, the due thing happens."""
+    h = Harness()
+    assert h.machine.next_tick_ms(h.now) == h.now + IDLE_TICK_MS  # a standby
+    h.elect_me()
+    h.commit()
+    idle_ms = h.machine.settings.metadata_max_idle_interval_ms
+    no_op_due = h.machine.next_tick_ms(h.now)
+    assert h.now < no_op_due <= h.now + idle_ms
+    before = record_types(h)
+    h.now = no_op_due - 1
+    h.machine.tick(h.node, h.now)
+    assert record_types(h) == before
+    h.now = no_op_due
+    h.machine.tick(h.node, h.now)
+    assert record_types(h)[len(before):] == ["no_op"]
+    h.commit()
+    # A live broker: its session expiry is a deadline too (here sooner than the no-op).
+    h.machine.settings = attrs.evolve(h.machine.settings, metadata_max_idle_interval_ms=0)
+    h.machine.state.cluster.session_timeout_ms = 300
+    h.register_broker()
+    # A write waits for its commit: the machine ticks at the short interval.
+    h.machine.request(h.create("t"), h.node, h.now)
+    assert h.machine.next_tick_ms(h.now) == h.now + h.machine.settings.tick_interval_ms
+    h.commit()
+    h.machine.tick(h.node, h.now)
+    contact = h.machine.state.cluster.heartbeat_state(7).last_contact_ms  # type: ignore[union-attr]
+    fence_due = h.machine.next_tick_ms(h.now)
+    assert fence_due == contact + 300 + 1
+    written = len(record_types(h))
+    h.now = fence_due - 1
+    h.machine.tick(h.node, h.now)
+    assert len(record_types(h)) == written
+    h.now = fence_due
+    h.machine.tick(h.node, h.now)
+    # The fence (and its partition's leader change before it).
+    assert record_types(h)[written:] == ["partition_change", "broker_registration_change"]
+    h.commit()
+    # No unfenced broker left: a broker unfenced from now on expires a session after
+    # its heartbeat at the earliest (the bound when that is sooner than the idle tick).
+    h.machine.tick(h.node, h.now)
+    assert h.machine.state.cluster.session_deadline_ms is None
+    assert h.machine.next_tick_ms(h.now) == h.now + 300 + 1
+    h.machine.state.cluster.session_timeout_ms = 60_000
+    assert h.machine.next_tick_ms(h.now) == h.now + IDLE_TICK_MS
 
 
 def test_a_request_id_reused_by_another_method_is_refused() -> None:

@@ -132,3 +132,30 @@ def test_restart_loads_the_latest_snapshot_and_replays_the_tail(tmp_path: Path) 
             await stop(driver, ctrl)
 
     asyncio.run(second())
+
+
+def test_an_idle_node_ticks_when_a_timer_is_due_not_on_a_period(tmp_path: Path) -> None:
+    """The driver wakes the node at its next deadline (`RaftNode.next_deadline_ms`):
+    idle, a lone leader's timers are hundreds of milliseconds apart (check quorum,
+    its request timeout), so six ticks span far more of the node's clock than a
+    10 ms ticker's sixty. (Load only makes ticks later: the bound cannot flake.)"""
+    cluster_id = random_cluster_id()
+    data_dir = tmp_path / "c1"
+    format_data_dir(data_dir, cluster_id, 1)
+    clock = SteadyWallClock()
+
+    async def main() -> None:
+        driver, ctrl, _api = await start(data_dir, cluster_id)
+        try:
+            first, since_ms = driver.status().ticks, clock()
+            deadline = time.monotonic() + 30
+            while driver.status().ticks < first + 6:
+                assert time.monotonic() < deadline, "the node never ticked"
+                await asyncio.sleep(0.05)
+            elapsed_ms = clock() - since_ms
+            ticks = driver.status().ticks - first
+            assert elapsed_ms >= ticks * 50, (ticks, elapsed_ms)
+        finally:
+            await stop(driver, ctrl)
+
+    asyncio.run(main())
