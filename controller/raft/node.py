@@ -2,8 +2,9 @@
 
 Events (each takes the driver's current time; the core never reads a clock):
 
-* `tick(now_ms)`: time passed; fire whatever timers are due. Call it often
-  (every 10-50 ms, or at `next_deadline_ms()`).
+* `tick(now_ms)`: time passed; fire whatever timers are due. Call it at
+  `next_deadline_ms()` (the daemon's driver does) or on a short fixed period;
+  ticking sooner than needed is harmless.
 * `receive(message, now_ms)`: a message from a peer.
 * `propose(records, now_ms, origin)`: append one batch if we lead -> `ProposeResult`.
 * `flushed(offset, now_ms)`: the log is durable up to a `Ready.flush_to_offset`.
