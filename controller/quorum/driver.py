@@ -66,6 +66,7 @@ from controller.raft.voters import Voter, VoterChangeResult
 from controller.storage import quorum_state as qs_file
 from controller.storage.errors import StorageError
 from controller.storage.meta_properties import DataDir, check_meta_properties
+from controller.wake_timer import WakeTimer
 
 log = get_logger(__name__)
 
@@ -219,7 +220,7 @@ class RaftDriver:
         self._handover_sends: set[asyncio.Task[None]] = set()
         self._tick_queued = False
         # The timer that queues the next tick (`_schedule_tick`).
-        self._tick_timer: asyncio.TimerHandle | None = None
+        self._tick_timer = WakeTimer(self._tick_due)
         # How long the node task handles events before its Ready, and how long it may
         # stay busy before it pauses the loop (`_let_others_run`).
         self._turn_budget_ns = config.max_events_time_ms * 1_000_000
@@ -305,9 +306,7 @@ class RaftDriver:
         await self._shutdown_tasks()
 
     async def _shutdown_tasks(self) -> None:
-        if self._tick_timer is not None:
-            self._tick_timer.cancel()
-            self._tick_timer = None
+        self._tick_timer.cancel()
         node_task = self._tasks[0] if self._tasks else None
         if node_task is not None and node_task is not asyncio.current_task():
             # Let the node task reach _STOP rather than cancel it mid-flush: a
@@ -504,18 +503,9 @@ class RaftDriver:
             return
         # +1 ms: the node's clock counts whole milliseconds; a timer at the exact
         # deadline may see the millisecond before it and find nothing due.
-        delay_s = max(0, node.next_deadline_ms() - self._clock_ms() + 1) / 1e3
-        loop = asyncio.get_running_loop()
-        when = loop.time() + delay_s
-        timer = self._tick_timer
-        if timer is not None:
-            if timer.when() <= when:
-                return
-            timer.cancel()
-        self._tick_timer = loop.call_at(when, self._tick_due)
+        self._tick_timer.wake_within((node.next_deadline_ms() - self._clock_ms() + 1) / 1e3)
 
     def _tick_due(self) -> None:
-        self._tick_timer = None
         if not self._tick_queued and self._running:
             self._inbox.put_nowait(_TICK)
             self._tick_queued = True

@@ -49,6 +49,7 @@ from controller.raft.reads import ReadState
 from controller.raft.ready import TransferError
 from controller.raft.voters import Voter, VoterChangeError, VoterChangeResult, VoterSet
 from controller.storage import snapshot_file as sf
+from controller.wake_timer import WakeTimer
 from timeline import SnapshotRegistry
 
 # Voter changes that may succeed a moment later: retried by `change_voters`.
@@ -78,7 +79,7 @@ class QuorumController(CommitListener):
         self._leader_lost_ms: int | None = None
         self._counts_ms: int | None = None
         # The timer that queues the next tick (`_schedule_tick`), while started.
-        self._tick_timer: asyncio.TimerHandle | None = None
+        self._tick_timer = WakeTimer(self.request_tick)
         self._ticking = False
         # Called (on the node task) with the new mode whenever it changes: the health
         # service's per-role status follows it.
@@ -150,9 +151,7 @@ class QuorumController(CommitListener):
 
     async def stop(self) -> None:
         self._ticking = False
-        if self._tick_timer is not None:
-            self._tick_timer.cancel()
-            self._tick_timer = None
+        self._tick_timer.cancel()
         if self.snapshots is not None:
             await self.snapshots.close()
         self.machine.shut_down()
@@ -421,19 +420,7 @@ class QuorumController(CommitListener):
         if not self._ticking:
             return
         now = self._clock_ms()
-        delay_s = max(0, self.machine.next_tick_ms(now) - now) / 1e3
-        loop = asyncio.get_running_loop()
-        when = loop.time() + delay_s
-        timer = self._tick_timer
-        if timer is not None:
-            if timer.when() <= when:
-                return
-            timer.cancel()
-        self._tick_timer = loop.call_at(when, self._tick_due)
-
-    def _tick_due(self) -> None:
-        self._tick_timer = None
-        self.request_tick()
+        self._tick_timer.wake_within((self.machine.next_tick_ms(now) - now) / 1e3)
 
     def request_tick(self) -> None:
         if self._tick_queued or self._quorum is None:
