@@ -503,7 +503,7 @@ class RaftDriver:
             return
         # +1 ms: the node's clock counts whole milliseconds; a timer at the exact
         # deadline may see the millisecond before it and find nothing due.
-        self._tick_timer.wake_within((node.next_deadline_ms() - self._clock_ms() + 1) / 1e3)
+        self._tick_timer.wake_in((node.next_deadline_ms() - self._clock_ms() + 1) / 1e3)
 
     def _tick_due(self) -> None:
         if not self._tick_queued and self._running:

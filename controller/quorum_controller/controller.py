@@ -420,7 +420,7 @@ class QuorumController(CommitListener):
         if not self._ticking:
             return
         now = self._clock_ms()
-        self._tick_timer.wake_within((self.machine.next_tick_ms(now) - now) / 1e3)
+        self._tick_timer.wake_in((self.machine.next_tick_ms(now) - now) / 1e3)
 
     def request_tick(self) -> None:
         if self._tick_queued or self._quorum is None:
