@@ -495,9 +495,8 @@ class RaftDriver:
         on a fixed period: an idle follower then ticks a few times a second (its
         fetch's timeout, its election timer), an idle leader at its parked fetches'
         deadlines, instead of a hundred times a second each. Called after every turn
-        of the node task (any event may move a deadline); one timer at a time, moved
-        only when the new deadline is sooner. A timer that fires early (the deadline
-        moved later) ticks for nothing and schedules the next one."""
+        of the node task (any event may move a deadline, and only a turn can): the
+        one timer follows it (`WakeTimer.wake_in`)."""
         node = self._node
         if node is None or not self._running:
             return

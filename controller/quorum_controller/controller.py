@@ -414,9 +414,8 @@ class QuorumController(CommitListener):
     def _schedule_tick(self) -> None:
         """Tick when the machine next needs it (`ControllerMachine.next_tick_ms`):
         every `tick_interval_ms` while something waits on a timer, a few times a
-        second when idle. Called after every stimulus (`_settle`): one timer, moved
-        only when the new time is sooner; a tick that finds nothing due schedules
-        the next."""
+        second when idle. Called after every stimulus (`_settle`): the one timer
+        follows it (`WakeTimer.wake_in`)."""
         if not self._ticking:
             return
         now = self._clock_ms()
