@@ -334,10 +334,9 @@ class ControllerMachine:
             return now_ms + self.settings.tick_interval_ms
         due_ms = now_ms + IDLE_TICK_MS
         if self._mode is Mode.ACTIVE:
-            idle_ms = self.settings.metadata_max_idle_interval_ms
-            if idle_ms and enabled(Feature.IDLE_NO_OPS,
-                                   self.state.features.finalized_level(METADATA_VERSION)):
-                due_ms = min(due_ms, self._last_append_ms + idle_ms)
+            no_op_ms = self._no_op_due_ms()
+            if no_op_ms is not None:
+                due_ms = min(due_ms, no_op_ms)
             cluster = self.state.cluster
             # No unfenced broker at the last check: one unfenced since expires a
             # session after its heartbeat at the earliest.
@@ -355,12 +354,17 @@ class ControllerMachine:
                         action="writing a snapshot without the newer data")
             self.snapshots.snapshot_next()
 
-    def _maybe_no_op(self, node: NodeAccess, now_ms: int) -> None:
+    def _no_op_due_ms(self) -> int | None:
+        """When an idle no-op is due (None: never, at this level or configuration)."""
         idle_ms = self.settings.metadata_max_idle_interval_ms
-        if idle_ms == 0 or now_ms - self._last_append_ms < idle_ms:
-            return
-        if not enabled(Feature.IDLE_NO_OPS,
-                       self.state.features.finalized_level(METADATA_VERSION)):
+        if idle_ms == 0 or not enabled(Feature.IDLE_NO_OPS,
+                                       self.state.features.finalized_level(METADATA_VERSION)):
+            return None
+        return self._last_append_ms + idle_ms
+
+    def _maybe_no_op(self, node: NodeAccess, now_ms: int) -> None:
+        due_ms = self._no_op_due_ms()
+        if due_ms is None or now_ms < due_ms:
             return
         self.no_ops_written += 1
         self._append((make_record(NoOpRecord()),), None, EMPTY_ORIGIN, node, None, now_ms)
