@@ -35,18 +35,20 @@ def middle_segment(tier_dir: Path) -> Manifest:
 
 
 def replace_object(tier_dir: Path) -> str:
-    """A log object in the middle rewritten: its first batch of metadata records (a
-    topic's creation, an ISR change, ...) gets no-ops instead, every batch re-encoded
+    """A log object in the middle rewritten: its first batch of metadata records other
+    than no-ops (a topic's creation, an ISR change, ...) gets no-ops instead, every batch re-encoded
     with valid CRCs, and a manifest made for the new bytes (valid CRC-32C, SHA-256,
     and the same link back)."""
     victim = middle_segment(tier_dir)
     data = (tier_dir / victim.data_key).read_bytes()
+    noop = encode_record(make_record(NoOpRecord()))
     out, pos, forged = [], 0, False
     while pos < len(data):
         batch, size = decode_batch(data, pos)
         pos += size
-        if not forged and not batch.is_control:
-            noop = encode_record(make_record(NoOpRecord()))
+        # The first batch with something besides no-ops (an idle controller's no-op
+        # batches would come out the same).
+        if not forged and not batch.is_control and any(r != noop for r in batch.records):
             batch = attrs.evolve(batch, records=tuple(noop for _ in batch.records))
             forged = True
         out.append(encode_batch(batch))
