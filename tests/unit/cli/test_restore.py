@@ -9,9 +9,17 @@ from pathlib import Path
 import pytest
 
 from controller.logformat.batch import iter_batches
-from controller.quorum_controller.restore import RestoreError, plan_restore, seed_from_tier
-from controller.tier.objects import snapshot_manifest
-from tests.support.tier_objects import PER_OBJECT, build, seg_id
+from controller.quorum_controller.restore import (
+    RestoreError,
+    plan_restore,
+    rebuild,
+    seed_from_tier,
+)
+from controller.storage.snapshot_file import SnapshotId, SnapshotWriter
+from controller.tier.chain import TierLedger, check_chain
+from controller.tier.history import list_tier
+from controller.tier.objects import segment_manifest, snapshot_manifest
+from tests.support.tier_objects import PER_OBJECT, announce, batches, build, seg_id
 
 
 def test_the_tiers_end_is_the_default_point(tmp_path: Path) -> None:
@@ -74,3 +82,33 @@ def test_seeding_a_controller_needs_the_clusters_own_tier_with_a_snapshot(
         seed_from_tier(tier.store, str(tmp_path / "d"), "other")
     with pytest.raises(RestoreError, match="holds no snapshot yet"):
         seed_from_tier(tier.store, str(tmp_path / "d"), "cid")
+
+
+def test_a_restore_refuses_a_tier_where_a_copy_it_does_not_read_was_replaced(
+        tmp_path: Path) -> None:
+    """A dead leader's copy of a range copied again is on no chain (nothing links to
+    it) and below the snapshot a restore starts from: the snapshot's own record of
+    its manifest SHA-256 is what catches it replaced."""
+    tier = build(tmp_path)
+    data = batches(10, 20, [])
+    twin = segment_manifest("cid", seg_id(50), 10, data,
+                            prev_manifest_sha256=tier.manifests[0].sha256())
+    tier.put(twin, data)
+    # The snapshot at offset 30: the state holds every object announced below it.
+    with SnapshotWriter(tmp_path / "snap", SnapshotId(30, 1)) as writer:
+        writer.append(r for m in (*tier.manifests[:3], twin) for r in announce(m))
+        path = writer.freeze()
+    image = path.read_bytes()
+    tier.put(snapshot_manifest("cid", seg_id(60), 30, 1, image, 0, hashed=True), image)
+    plan = plan_restore(tier.store, to_offset=29)
+    assert plan.snapshot is not None and not plan.pieces  # the twin is not read
+    assert len(rebuild(tier.store, plan).state.tier.objects()) == 4
+    forged = batches(10, 20, [], filler=b"forged")
+    tier.put(segment_manifest("cid", twin.segment_id, 10, forged,
+                              prev_manifest_sha256=twin.prev_manifest_sha256), forged)
+    listing = list_tier(tier.store)
+    links = check_chain(listing.segments, listing.snapshots, TierLedger(), complete=False)
+    assert links.ok  # no link breaks: only the log's record of the twin tells
+    with pytest.raises(RestoreError, match=f"was changed: remote object {twin.manifest_key}"
+                                           ".*not the one the log recorded"):
+        rebuild(tier.store, plan_restore(tier.store, to_offset=29))
