@@ -58,6 +58,22 @@ class ApiMetrics:
             "metakraft_api_request_duration_seconds",
             "Time to answer an Admin API request, by method.", ["method"],
             registry=registry, buckets=_LATENCY_BUCKETS_S)
+        # The labelled children by label values: `labels()` validates and locks on
+        # every call (~3 µs each); two per request. Bounded by methods x statuses.
+        self._counted: dict[tuple[str, str], Any] = {}
+        self._timed: dict[str, Any] = {}
+
+    def count(self, method: str, status: str, elapsed_s: float) -> None:
+        """One answered request: its status and how long it took."""
+        counter = self._counted.get((method, status))
+        if counter is None:
+            counter = self._counted[(method, status)] = self.requests.labels(
+                method=method, status=status)
+        timer = self._timed.get(method)
+        if timer is None:
+            timer = self._timed[method] = self.latency.labels(method=method)
+        counter.inc()
+        timer.observe(elapsed_s)
 
 
 def describe_request(request: pb_message.Message) -> dict[str, Any]:
@@ -197,9 +213,7 @@ class RequestAudit:
     def finish(self, status: str, response: pb_message.Message | None) -> None:
         codes = error_codes(response) if response is not None else Counter()
         if self.metrics is not None:
-            self.metrics.requests.labels(method=self.method, status=status).inc()
-            self.metrics.latency.labels(method=self.method).observe(
-                time.perf_counter() - self.started_s)
+            self.metrics.count(self.method, status, time.perf_counter() - self.started_s)
             for code, count in codes.items():
                 self.metrics.item_errors.labels(method=self.method, code=code).inc(count)
         if not self.write or status == "FAILED_PRECONDITION":

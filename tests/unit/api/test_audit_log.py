@@ -135,7 +135,6 @@ def test_long_requests_are_cut_with_a_count() -> None:
     assert described["names_count"] == len(names)
     assert "header" not in describe_request(apb.DeleteTopicsRequest(
         header=apb.RequestHeader(request_id="x")))
-    assert ApiMetrics  # the metrics of the same audit, exercised in test_observability
 
 
 def test_lines_are_written_off_the_caller_and_at_most_the_bound_are_pending(
@@ -168,3 +167,28 @@ def test_lines_are_written_off_the_caller_and_at_most_the_bound_are_pending(
     assert sorted(rid for rid, _ in written) == sorted(f"r-{i}" for i in range(12))
     assert [rid for rid, by in written if by == "writer"] == [f"r-{i}" for i in range(5)]
     assert lines.pending == 0
+
+
+def test_requests_are_counted_and_timed_per_method_and_status() -> None:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    metrics = ApiMetrics(registry)
+    request = apb.CreateTopicsRequest()
+    failed = apb.CreateTopicsResponse(results=[apb.CreateTopicResult(
+        name="t", error=apb.Error(code="TOPIC_ALREADY_EXISTS"))])
+    for status, response in (("OK", failed), ("OK", apb.CreateTopicsResponse()),
+                             ("UNAVAILABLE", None)):
+        RequestAudit("CreateTopics", False, request, metrics).finish(status, response)
+    RequestAudit("DescribeTopics", False, request, metrics).finish("OK", None)
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert sample("metakraft_api_requests_total", method="CreateTopics", status="OK") == 2
+    assert sample("metakraft_api_requests_total", method="CreateTopics",
+                  status="UNAVAILABLE") == 1
+    assert sample("metakraft_api_requests_total", method="DescribeTopics", status="OK") == 1
+    assert sample("metakraft_api_request_duration_seconds_count", method="CreateTopics") == 3
+    assert sample("metakraft_api_item_errors_total", method="CreateTopics",
+                  code="TOPIC_ALREADY_EXISTS") == 1
