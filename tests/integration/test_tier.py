@@ -29,13 +29,7 @@ from controller.cli.tier_cmd import replayed_tier_state
 from controller.metadata import ErrorCode
 from controller.metadata.tier import SegmentState
 from controller.storage.meta_properties import DataDir, format_data_dir
-from controller.tier.history import (
-    MAX_OFFSET,
-    Piece,
-    iter_piece_batches,
-    list_tier,
-    read_piece_range,
-)
+from controller.tier.history import history_batches, list_tier, plan_history
 from controller.tier.objects import Manifest
 from controller.tier.remote import RemoteStorage, open_store
 from tests.support.controller_processes import ControllerCluster
@@ -116,14 +110,10 @@ def check_history(cluster: ControllerCluster, tier_url: str, writer: Writer) -> 
 def epochs_of_batches(store: RemoteStorage, segments: Sequence[Manifest]
                       ) -> list[tuple[int, int]]:
     """(epoch, first offset) of every leader epoch among the tier's batches, read
-    object by object (the manifests' epoch slices must say the same)."""
+    batch by batch in offset order (the manifests' epoch slices must say the same)."""
     starts: dict[int, int] = {}
-    for manifest in segments:
-        piece = Piece("tier", manifest.data_key, manifest.start_offset,
-                      manifest.end_offset, manifest)
-        data, first = read_piece_range(store, piece)
-        for batch in iter_piece_batches(data, piece, first):
-            starts[batch.epoch] = min(batch.base_offset, starts.get(batch.epoch, MAX_OFFSET))
+    for _piece, batch in history_batches(store, plan_history(segments, [])):
+        starts.setdefault(batch.epoch, batch.base_offset)
     return sorted(starts.items())
 
 
