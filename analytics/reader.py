@@ -71,6 +71,19 @@ class FileSlice:
     manifest: str = ""
 
 
+def plan_read(log_dir: str | None, tier: str | None, *, snapshots: bool = False,
+              start: int = 0, end: int = MAX_OFFSET, seed: bool = False) -> list[FileSlice]:
+    """The pieces a read of `log_dir` (a controller's data directory), of `tier` (a
+    remote tier's URL) or of both as one history covers: `plan_history_files` with a
+    tier, else `plan_files`."""
+    if tier:
+        return plan_history_files(log_dir, tier, snapshots=snapshots, start=start, end=end,
+                                  seed=seed)
+    if not log_dir:
+        raise ValueError("give a log directory, a remote tier, or both")
+    return plan_files(log_dir, snapshots=snapshots, start=start, end=end, seed=seed)
+
+
 def plan_history_files(log_dir: str | None, tier: str, *, snapshots: bool = False,
                        start: int = 0, end: int = MAX_OFFSET,
                        seed: bool = False) -> list[FileSlice]:

@@ -26,8 +26,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import analytics
-from analytics import audit, report_plots
+from analytics import audit, report_plots, row_cache
 from analytics.invariants import INVARIANTS, USES_STATES, first_divergence
+from analytics.reader import plan_read
 from analytics.report_plots import PLOT_INTERVALS
 from analytics.report_render import (
     Block,
@@ -39,7 +40,7 @@ from analytics.report_render import (
     cell_text,
     write_report,
 )
-from analytics.schema import CORRUPT_COLUMN
+from analytics.schema import CORRUPT_COLUMN, ddl_schema
 from analytics.tier_chain import tier_chain_section
 
 Progress = Callable[[str], None]
@@ -158,7 +159,8 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
               snapshots: bool = False, permissive: bool = False,
               compare_with: Sequence[str] = (),
               committed_offset: int | None = None, tier: str | None = None,
-              start_offset: int = 0) -> dict[str, int]:
+              start_offset: int = 0, cache_dir: str | Path | None = None,
+              use_cache: bool = True) -> dict[str, int]:
     """Run everything, write the report into `out_dir`; return violations per check.
 
     The log is read once and cached, and the partition states (what most sections
@@ -180,6 +182,10 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     were one batch at `start_offset - 1` (what existed then shows as created there),
     so the partition states and every invariant start from the true state. Only the
     tier objects and byte ranges holding the window are read.
+
+    `cache_dir`: the row cache (`report_rows`): a re-audit decodes only the tier
+    pieces it has not seen and the local log; `use_cache=False` decodes all (and
+    refreshes the cache). The report is the same either way.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -201,7 +207,8 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     # the functions that show topic names join them to their (few) result rows, so
     # no scan of the whole log goes through the name join.
     rows = report_rows(spark, log_dir, snapshots=snapshots, permissive=permissive,
-                       tier=tier, start_offset=start_offset).persist(MEMORY_AND_DISK)
+                       tier=tier, start_offset=start_offset, cache_dir=cache_dir,
+                       use_cache=use_cache, progress=progress).persist(MEMORY_AND_DISK)
     raw = rows
     extra: list[ExtraCheck] = []
     if permissive:
@@ -243,7 +250,8 @@ UNUSED_COLUMNS = ("version", "is_control")
 
 def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = False,
                 permissive: bool = False, tier: str | None = None,
-                start_offset: int = 0) -> DataFrame:
+                start_offset: int = 0, cache_dir: str | Path | None = None,
+                use_cache: bool = True, progress: Progress | None = None) -> DataFrame:
     """The rows as the report caches them: the source read without PartitionChange
     JSON (`partitionChangeJson=False`) and without the columns in `UNUSED_COLUMNS`.
 
@@ -251,13 +259,45 @@ def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = F
     and no section or check reads it (their fields are the typed partition columns);
     every other record keeps its JSON. Not building it saves reader time, and every
     byte and column left out of the cache saves its building time.
+
+    With `cache_dir` (`analytics.row_cache`): the tier pieces whose rows the cache
+    holds are read from its Parquet files, the others decoded (and their rows
+    stored there); `use_cache=False` (`--full`) decodes every piece and stores them
+    all afresh. A whole-history read also drops the files of pieces it no longer
+    reads (objects the tier deleted).
     """
     options: dict[str, str | int | bool] = {} if not tier else {"tier": tier}
     if start_offset:
         options.update(startOffset=start_offset, seed=True)
-    rows = analytics.read_log(spark, log_dir, snapshots=snapshots,
-                              mode="permissive" if permissive else "failfast",
-                              partitionChangeJson=False, **options).drop(*UNUSED_COLUMNS)
+    mode = "permissive" if permissive else "failfast"
+    cached_files: tuple[str, ...] = ()
+    read_source = True
+    if cache_dir is not None:
+        folder = row_cache.mode_dir(Path(cache_dir).resolve(), permissive=permissive,
+                                    change_json=False)
+        # Planned once here: the source leaves out exactly the pieces read from the
+        # cache (and refuses if its own plan no longer holds them).
+        pieces = plan_read(log_dir, tier, snapshots=snapshots, start=start_offset,
+                           seed=bool(start_offset))
+        split = row_cache.split(pieces, folder, use=use_cache)
+        if not start_offset:
+            row_cache.prune(folder, filter(None, map(row_cache.piece_key, pieces)))
+        cached_files, read_source = split.cached_files, bool(split.to_read)
+        options.update(cacheDir=str(folder), cachedPieces=",".join(sorted(split.cached_keys)))
+        if progress is not None:
+            progress(f"row cache {folder}: {len(cached_files)} of {len(pieces)} pieces "
+                     f"cached, {len(split.to_read)} to decode"
+                     + ("" if use_cache else " (--full: the cache is not read)"))
+    parts: list[DataFrame] = []
+    if read_source:
+        parts.append(analytics.read_log(spark, log_dir, snapshots=snapshots, mode=mode,
+                                        partitionChangeJson=False, **options))
+    if cached_files:
+        parts.append(spark.read.schema(ddl_schema(permissive)).parquet(*cached_files))
+    rows = parts[0]
+    for part in parts[1:]:
+        rows = rows.unionByName(part)
+    rows = rows.drop(*UNUSED_COLUMNS)
     if start_offset:
         # The seed snapshot's rows (at start_offset - 1) count as log rows (`audit.SEED`):
         # the window starts from the state they hold (as `analytics.state.as_of` does).

@@ -15,6 +15,13 @@
           .option("tier", "s3://bucket/metakraft?endpoint=http://127.0.0.1:9000")
           .load("/var/lib/metakraft/node-1"))     # or .load() for the tier alone
 
+    # With a row cache (`analytics.row_cache`, what `metakraft audit` does): the rows
+    # of each tier piece decoded are also written to CACHE as Parquet; the pieces
+    # named in cachedPieces (comma-separated keys) are left to the caller, who reads
+    # their files with spark.read.parquet.
+    df = (spark.read.format("metakraft").option("tier", URL)
+          .option("cacheDir", CACHE).option("cachedPieces", "KEY,KEY").load(DIR))
+
 One Spark partition per segment (and per snapshot) file, or tier object. Executors
 read tier objects themselves (S3 credentials from their environment): no data goes
 through the driver. Readers run on executors:
@@ -34,8 +41,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from analytics.reader import MAX_OFFSET, FileSlice, plan_files, plan_history_files, read_file
-from analytics.schema import ddl_schema
+from analytics import row_cache
+from analytics.reader import MAX_OFFSET, FileSlice, plan_read, read_file
+from analytics.schema import arrow_schema, ddl_schema
 
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
@@ -57,7 +65,7 @@ def _flag(opts: dict[str, str], name: str, default: bool) -> bool:
 
 # Every option the source takes (Spark lower-cases the keys); "path" is load()'s.
 KNOWN_OPTIONS = ("path", "snapshots", "partitionChangeJson", "mode", "startOffset",
-                 "endOffset", "tier", "seed")
+                 "endOffset", "tier", "seed", "cacheDir", "cachedPieces")
 
 
 def _offset(opts: dict[str, str], name: str, default: int) -> int:
@@ -114,6 +122,13 @@ class _Options:
         self.seed = _flag(opts, "seed", False)
         if self.seed and self.start == 0:
             raise ValueError("metakraft source: option seed needs a startOffset above 0")
+        # The row cache's folder for this reading mode (`row_cache.mode_dir`): rows of
+        # the tier pieces read are written there. `cachedPieces`: the keys of pieces
+        # the caller reads from it, left out here.
+        self.cache_dir = opts.get("cachedir", "")
+        self.cached = frozenset(k for k in opts.get("cachedpieces", "").split(",") if k)
+        if self.cached and not self.cache_dir:
+            raise ValueError("metakraft source: option cachedPieces needs cacheDir")
 
 
 class MetakraftPartition(InputPartition):
@@ -128,18 +143,35 @@ class MetakraftReader(DataSourceReader):
 
     def partitions(self) -> list[MetakraftPartition]:
         opts = self.opts
-        if opts.tier:
-            pieces = plan_history_files(opts.path or None, opts.tier, snapshots=opts.snapshots,
-                                        start=opts.start, end=opts.end, seed=opts.seed)
-        else:
-            pieces = plan_files(opts.path, snapshots=opts.snapshots, start=opts.start,
-                                end=opts.end, seed=opts.seed)
-        return [MetakraftPartition(p) for p in pieces]
+        pieces = plan_read(opts.path or None, opts.tier or None, snapshots=opts.snapshots,
+                           start=opts.start, end=opts.end, seed=opts.seed)
+        if not opts.cached:
+            return [MetakraftPartition(p) for p in pieces]
+        keys = {p: row_cache.piece_key(p) for p in pieces}
+        missing = opts.cached - set(keys.values())
+        if missing:
+            # The caller planned against another listing: its cached rows and these
+            # pieces would not make one history.
+            raise ValueError(f"metakraft source: {len(missing)} cached piece(s) are not in "
+                             f"this read's plan (the tier changed while the audit "
+                             f"planned it): run it again")
+        return [MetakraftPartition(p) for p in pieces if keys[p] not in opts.cached]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MetakraftPartition), partition
-        yield from read_file(partition.piece, permissive=self.opts.permissive,
-                             change_json=self.opts.change_json)
+        opts = self.opts
+        batches = read_file(partition.piece, permissive=opts.permissive,
+                            change_json=opts.change_json)
+        key = row_cache.piece_key(partition.piece) if opts.cache_dir else None
+        if key is None:
+            yield from batches
+            return
+        kept = []
+        for batch in batches:
+            kept.append(batch)
+            yield batch
+        # Only after the last batch: a read Spark stops early is not the piece's rows.
+        row_cache.store(opts.cache_dir, key, kept, arrow_schema(opts.permissive))
 
 
 class MetakraftDataSource(DataSource):

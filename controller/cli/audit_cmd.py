@@ -42,15 +42,11 @@ def _log_dir_problem(log_dir: str | None, snapshots: bool, tier: str | None = No
                      ) -> str | None:
     # Checked here, before Spark starts: inside Spark the same error arrives wrapped
     # in a JVM traceback.
-    from analytics.reader import plan_files, plan_history_files
+    from analytics.reader import plan_read
     from controller.tier.remote import TierError
 
     try:
-        if tier:
-            plan_history_files(log_dir, tier, snapshots=snapshots)
-        else:
-            assert log_dir is not None
-            plan_files(log_dir, snapshots=snapshots)
+        plan_read(log_dir, tier, snapshots=snapshots)
     except (OSError, ValueError, TierError) as exc:
         return str(exc)
     return None
@@ -167,6 +163,16 @@ def window_start(log_dir: str | None, tier: str | None, from_offset: int | None,
 @click.option("--since", "since", default=None, metavar="TIME",
               help="Audit a window from TIME (ISO 8601, UTC unless it says, or ms since the "
                    "epoch), found through the tier's time indexes; as --from-offset.")
+@click.option("--cache-dir", "cache_dir", default=None, type=click.Path(file_okay=False),
+              help="The row cache: the rows of each tier object decoded, kept as Parquet "
+                   "so that a re-audit decodes only new objects and the local log "
+                   "(default: OUT/row-cache; on a cluster, a directory the driver and "
+                   "the executors share).")
+@click.option("--full", is_flag=True,
+              help="Decode every tier object, not reading the row cache (which is "
+                   "written afresh).")
+@click.option("--no-cache", "no_cache", is_flag=True,
+              help="Neither read nor write the row cache.")
 @click.option("--ship-code", "ship_code", is_flag=True,
               help="Send this package's code to the executors (what spark-submit "
                    "--py-files does), for a cluster whose Python has the dependencies "
@@ -174,12 +180,18 @@ def window_start(log_dir: str | None, tier: str | None, from_offset: int | None,
 def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snapshots: bool,
           driver_memory: str | None, spark_conf: dict[str, str], permissive: bool,
           compare_with: tuple[str, ...], committed_offset: int | None,
-          from_offset: int | None, since: str | None, ship_code: bool) -> None:
+          from_offset: int | None, since: str | None, cache_dir: str | None, full: bool,
+          no_cache: bool, ship_code: bool) -> None:
     """Audit a metadata log with Spark: history, invariants, report with plots.
 
     Exits 1 when a check fails (an invariant; with --permissive, the log's damage;
     with --compare-with, the logs' agreement), 2 when the audit could not run.
+    With --tier, the rows of each tier object are kept in a row cache, so a
+    re-audit decodes only what is new (--full decodes everything again).
     """
+    if no_cache and (full or cache_dir is not None):
+        click.echo("error: --no-cache goes with neither --full nor --cache-dir", err=True)
+        sys.exit(2)
     if committed_offset is not None and not compare_with:
         click.echo("error: --committed-offset needs --compare-with", err=True)
         sys.exit(2)
@@ -225,7 +237,10 @@ def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snap
                                snapshots=snapshots, permissive=permissive,
                                compare_with=[os.path.abspath(d) for d in compare_with],
                                committed_offset=committed_offset, tier=tier,
-                               start_offset=start_offset)
+                               start_offset=start_offset,
+                               cache_dir=None if no_cache or not tier else os.path.abspath(
+                                   cache_dir or os.path.join(out_dir, "row-cache")),
+                               use_cache=not full)
     except Exception as exc:  # any failure exits 2, never 1 (which is a verdict)
         click.echo(f"error: the audit could not run: {failure_message(exc)}", err=True)
         sys.exit(2)

@@ -86,7 +86,8 @@ def test_partition_change_json_option(spark: Any, log_dir: tuple[Path, Known]) -
     ({"startoffset": "9", "endoffset": "3"}, "empty offset range: startOffset 9 > endOffset 3"),
     ({"mode": "lenient"}, "mode must be failfast or permissive, not lenient"),
     ({"startofset": "5"}, "unknown option(s) startofset; the options are snapshots, "
-                          "partitionChangeJson, mode, startOffset, endOffset, tier, seed"),
+                          "partitionChangeJson, mode, startOffset, endOffset, tier, seed, cacheDir, "
+                          "cachedPieces"),
     ({"seed": "true"}, "option seed needs a startOffset above 0"),
     ({"path": ""}, "give the log directory to load(PATH), or a remote tier with "
                    'option("tier", URL), or both'),

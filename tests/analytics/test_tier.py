@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import analytics
-from analytics import audit, state
+from analytics import audit, row_cache, state
 from analytics.reader import MetakraftCorruptLogError, plan_history_files, read_file
 from analytics.report import report_rows
 from analytics.tier_chain import tier_chain_report
@@ -156,6 +156,78 @@ def test_a_damaged_tier_object_is_named_or_skipped(spark: Any, tiered: TieredRun
                                       "--permissive"])
     assert result.exit_code == 1 and "VIOLATED  log_readable" in result.output, result.output
     assert victim.data_key in (tmp_path / "p" / "report.md").read_text()
+
+
+def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
+        spark: Any, tiered: TieredRun, tmp_path: Path) -> None:
+    """The row cache: an audit of the tier before its newest objects were copied
+    fills it; once they are there, a re-audit decodes only them and the local log,
+    and its rows and its report equal a full audit's (`--full`), overlapping copies
+    from the leader kill included. A damaged object (permissive) is never cached."""
+    tier = tmp_path / "tier"
+    shutil.copytree(tiered.tier_dir, tier)
+    newest = list_tier(open_store(tier.as_uri())).segments[-2:]
+    held = tmp_path / "held"
+    for m in newest:  # not copied yet
+        for key in (m.data_key, m.manifest_key):
+            (held / key).parent.mkdir(parents=True, exist_ok=True)
+            (tier / key).rename(held / key)
+    cache = tmp_path / "cache"
+    said: list[str] = []
+
+    def rows(*, use: bool = True, permissive: bool = False, cached: bool = True
+             ) -> list[Any]:
+        df = report_rows(spark, None, tier=tier.as_uri(), permissive=permissive,
+                         cache_dir=cache if cached else None, use_cache=use,
+                         progress=said.append)
+        return sorted(df.collect(), key=lambda r: r["offset"])
+
+    def files() -> dict[str, int]:
+        return {p.name: p.stat().st_mtime_ns for p in cache.rglob("*.parquet")}
+
+    def pieces() -> set[str]:
+        return {k for p in plan_history_files(None, tier.as_uri())
+                if (k := row_cache.piece_key(p)) is not None}
+
+    before = rows()
+    seen, stored = pieces(), files()
+    assert said[-1].endswith(f"0 of {len(seen)} pieces cached, {len(seen)} to decode")
+    assert {Path(f).stem for f in stored} == seen
+    for m in newest:
+        for key in (m.data_key, m.manifest_key):
+            (held / key).rename(tier / key)
+    assert pieces() > seen
+    again = rows()
+    now = pieces()
+    assert said[-1].endswith(f"{len(seen)} of {len(now)} pieces cached, "
+                             f"{len(now - seen)} to decode")
+    assert {k: v for k, v in files().items() if k in stored} == stored  # not rewritten
+    assert again[:len(before)] == before and len(again) > len(before)
+    assert again == rows(use=False) == rows(cached=False)
+    assert said[-1].endswith("(--full: the cache is not read)")
+
+    # The whole `metakraft audit`, from the cache and --full: the same report.
+    def audit(*flags: str) -> tuple[str, str]:
+        out = tmp_path / "-".join(("report", *flags))
+        result = CliRunner().invoke(cli, ["audit", "--tier", tier.as_uri(), "--cache-dir",
+                                          str(cache), "--out", str(out), *flags])
+        assert result.exit_code == 0, result.output
+        report = re.sub(r"audit time: [0-9.]+ s", "", (out / "report.md").read_text())
+        return report, (out / "summary.json").read_text()
+
+    assert audit() == audit("--full")
+
+    # Damage: read (and reported) on every audit, never cached.
+    victim = newest[0]
+    data = bytearray((tier / victim.data_key).read_bytes())
+    data[len(data) // 2] ^= 0x10
+    (tier / victim.data_key).write_bytes(bytes(data))
+    damaged = rows(permissive=True)
+    assert said[-1].endswith(f"0 of {len(now)} pieces cached, {len(now)} to decode")
+    assert damaged == rows(permissive=True) == rows(permissive=True, cached=False)
+    assert said[-1].endswith(f"{len(now) - 1} of {len(now)} pieces cached, 1 to decode")
+    corrupt = [r["_corrupt"] for r in damaged if r["_corrupt"]]
+    assert len(corrupt) == 1 and victim.data_key in corrupt[0]
 
 
 def verify(tier_dir: Path, log_dir: Path | None) -> Any:
