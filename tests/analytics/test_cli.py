@@ -247,8 +247,9 @@ def test_report_cache_gives_the_same_answers(spark: Any, log_dir: tuple[Path, Kn
     from analytics.invariants import INVARIANTS, USES_STATES
     from analytics.report import SECTIONS, SECTIONS_USING_STATES, report_rows
 
-    raw = analytics.read_log(spark, str(log_dir[0]))
-    compact = report_rows(spark, str(log_dir[0]))
+    # Cached, as the report does: each section and check reads them several times.
+    raw = analytics.read_log(spark, str(log_dir[0])).cache()
+    compact = report_rows(spark, str(log_dir[0])).cache()
     assert compact.where("record_type = 'partition_change' AND record_json IS NOT NULL"
                          ).count() == 0
     assert compact.where("record_type = 'partition_change'").count() > 0
@@ -257,13 +258,16 @@ def test_report_cache_gives_the_same_answers(spark: Any, log_dir: tuple[Path, Kn
     for frame, report_way in ((raw, False), (compact, True)):
         df = audit.resolve_topic_names(frame)
         states = (audit.partition_states(frame, audit.topic_names(frame)) if report_way
-                  else audit.partition_states(df))
+                  else audit.partition_states(df)).cache()
         got = [sorted(map(str, (fn(df, states) if fn in SECTIONS_USING_STATES else fn(df))
                           .collect())) for _, fn in SECTIONS]
         got += [sorted(map(str, (check(df, states) if name in USES_STATES else check(df))
                            .collect())) for name, check in INVARIANTS.items()]
         got.append(sorted(map(str, states.collect())))
         answers.append(got)
+        states.unpersist()
+    raw.unpersist()
+    compact.unpersist()
     assert answers[0] == answers[1]
     assert any(answers[0])
 
