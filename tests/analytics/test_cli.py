@@ -220,6 +220,16 @@ def test_compare_options_are_checked_before_spark_starts(log_dir: tuple[Path, Kn
     assert "starting Spark" not in alone.output + other.output
 
 
+@pytest.mark.parametrize("flags", [["--full"], ["--cache-dir", "somewhere"]])
+def test_no_cache_goes_with_no_other_row_cache_option(flags: list[str],
+                                                      log_dir: tuple[Path, Known]) -> None:
+    refused = CliRunner().invoke(cli, ["audit", "--log-dir", str(log_dir[0]), "--no-cache",
+                                       *flags])
+    assert refused.exit_code == 2, refused.output
+    assert "--no-cache goes with neither --full nor --cache-dir" in refused.output
+    assert "starting Spark" not in refused.output
+
+
 def test_failure_message_names_the_cause_an_operator_can_act_on() -> None:
     from controller.cli.audit_cmd import failure_message
 
