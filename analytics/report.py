@@ -84,6 +84,9 @@ TIER_CHECK = "tier_chain"
 ExtraCheck = tuple[str, Callable[[], tuple[int, list[Block]]]]
 # Sections and checks run at once (see `_report`); their Spark jobs share the cores.
 CONCURRENT_QUERIES = 4
+# `spark.sql.files.openCostInBytes` in audit sessions (see `session_conf`): Spark's
+# default `spark.sql.files.maxPartitionBytes`.
+FILE_OPEN_COST_BYTES = 128 * 1024 * 1024
 
 
 def session_conf(master: str, driver_memory: str | None = None,
@@ -97,9 +100,16 @@ def session_conf(master: str, driver_memory: str | None = None,
     times: the 10M-record bench's full audit ran ~8% faster than with G1, see
     docs/benchmarks.md). Other masters keep the cluster's own settings. `extra`
     (`metakraft audit --conf KEY=VALUE`) is applied last: the operator's word wins.
+
+    Every master: a file costs as much to open as a whole partition holds
+    (`spark.sql.files.openCostInBytes` = `maxPartitionBytes`'s default), so each
+    row-cache file (`analytics.row_cache`, a few MiB) is a partition of its own, as
+    the piece was when decoded. Packed by Spark's default, 55 files of the 10M-record
+    bench made 3 partitions: sorting and caching them took longer than decoding.
     """
     conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-            "spark.sql.session.timeZone": "UTC"}
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.files.openCostInBytes": str(FILE_OPEN_COST_BYTES)}
     if driver_memory:
         conf["spark.driver.memory"] = driver_memory
     found = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())

@@ -67,6 +67,9 @@ def test_session_conf_tunes_local_masters_and_leaves_clusters_alone() -> None:
     assert "spark.driver.extraJavaOptions" not in cluster
     assert "spark.driver.memory" not in cluster
     assert cluster["spark.sql.session.timeZone"] == "UTC"
+    # One partition per row-cache file, on every master.
+    assert local["spark.sql.files.openCostInBytes"] == str(128 * 2**20)
+    assert cluster["spark.sql.files.openCostInBytes"] == str(128 * 2**20)
     # --conf: applied last, over the audit's own settings.
     tuned = session_conf("local[2]", None, {"spark.sql.shuffle.partitions": "16",
                                             "spark.executor.memory": "2g"})

@@ -109,11 +109,26 @@ def test_the_audit_sees_every_record_from_offset_0_through_the_tier(
     assert tier_only["created"] <= through_tier["created"] and tier_only["created"]
 
     out = tmp_path / "report"
-    result = CliRunner().invoke(cli, ["audit", "--tier", tiered.tier_url, "--log-dir",
-                                      str(local), "--out", str(out)])
-    assert result.exit_code == 0 and "ok  tier_chain" in result.output, result.output
-    report = (out / "report.md").read_text()
+
+    def audit() -> tuple[str, str, str]:
+        result = CliRunner().invoke(cli, ["audit", "--tier", tiered.tier_url, "--log-dir",
+                                          str(local), "--out", str(out)])
+        assert result.exit_code == 0 and "ok  tier_chain" in result.output, result.output
+        report = re.sub(r"audit time: [0-9.]+ s", "", (out / "report.md").read_text())
+        return report, (out / "summary.json").read_text(), result.output
+
+    report, summary, said = audit()
     assert f"- offsets 0 to {offsets - 1} ({offsets} records);" in report
+    # Again: every tier object's rows from the row cache the first run filled
+    # (out/row-cache), only the local log decoded; the same report.
+    pieces = plan_history_files(str(local), tiered.tier_url)
+    total, tier_pieces = len(pieces), sum(1 for p in pieces if p.tier)
+    assert 0 < tier_pieces < total
+    assert f"0 of {total} pieces cached, {total} to decode" in said, said
+    again = audit()
+    assert again[:2] == (report, summary)
+    assert (f"row cache {out.resolve() / 'row-cache'}/rows-v1-failfast: {tier_pieces} of "
+            f"{total} pieces cached, {total - tier_pieces} to decode") in again[2], again[2]
 
 
 def test_time_travel_starts_from_the_tiers_snapshots(spark: Any, tiered: TieredRun) -> None:
@@ -161,9 +176,9 @@ def test_a_damaged_tier_object_is_named_or_skipped(spark: Any, tiered: TieredRun
 def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
         spark: Any, tiered: TieredRun, tmp_path: Path) -> None:
     """The row cache: an audit of the tier before its newest objects were copied
-    fills it; once they are there, a re-audit decodes only them and the local log,
-    and its rows and its report equal a full audit's (`--full`), overlapping copies
-    from the leader kill included. A damaged object (permissive) is never cached."""
+    fills it; once they are there, a re-audit decodes only them, and its rows equal
+    a full audit's (`--full`) and the uncached reader's, overlapping copies from the
+    leader kill included. A damaged object (permissive) is never cached."""
     tier = tmp_path / "tier"
     shutil.copytree(tiered.tier_dir, tier)
     newest = list_tier(open_store(tier.as_uri())).segments[-2:]
@@ -205,17 +220,7 @@ def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
     assert again[:len(before)] == before and len(again) > len(before)
     assert again == rows(use=False) == rows(cached=False)
     assert said[-1].endswith("(--full: the cache is not read)")
-
-    # The whole `metakraft audit`, from the cache and --full: the same report.
-    def audit(*flags: str) -> tuple[str, str]:
-        out = tmp_path / "-".join(("report", *flags))
-        result = CliRunner().invoke(cli, ["audit", "--tier", tier.as_uri(), "--cache-dir",
-                                          str(cache), "--out", str(out), *flags])
-        assert result.exit_code == 0, result.output
-        report = re.sub(r"audit time: [0-9.]+ s", "", (out / "report.md").read_text())
-        return report, (out / "summary.json").read_text()
-
-    assert audit() == audit("--full")
+    # (The whole report from the cache against a full audit's: the first test here.)
 
     # Damage: read (and reported) on every audit, never cached.
     victim = newest[0]
