@@ -67,14 +67,18 @@ CLUSTER_ID = random_cluster_id()
 SEGMENT_BYTES = 8 * 1024 * 1024
 
 
-def tier_log(store: RemoteStorage, log_dir: Path) -> int:
+def tier_log(store: RemoteStorage, log_dir: Path, *, closed_only: bool = False) -> int:
     """Copy a log directory's segments to `store` as the copier does, on the hash
-    chain; returns the bytes copied."""
+    chain, after what the tier holds already; `closed_only`: not the newest
+    segment (the one still appended to). Returns the bytes copied."""
     claim_tier(store, CLUSTER_ID)
-    prev, copied = "", 0
-    for p in sorted(log_dir.iterdir()):
-        base = parse_segment_file_name(p.name)
-        if base is None:
+    held = list_tier(store, CLUSTER_ID).segments
+    prev, copied = (held[-1].sha256() if held else ""), 0
+    tier_end = held[-1].end_offset if held else 0
+    segments = sorted((b, p) for p in log_dir.iterdir()
+                      if (b := parse_segment_file_name(p.name)) is not None)
+    for base, p in segments[:-1] if closed_only else segments:
+        if base < tier_end:
             continue
         data = p.read_bytes()
         m = segment_manifest(CLUSTER_ID, uuid.uuid4().hex, base, data, copier_id=1,
