@@ -105,7 +105,7 @@ def session_conf(master: str, driver_memory: str | None = None,
     (`spark.sql.files.openCostInBytes` = `maxPartitionBytes`'s default), so each
     row-cache file (`analytics.row_cache`, a few MiB) is a partition of its own, as
     the piece was when decoded. Packed by Spark's default, 55 files of the 10M-record
-    bench made 3 partitions: sorting and caching them took longer than decoding.
+    bench made 3 partitions: sorting and caching them took as long as decoding.
     """
     conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
             "spark.sql.session.timeZone": "UTC",
