@@ -298,15 +298,11 @@ def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = F
             progress(f"row cache {folder}: {len(cached_files)} of {len(pieces)} pieces "
                      f"cached, {len(split.to_read)} to decode"
                      + ("" if use_cache else " (--full: the cache is not read)"))
-    parts: list[DataFrame] = []
-    if read_source:
-        parts.append(analytics.read_log(spark, log_dir, snapshots=snapshots, mode=mode,
-                                        partitionChangeJson=False, **options))
+    parts = ([analytics.read_log(spark, log_dir, snapshots=snapshots, mode=mode,
+                                 partitionChangeJson=False, **options)] if read_source else [])
     if cached_files:
         parts.append(spark.read.schema(ddl_schema(permissive)).parquet(*cached_files))
-    rows = parts[0]
-    for part in parts[1:]:
-        rows = rows.unionByName(part)
+    rows = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     rows = rows.drop(*UNUSED_COLUMNS)
     if start_offset:
         # The seed snapshot's rows (at start_offset - 1) count as log rows (`audit.SEED`):

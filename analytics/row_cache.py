@@ -82,9 +82,9 @@ def split(pieces: Sequence[FileSlice], folder: Path, *, use: bool = True) -> Cac
     keys: set[str] = set()
     to_read: list[FileSlice] = []
     for piece in pieces:
-        key = piece_key(piece)
+        key = piece_key(piece) if use else None
         path = folder / f"{key}{SUFFIX}"
-        if use and key is not None and path.is_file():
+        if key is not None and path.is_file():
             files.append(str(path))
             keys.add(key)
         else:
