@@ -384,7 +384,13 @@ def test_a_restore_from_a_damaged_or_tampered_tier_fails_naming_the_object(
         tiered: TieredRun, tmp_path: Path) -> None:
     damaged = tmp_path / "damaged"
     shutil.copytree(tiered.tier_dir, damaged)
-    victim = list_tier(open_store(damaged.as_uri())).segments[-1]
+    # An object the restore reads: the newest log object past the newest snapshot, or,
+    # when that snapshot reaches the tier's end (the copier's timing decides), the
+    # snapshot itself (an object below it is not read, so its damage is not met).
+    listing = list_tier(open_store(damaged.as_uri()))
+    snapshot_end = max((m.end_offset for m in listing.snapshots), default=0)
+    after = [m for m in listing.segments if m.end_offset > snapshot_end]
+    victim = after[-1] if after else max(listing.snapshots, key=lambda m: m.end_offset)
     path = damaged / victim.data_key
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x10
