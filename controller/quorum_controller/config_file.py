@@ -79,6 +79,7 @@ request_timeout_ms = 30000      # the longest a request waits for its answer
 orphan_timeout_ms = 5000        # after losing leadership, wait this for a write's fate
 snapshot_interval_bytes = 16777216  # snapshot after this many bytes of new committed log
 snapshot_interval_image_multiple = 2  # ... and at least this many times the last snapshot's size (0: off)
+snapshot_max_interval_ms = 60000  # ... or this long after the last one, once the interval's bytes came (0: off)
 snapshot_busy_percent = 25      # share of the controller's time a snapshot being written may take
 # bootstrap_metadata_version = 6  # the level a new cluster starts at (default: the latest)
 metadata_max_idle_interval_ms = 500  # an idle log gets a no-op record this often (0: never)
@@ -149,10 +150,12 @@ _RAFT_KEYS = ("election_timeout_ms", "fetch_max_wait_ms", "request_timeout_ms",
 _CONTROLLER_KEYS = ("session_timeout_ms", "max_queued_events", "max_items_per_request",
                     "request_timeout_ms", "orphan_timeout_ms", "snapshot_interval_bytes",
                     "snapshot_interval_image_multiple", "snapshot_busy_percent",
-                    "bootstrap_metadata_version", "metadata_max_idle_interval_ms")
+                    "snapshot_max_interval_ms", "bootstrap_metadata_version",
+                    "metadata_max_idle_interval_ms")
 # Keys that may be 0 (everything else in [controller] is at least 1), and the upper
 # bounds of those that have one.
-_CONTROLLER_ZERO_OK = ("snapshot_interval_image_multiple", "metadata_max_idle_interval_ms")
+_CONTROLLER_ZERO_OK = ("snapshot_interval_image_multiple", "snapshot_max_interval_ms",
+                       "metadata_max_idle_interval_ms")
 _CONTROLLER_MAXIMUM = {"snapshot_busy_percent": 100,
                        "bootstrap_metadata_version": LATEST_METADATA_VERSION}
 _LOG_KEYS = ("segment_bytes", "segment_ms")

@@ -99,7 +99,8 @@ class QuorumController(CommitListener):
     def enable_snapshots(self, directory: Path) -> None:
         """Write snapshots into `directory` every `snapshot_interval_bytes` of
         committed records (and at least `snapshot_interval_image_multiple` times the
-        newest snapshot's size), and compact the Raft log below each."""
+        newest snapshot's size, or `snapshot_max_interval_ms` after the newest one
+        started), and compact the Raft log below each."""
         quorum = self._quorum
         assert quorum is not None, "attach() first"
         self.snapshots = SnapshotScheduler(
@@ -109,7 +110,8 @@ class QuorumController(CommitListener):
             release_history=self.machine.release_history,
             phase_bytes=self.snapshot_phase_bytes(),
             image_multiple=self.settings.snapshot_interval_image_multiple,
-            busy_percent=self.settings.snapshot_busy_percent)
+            busy_percent=self.settings.snapshot_busy_percent,
+            max_interval_ms=self.settings.snapshot_max_interval_ms)
         latest = sf.latest_snapshot(directory)
         if latest is not None:
             self.snapshots.note_image_bytes((directory / latest.file_name).stat().st_size)

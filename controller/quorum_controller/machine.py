@@ -100,9 +100,10 @@ IDLE_TICK_MS = 1000
 class SnapshotPolicy(Protocol):
     """When to write a snapshot file (the writer itself is the driver's)."""
 
-    def committed(self, batch_bytes: int, committed_next: int, epoch: int) -> bool:
-        """Count a committed batch; True if a snapshot of the state at
-        `committed_next - 1` starts now (the machine keeps that registry snapshot)."""
+    def committed(self, batch_bytes: int, committed_next: int, epoch: int, now_ms: int) -> bool:
+        """Count a committed batch (at `now_ms`, the machine's clock); True if a
+        snapshot of the state at `committed_next - 1` starts now (the machine keeps
+        that registry snapshot)."""
         ...
 
     @property
@@ -413,8 +414,8 @@ class ControllerMachine:
             self._purgatory.committed(batch, now_ms)
             self._note_committed_level(batch)
             if self.snapshots is not None and self.snapshots.committed(
-                    sum(len(r) for r in batch.records), self._committed_next, batch.epoch
-            ) and unsnapped == batch.last_offset:
+                    sum(len(r) for r in batch.records), self._committed_next, batch.epoch,
+                    now_ms) and unsnapped == batch.last_offset:
                 # A snapshot starts here: it reads the registry snapshot at this offset.
                 self.registry.create_snapshot(unsnapped)
                 unsnapped = -1

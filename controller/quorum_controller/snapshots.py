@@ -108,7 +108,8 @@ CallLater = Callable[[float, Callable[[], None]], Any]
 
 class SnapshotScheduler:
     """Decides when to snapshot (every `interval_bytes` of committed records, and at
-    least `image_multiple` times the newest snapshot's size) and drives a
+    least `image_multiple` times the newest snapshot's size; or, once `interval_bytes`
+    came since the newest, when it started `max_interval_ms` ago) and drives a
     `SnapshotJob` one step per node-task event, then finishes it off the loop,
     compacts the log below it and prunes old snapshot files. Steps take at most
     `busy_percent` of the time while a job runs: after a step of d seconds the next
@@ -118,10 +119,11 @@ class SnapshotScheduler:
                  chunk_records: int, run_on_node_task: RunOnNodeTask, compact: Compact,
                  release_history: Callable[[], None], keep: int = 2,
                  phase_bytes: int = 0, image_multiple: int = 0, busy_percent: int = 100,
-                 call_later: CallLater | None = None,
+                 max_interval_ms: int = 0, call_later: CallLater | None = None,
                  clock_s: Callable[[], float] = time.perf_counter) -> None:
         assert interval_bytes > 0 and chunk_records > 0 and keep >= 1
         assert 0 <= phase_bytes < interval_bytes and image_multiple >= 0
+        assert max_interval_ms >= 0
         assert 1 <= busy_percent <= 100
         self._state = state
         self.directory = directory
@@ -130,6 +132,16 @@ class SnapshotScheduler:
         # Committed bytes between two snapshots: `interval_bytes`, raised by
         # `note_image_bytes` for a large image.
         self.threshold_bytes = interval_bytes
+        # The image multiple keeps a burst of writes from paying for one snapshot after
+        # another, but after the burst nothing would come until the log grew by that
+        # multiple again: a restart would replay the whole burst (at 1M partitions a
+        # follower's newest snapshot held 29% of the log). So once `interval_bytes`
+        # came since the newest snapshot, one is also due `max_interval_ms` after that
+        # snapshot started (0: never): at most one image written per interval.
+        self._max_interval_ms = max_interval_ms
+        # The machine's clock when the newest snapshot started (or when counting
+        # started: the first committed batch).
+        self._last_started_ms: int | None = None
         self._chunk_records = chunk_records
         self._run = run_on_node_task
         self._compact = compact
@@ -158,19 +170,29 @@ class SnapshotScheduler:
         """The offset whose registry snapshot a running job still reads."""
         return None if self._job is None else self._job.last_offset
 
-    def committed(self, batch_bytes: int, committed_next: int, epoch: int) -> bool:
-        """Count a committed batch; True if a snapshot job starts at `committed_next - 1`
-        (its first step runs later, on the node task, and reads the registry snapshot
-        there: the caller makes sure one exists)."""
+    def committed(self, batch_bytes: int, committed_next: int, epoch: int, now_ms: int) -> bool:
+        """Count a committed batch (at `now_ms`); True if a snapshot job starts at
+        `committed_next - 1` (its first step runs later, on the node task, and reads
+        the registry snapshot there: the caller makes sure one exists)."""
         self._bytes_since += batch_bytes
-        if (self._job is None and self._finishing is None
-                and self._bytes_since >= self.threshold_bytes and committed_next > 0):
+        if self._last_started_ms is None:
+            self._last_started_ms = now_ms
+        if (self._job is None and self._finishing is None and committed_next > 0
+                and self._due(now_ms)):
             self._bytes_since = 0
+            self._last_started_ms = now_ms
             self._job = SnapshotJob(self._state, self.directory, committed_next - 1, epoch,
                                     self._chunk_records)
             self._run(self._step)
             return True
         return False
+
+    def _due(self, now_ms: int) -> bool:
+        if self._bytes_since >= self.threshold_bytes:
+            return True
+        assert self._last_started_ms is not None
+        return (self._max_interval_ms > 0 and self._bytes_since >= self._interval_bytes
+                and now_ms - self._last_started_ms >= self._max_interval_ms)
 
     def snapshot_next(self) -> None:
         """The next committed batch starts a snapshot, whatever came since the last."""

@@ -166,7 +166,8 @@ class SimSnapshots:
         self.finishing = False
         self.started = 0
 
-    def committed(self, batch_bytes: int, committed_next: int, epoch: int) -> bool:
+    def committed(self, batch_bytes: int, committed_next: int, epoch: int,
+                  now_ms: int) -> bool:
         self.bytes_since += batch_bytes
         if self.bytes_since >= self.interval_bytes and committed_next > 0:
             return self.start(committed_next - 1, epoch)

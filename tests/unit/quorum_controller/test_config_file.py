@@ -47,6 +47,10 @@ def test_good_config_parses_with_defaults_and_relative_data_dir(tmp_path: Path) 
     busy = parse_config(GOOD.replace("session_timeout_ms = 4000", "snapshot_busy_percent = 100"),
                         tmp_path / "c.toml")
     assert busy.controller.snapshot_busy_percent == 100
+    assert config.controller.snapshot_max_interval_ms == 60_000
+    untimed = parse_config(GOOD.replace("session_timeout_ms = 4000",
+                                        "snapshot_max_interval_ms = 0"), tmp_path / "c.toml")
+    assert untimed.controller.snapshot_max_interval_ms == 0
 
 
 def test_example_config_is_valid(tmp_path: Path) -> None:
@@ -67,6 +71,8 @@ def test_example_config_is_valid(tmp_path: Path) -> None:
      "controller.snapshot_busy_percent: must be <= 100, got 101"),
     (lambda t: t.replace("session_timeout_ms = 4000", "snapshot_busy_percent = 0"),
      "controller.snapshot_busy_percent: must be >= 1"),
+    (lambda t: t.replace("session_timeout_ms = 4000", "snapshot_max_interval_ms = -1"),
+     "controller.snapshot_max_interval_ms: must be >= 0"),
     (lambda t: t.replace('format = "json"', 'format = "xml"'), "logging.format"),
     (lambda t: t + "\n[[oops", "not valid TOML"),
     (lambda t: t.replace("[tls]\nenabled = false\n", ""), "missing [tls]"),

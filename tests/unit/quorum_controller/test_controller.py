@@ -514,11 +514,11 @@ def test_the_snapshot_interval_grows_with_the_image(tmp_path: Path) -> None:
 
     grows = scheduler(2)
     assert grows.threshold_bytes == 1_000
-    assert not grows.committed(999, 999, 1) and grows.committed(1, 1_000, 1)
+    assert not grows.committed(999, 999, 1, 0) and grows.committed(1, 1_000, 1, 0)
     grows.reset()  # (the job it started is not run here)
     grows.note_image_bytes(800)  # as a finished snapshot, or the newest file at start
     assert grows.threshold_bytes == 1_600
-    assert not grows.committed(1_599, 2_599, 1) and grows.committed(1, 2_600, 1)
+    assert not grows.committed(1_599, 2_599, 1, 0) and grows.committed(1, 2_600, 1, 0)
     grows.reset()
     grows.note_image_bytes(100)  # a smaller image: back to the byte interval
     assert grows.threshold_bytes == 1_000
@@ -526,6 +526,47 @@ def test_the_snapshot_interval_grows_with_the_image(tmp_path: Path) -> None:
     fixed.note_image_bytes(10_000)
     assert fixed.threshold_bytes == 1_000
     assert len(queued) == 2
+
+
+def test_a_snapshot_is_due_an_interval_after_the_last_once_the_byte_interval_came(
+        tmp_path: Path) -> None:
+    """The image multiple defers snapshots through a burst; after it, the log grows
+    slowly and would keep the burst past the newest snapshot (what a restart
+    replays). Once `interval_bytes` came since the newest snapshot, one is also due
+    `max_interval_ms` after it started, on the machine's clock; not before, and not
+    with less than the byte interval, however long it has been; 0 turns it off."""
+    queued: list[object] = []
+
+    async def compact(_sid: object) -> None:
+        return None
+
+    def scheduler(name: str, max_interval_ms: int) -> SnapshotScheduler:
+        state = MetadataState(cluster_id=CLUSTER_ID, rng=random.Random(0))
+        return SnapshotScheduler(state, tmp_path / name, interval_bytes=1_000, chunk_records=10,
+                                 run_on_node_task=queued.append, compact=compact,
+                                 release_history=lambda: None, image_multiple=2,
+                                 max_interval_ms=max_interval_ms)
+
+    timed = scheduler("timed", 60_000)
+    timed.note_image_bytes(10_000)  # a large image: the multiple wants 20,000 bytes
+    assert not timed.committed(500, 500, 1, 5_000)  # counting starts at 5,000 ms
+    assert not timed.committed(500, 1_000, 1, 64_999)  # the bytes, not yet the time
+    assert timed.committed(1, 1_001, 1, 65_000)  # both: due
+    timed.reset()
+    # The next counts from that start: the time alone (bytes short) is not enough ...
+    assert not timed.committed(999, 2_000, 1, 200_000)
+    # ... the bytes then make it due at once (the time has long passed) ...
+    assert timed.committed(1, 2_001, 1, 200_001)
+    timed.reset()
+    # ... and the multiple still applies on its own, before the time.
+    assert timed.committed(20_000, 22_001, 1, 200_002)
+    timed.reset()
+    untimed = scheduler("untimed", 0)
+    untimed.note_image_bytes(10_000)
+    assert not untimed.committed(19_999, 19_999, 1, 0)
+    assert not untimed.committed(0, 19_999, 1, 10**9)
+    assert untimed.committed(1, 20_000, 1, 10**9)
+    assert len(queued) == 4
 
 
 def test_snapshot_steps_take_at_most_their_busy_share(tmp_path: Path) -> None:
@@ -570,7 +611,7 @@ def test_snapshot_steps_take_at_most_their_busy_share(tmp_path: Path) -> None:
 
     async def main() -> None:
         snapshots = scheduler(tmp_path / "a")
-        assert snapshots.committed(1, h.committed + 1, 1)
+        assert snapshots.committed(1, h.committed + 1, 1, 0)
         steps = 0
         while snapshots.pinned_offset is not None:
             assert len(queued) == 1 and not later  # one step at a time, never both
@@ -587,7 +628,7 @@ def test_snapshot_steps_take_at_most_their_busy_share(tmp_path: Path) -> None:
         assert written is not None and written.end_offset == h.committed + 1
 
         second = scheduler(tmp_path / "b")
-        assert second.committed(1, h.committed + 1, 1)
+        assert second.committed(1, h.committed + 1, 1, 0)
         queued.pop()(None)
         assert len(later) == 1 and not cancelled
         second.reset()

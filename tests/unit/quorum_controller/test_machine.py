@@ -591,7 +591,8 @@ class CountingSnapshots:
         self.started: list[int] = []
         self._next = False
 
-    def committed(self, batch_bytes: int, committed_next: int, epoch: int) -> bool:
+    def committed(self, batch_bytes: int, committed_next: int, epoch: int,
+                  now_ms: int) -> bool:
         if self._next:
             self._next = False
             self.started.append(committed_next - 1)
