@@ -105,6 +105,11 @@ def run_metakraft(root: Path, args: argparse.Namespace) -> float:
               f"records replayed past it); load meanwhile: "
               f"{_load_line(load.samples, killed_s, time.time())}", flush=True)
         print(f"  metakraft: after its start: {phases}", flush=True)
+        written = re.findall(r"ts=(\S+) \S+ \S+ event=snapshot_written end_offset=(\d+)"
+                             r".* ms=(\d+)", victim.log_path.read_text())
+        print("  metakraft: its snapshots before the kill (written at, end offset, ms to "
+              "write): " + "; ".join(f"{t[11:19]} {int(e):,} {int(ms):,}"
+                                     for t, e, ms in written), flush=True)
         return took_s
     finally:
         if load is not None:

@@ -192,3 +192,86 @@ def test_requests_are_counted_and_timed_per_method_and_status() -> None:
     assert sample("metakraft_api_request_duration_seconds_count", method="CreateTopics") == 3
     assert sample("metakraft_api_item_errors_total", method="CreateTopics",
                   code="TOPIC_ALREADY_EXISTS") == 1
+
+
+def _filled(message: pb_message.Message, depth: int = 0) -> pb_message.Message:
+    """`message` with every field set away from its default (two items per repeated
+    field and map, 64-bit values past 2**53, an enum number the .proto does not name)."""
+    fd = message.DESCRIPTOR.fields[0].__class__  # FieldDescriptor
+    for field in message.DESCRIPTOR.fields:
+        if field.containing_oneof is not None and field.containing_oneof.fields[0] is not field:
+            continue  # one member of a oneof
+        entry = field.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            target = getattr(message, field.name)
+            for n in (1, 2):
+                key = _scalar(entry.fields_by_name["key"], n)
+                value_field = entry.fields_by_name["value"]
+                if value_field.type == fd.TYPE_MESSAGE:
+                    if depth < 3:
+                        _filled(target[key], depth + 1)
+                else:
+                    target[key] = _scalar(value_field, n)
+        elif field.type == fd.TYPE_MESSAGE:
+            if depth >= 3:
+                continue
+            if field.is_repeated:
+                for _ in (1, 2):
+                    _filled(getattr(message, field.name).add(), depth + 1)
+            else:
+                _filled(getattr(message, field.name), depth + 1)
+        elif field.is_repeated:
+            getattr(message, field.name).extend([_scalar(field, 1), _scalar(field, 2)])
+        else:
+            setattr(message, field.name, _scalar(field, 1))
+    return message
+
+
+def _scalar(field: object, n: int) -> object:
+    f = field
+    t = f.type  # type: ignore[attr-defined]
+    if t == f.TYPE_STRING:  # type: ignore[attr-defined]
+        return f"s{n}"
+    if t == f.TYPE_BYTES:  # type: ignore[attr-defined]
+        return bytes([0, 255, n])
+    if t == f.TYPE_BOOL:  # type: ignore[attr-defined]
+        return n == 1
+    if t == f.TYPE_ENUM:  # type: ignore[attr-defined]
+        values = f.enum_type.values  # type: ignore[attr-defined]
+        return values[-1].number if n == 1 else 99
+    if t in (f.TYPE_INT64, f.TYPE_SINT64, f.TYPE_SFIXED64):  # type: ignore[attr-defined]
+        return -(2**60) - n
+    if t in (f.TYPE_UINT64, f.TYPE_FIXED64):  # type: ignore[attr-defined]
+        return 2**63 + n
+    if t in (f.TYPE_UINT32, f.TYPE_FIXED32):  # type: ignore[attr-defined]
+        return 2**31 + n
+    return -7 - n
+
+
+def _every_message() -> list[type[pb_message.Message]]:
+    from controller.api import broker_pb2
+
+    found = []
+    for module in (apb, broker_pb2):
+        for descriptor in module.DESCRIPTOR.message_types_by_name.values():
+            found.append(getattr(module, descriptor.name))
+    return found
+
+
+@pytest.mark.parametrize("message_type", _every_message(), ids=lambda t: t.__name__)
+def test_the_logged_form_is_message_to_dicts_for_every_message(
+        message_type: type[pb_message.Message]) -> None:
+    """describe_request renders as json_format.MessageToDict(preserving_proto_field_name,
+    always_print_fields_with_no_presence) does, empty and with every field set; the
+    header left out."""
+    from google.protobuf import json_format
+
+    for message in (message_type(), _filled(message_type())):
+        want = json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                         always_print_fields_with_no_presence=True)
+        want.pop("header", None)
+        for name, value in list(want.items()):
+            if isinstance(value, list) and len(value) > MAX_RESOURCES_LOGGED:
+                want[name] = value[:MAX_RESOURCES_LOGGED]
+                want[f"{name}_count"] = len(value)
+        assert describe_request(message) == want
