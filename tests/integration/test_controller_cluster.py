@@ -8,6 +8,7 @@ Every wait polls with a deadline; the fixture stops every child whatever happens
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -218,6 +219,43 @@ def test_restart_from_snapshots_keeps_every_topic(tmp_path: Path) -> None:
             assert {t.name for t in admin.list_topics()} == want
         for node in c.nodes.values():
             assert "event=snapshot_loaded" in node.log_text(), node.node_id
+    finally:
+        c.close()
+
+
+def test_after_a_burst_a_snapshot_comes_by_time_not_by_the_image_multiple(
+        tmp_path: Path) -> None:
+    """With an image multiple no later write reaches, the log past a burst would
+    stay unsnapshotted (what a restart replays); `snapshot_max_interval_ms` makes each
+    controller snapshot it anyway, once the byte interval came since its newest."""
+    c = ControllerCluster(tmp_path, 3, snapshot_interval_bytes=4096, controller_config=(
+        "snapshot_interval_image_multiple = 100000\nsnapshot_max_interval_ms = 1000"))
+    written = re.compile(r"event=snapshot_written end_offset=(\d+) .* next_after_bytes=(\d+)")
+    try:
+        c.start()
+        wait_until(c.active_node, START_S, "an active controller")
+        c.register_brokers([0, 1, 2])
+        with client(c) as admin:
+            for i in range(0, 60, 10):
+                assert all(r.error.ok for r in admin.create_topics(
+                    [CreatableTopic(f"burst{j}", 2, 3) for j in range(i, i + 10)]))
+            wait_until(lambda: all(written.search(n.log_text()) for n in c.nodes.values()),
+                       10, "a first snapshot on every node, by bytes")
+            for i in range(0, 40, 10):  # more than the byte interval past the burst
+                assert all(r.error.ok for r in admin.create_topics(
+                    [CreatableTopic(f"later{j}", 2, 3) for j in range(i, i + 10)]))
+            end = admin.describe_quorum().high_watermark
+
+        def covered() -> bool:
+            for node in c.nodes.values():
+                found = written.findall(node.log_text())
+                # The multiple alone would wait for 100,000 images' bytes.
+                assert all(int(after) >= 100_000 * 64 for _, after in found), found
+                if int(found[-1][0]) < end:
+                    return False
+            return True
+
+        wait_until(covered, 20, "every node's newest snapshot past the later writes")
     finally:
         c.close()
 

@@ -73,6 +73,7 @@ class ControllerProcess(ChildProcess):
 class ControllerCluster:
     def __init__(self, root: Path, count: int = 3, *, session_timeout_ms: int = 600_000,
                  snapshot_interval_bytes: int = 16 << 20, extra_config: str = "",
+                 controller_config: str = "",
                  env: dict[str, str] | None = None, secure: bool = False,
                  authorizer: str = "", nemesis: Nemesis | None = None,
                  dynamic: bool = False, spare: int = 0) -> None:
@@ -81,6 +82,7 @@ class ControllerCluster:
         lines of the [authorizer] table; else plaintext. `nemesis`: every controller
         reaches every other through its proxy for that link (named `c<id>`), so a
         test can partition them (`name(node_id)`, `via(client, node_id)`).
+        `controller_config`: more lines of the [controller] table.
         `dynamic`: formatted with initial controllers (the voter set lives in the log;
         `metakraft quorum add-controller` etc. change it); `spare` more controllers
         formatted to join later (`--no-initial-controllers`), not started."""
@@ -88,6 +90,7 @@ class ControllerCluster:
         self._session_timeout_ms = session_timeout_ms
         self._snapshot_interval_bytes = snapshot_interval_bytes
         self._extra_config = extra_config
+        self._controller_config = controller_config
         self._authorizer = authorizer
         self.dynamic = dynamic
         self.root = root
@@ -129,7 +132,8 @@ class ControllerCluster:
             + f"[voters]\n{voters}\n"
             f"[controller]\nsession_timeout_ms = {self._session_timeout_ms}\n"
             f"snapshot_interval_bytes = {self._snapshot_interval_bytes}\n"
-            '[logging]\nlevel = "INFO"\n' + self._security_tables(node_id, self._authorizer)
+            + (self._controller_config.strip() + "\n" if self._controller_config else "")
+            +             '[logging]\nlevel = "INFO"\n' + self._security_tables(node_id, self._authorizer)
             + self._extra_config)
         return ControllerProcess(node_id, address, config, data_dir, self._env)
 
