@@ -72,6 +72,9 @@ from controller.records.domain import Listener
 from controller.security.tls import TlsCredentials
 from controller.storage import snapshot_file as sf
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import loop_counters
+
 if TYPE_CHECKING:
     from tests.support.controller_processes import ControllerCluster
 
@@ -220,8 +223,12 @@ def measure(cluster: ControllerCluster, clients: int, partitions: int, args: arg
     cpu_start = [proc_cpu_s(p) for p in pids]
     spies = start_profilers(getattr(args, "profile", None), cluster, args.seconds,
                             f"{profile_tag}c{clients}p{partitions}", workers[0].pid)
+    counts_dir = cluster.root / "loop-counts"
+    counts_start = loop_counters.read(counts_dir, pids[0])
     time.sleep(max(0.0, stop_at - time.time()))
     cpu_each = tuple(proc_cpu_s(p) - c for p, c in zip(pids, cpu_start, strict=True))
+    counts = loop_counters.read(counts_dir, pids[0])
+    counts.subtract(counts_start)
     for spy in spies:
         spy.wait(60)
     results = [cast(ClientReport, out.get(timeout=120)) for _ in workers]
@@ -230,6 +237,12 @@ def measure(cluster: ControllerCluster, clients: int, partitions: int, args: arg
     lat = sorted(x for r in results for x in r[1])
     p50 = statistics.median(lat) * 1e3 if lat else float("nan")
     p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3 if lat else float("nan")
+    created = sum(r[0] for r in results)
+    if getattr(args, "count_loop", False) and created:
+        print("#   active controller per write: " + ", ".join(
+            f"{name} {counts[name] / created:.1f}" for name in
+            ("turns", "callbacks", "timers", "tasks", "futures", "threadsafe", "executor")),
+            flush=True)
     return Row(clients, partitions, sum(r[0] for r in results) / args.seconds, p50, p99,
                cpu_each, sum(r[3] for r in results), tuple(e for r in results for e in r[2]))
 
@@ -241,9 +254,19 @@ HEADER = ("clients partitions  topics/s  records/s  p50 ms  p99 ms  ctrl cpu s  
 def run_create(args: argparse.Namespace) -> None:
     from tests.support.controller_processes import ControllerCluster
     from tests.support.polling import wait_until
+    from tests.support.processes import LAUNCH
 
     root = Path(tempfile.mkdtemp(prefix="controller-bench-", dir=args.dir))
-    cluster = ControllerCluster(root, 3)
+    counts_dir = root / "loop-counts"
+    cluster = ControllerCluster(root, 3, env={"METAKRAFT_LOOP_COUNTS_DIR": str(counts_dir)}
+                                if args.count_loop else None)
+    if args.count_loop:
+        for node in cluster.nodes.values():
+            launch = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+                      f"import loop_counters; {LAUNCH}")
+            node.command = (  # type: ignore[method-assign]
+                lambda node=node, launch=launch: [sys.executable, "-c", launch, "controller",
+                                                  "--config", str(node.config_path)])
     try:
         cluster.start()
         cluster.register_brokers(list(range(1, BROKERS + 1)), timeout_s=30)
@@ -421,6 +444,10 @@ def main() -> None:
                         help="time given to client processes to start and connect")
     create.add_argument("--procs", type=int, default=4, help="client processes (at most)")
     create.add_argument("--keep", action="store_true")
+    create.add_argument("--count-loop", action="store_true",
+                        help="count the active controller's event-loop turns, callbacks, "
+                             "tasks, futures and thread hand-offs per write "
+                             "(bench/loop_counters.py; slows it down)")
     create.add_argument("--profile", default=None, metavar="DIR",
                         help="sample the controllers with py-spy during each window")
     create.add_argument("--topics-per-request", type=int, default=1,
