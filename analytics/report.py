@@ -282,9 +282,15 @@ def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = F
     mode = "permissive" if permissive else "failfast"
     cached_files: tuple[str, ...] = ()
     read_source = True
-    if cache_dir is not None:
-        folder = row_cache.mode_dir(Path(cache_dir).resolve(), permissive=permissive,
-                                    change_json=False)
+    folder = None if cache_dir is None else row_cache.mode_dir(
+        Path(cache_dir).resolve(), permissive=permissive, change_json=False)
+    unusable = None if folder is None else row_cache.problem(folder)
+    if folder is not None and unusable is not None:
+        if progress is not None:
+            progress(f"row cache {folder}: cannot be written ({unusable}): every piece "
+                     "is decoded and nothing is cached")
+        folder = None
+    if folder is not None:
         # Planned once here: the source leaves out exactly the pieces read from the
         # cache (and refuses if its own plan no longer holds them).
         pieces = plan_read(log_dir, tier, snapshots=snapshots, start=start_offset,

@@ -20,11 +20,14 @@ not the object's rows.
 
 Files are written beside the report by the executor that decoded the piece
 (temporary name, then an atomic rename), so on a cluster the directory must be one
-the driver and the executors share.
+the driver and the executors share. The cache only saves time: a directory the
+driver cannot write (`problem`) turns it off for the audit, and a file an executor
+cannot write (a full disk) is not kept; the audit goes on either way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -92,23 +95,40 @@ def split(pieces: Sequence[FileSlice], folder: Path, *, use: bool = True) -> Cac
     return CacheSplit(tuple(files), frozenset(keys), tuple(to_read))
 
 
+def problem(folder: Path) -> str | None:
+    """Why the cache cannot be kept in `folder` (it cannot be created, or a file in it
+    written and removed), or None when it can."""
+    probe = folder / f".probe.{uuid.uuid4().hex}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    return None
+
+
 def store(folder: str | Path, key: str, batches: Iterable[pa.RecordBatch],
           schema: pa.Schema) -> bool:
     """Write a piece's rows as `folder/key.parquet` (temporary file, fsync, rename);
-    False, and nothing written, when the rows hold damage."""
+    False, and nothing written, when the rows hold damage or the file cannot be
+    written (the piece is decoded again next time)."""
     table = pa.Table.from_batches(list(batches), schema=schema)
     if CORRUPT_COLUMN in schema.names and table.column(CORRUPT_COLUMN).null_count != len(table):
         return False
     target = Path(folder) / f"{key}{SUFFIX}"
-    target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{key}.{uuid.uuid4().hex}.tmp")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, temporary)
         with open(temporary, "rb") as f:
             os.fsync(f.fileno())
         os.replace(temporary, target)
+    except OSError:
+        return False
     finally:
-        temporary.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
     return True
 
 

@@ -64,6 +64,23 @@ def test_stored_rows_read_back_equal_and_damage_is_not_stored(tmp_path: Path) ->
     assert CORRUPT_COLUMN in back.schema.names
 
 
+def test_a_cache_that_cannot_be_written_is_said_and_stores_nothing(tmp_path: Path) -> None:
+    """The cache only saves time: a folder that cannot be made (here under a file, so
+    the check holds for root too) is named as a problem before the audit (which then
+    decodes everything), and a store into it returns False instead of failing the
+    executor's task."""
+    good = tmp_path / "cache"
+    assert row_cache.problem(good) is None and good.is_dir()
+    assert list(good.iterdir()) == []  # the probe is gone
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    bad = blocker / "cache"
+    said = row_cache.problem(bad)
+    assert said is not None and said.startswith(("NotADirectoryError", "FileExistsError")), said
+    assert not row_cache.store(bad, "k1", [rows(2)], arrow_schema())
+    assert blocker.read_text() == "not a folder"
+
+
 def test_split_and_prune(tmp_path: Path) -> None:
     pieces = tier_pieces(tmp_path)
     folder = tmp_path / "cache"

@@ -220,6 +220,12 @@ def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
     assert again[:len(before)] == before and len(again) > len(before)
     assert again == rows(use=False) == rows(cached=False)
     assert said[-1].endswith("(--full: the cache is not read)")
+    # A cache folder that cannot be written (under a file): said, and the rows decoded.
+    (tmp_path / "a-file").write_text("")
+    unwritable = report_rows(spark, None, tier=tier.as_uri(),
+                             cache_dir=tmp_path / "a-file" / "cache", progress=said.append)
+    assert sorted(unwritable.collect(), key=lambda r: r["offset"]) == again
+    assert "cannot be written (" in said[-1] and said[-1].endswith("nothing is cached")
     # (The whole report from the cache against a full audit's: the first test here.)
 
     # Damage: read (and reported) on every audit, never cached.
