@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -125,15 +126,16 @@ class Brokers:
             thread.join()
 
 
-class Load:
-    """One closed-loop client changing a topic config; latencies with their times."""
+class ClosedLoop:
+    """One closed-loop client on a thread: `write(n)` again and again (it returns an
+    error text, or "" when the write succeeded); latencies with their end times."""
 
-    def __init__(self, bootstrap: list[str]) -> None:
+    def __init__(self, write: Callable[[int], str], close: Callable[[], None]) -> None:
         self.samples: list[tuple[float, float]] = []  # (end time, seconds)
         self.errors: list[str] = []
+        self._write = write
+        self._close = close
         self._stop = threading.Event()
-        self._client = AdminClient(bootstrap, timeout_ms=30_000)
-        self._client.create_topics([CreatableTopic("load", 1, 3)])
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -143,13 +145,11 @@ class Load:
             n += 1
             t0 = time.time()
             try:
-                results = self._client.incremental_alter_configs([AlterConfigsResource(
-                    ConfigResource(ResourceType.TOPIC, "load"),
-                    (AlterConfigOp("retention.ms", OpType.SET, str(86_400_000 + n)),))])
-                if not all(r.error.ok for r in results):
-                    self.errors.append(str(results[0].error))
+                error = self._write(n)
             except Exception as e:
-                self.errors.append(repr(e))
+                error = repr(e)
+            if error:
+                self.errors.append(error)
             t1 = time.time()
             self.samples.append((t1, t1 - t0))
 
@@ -164,7 +164,23 @@ class Load:
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
-        self._client.close()
+        self._close()
+
+
+class Load(ClosedLoop):
+    """One closed-loop client changing a topic config."""
+
+    def __init__(self, bootstrap: list[str]) -> None:
+        client = AdminClient(bootstrap, timeout_ms=30_000)
+        client.create_topics([CreatableTopic("load", 1, 3)])
+
+        def write(n: int) -> str:
+            results = client.incremental_alter_configs([AlterConfigsResource(
+                ConfigResource(ResourceType.TOPIC, "load"),
+                (AlterConfigOp("retention.ms", OpType.SET, str(86_400_000 + n)),))])
+            return "" if all(r.error.ok for r in results) else str(results[0].error)
+
+        super().__init__(write, client.close)
 
 
 def create_partitions(bootstrap: list[str], partitions: int, threads: int) -> float:

@@ -31,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -39,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from failover_bench import Brokers, Load, create_partitions
+from failover_bench import Brokers, ClosedLoop, Load, create_partitions
 from peer_bench import VALUE, EtcdCluster, ensure_packages, etcd_put, etcd_txn
 
 from controller.api.client import AdminClient
@@ -50,14 +49,6 @@ from tests.support.polling import wait_until
 
 POLL_S = 0.02
 BROKERS = 12
-
-
-def _load_line(samples: list[tuple[float, float]], start_s: float, end_s: float) -> str:
-    lat = sorted(s for t, s in samples if start_s <= t <= end_s)
-    if not lat:
-        return "no writes"
-    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-    return f"{len(lat)} writes, p99 {p99 * 1e3:.0f} ms, max {lat[-1] * 1e3:.0f} ms"
 
 
 # -------------------------------------------------------------------- metakraft
@@ -103,7 +94,7 @@ def run_metakraft(root: Path, args: argparse.Namespace) -> float:
               f"(target offset {target:,}; its newest snapshot ends at {covered:,}: "
               f"{100 * covered / max(1, target):.0f}% of the log, {target - covered:,} "
               f"records replayed past it); load meanwhile: "
-              f"{_load_line(load.samples, killed_s, time.time())}", flush=True)
+              f"{load.window(killed_s, time.time())}", flush=True)
         print(f"  metakraft: after its start: {phases}", flush=True)
         written = re.findall(r"ts=(\S+) \S+ \S+ event=snapshot_written end_offset=(\d+)"
                              r".* ms=(\d+)", victim.log_path.read_text())
@@ -209,35 +200,18 @@ async def _etcd_fill(address: str, keys: int, clients: int) -> None:
     await asyncio.gather(*(client(txns[i::clients]) for i in range(clients)))
 
 
-class EtcdLoad:
-    """One closed-loop client putting 100-byte values; latencies with their times."""
+def etcd_load(address: str) -> ClosedLoop:
+    """One closed-loop client putting 100-byte values under 1,000 keys."""
+    import grpc
 
-    def __init__(self, address: str) -> None:
-        import grpc
+    channel = grpc.insecure_channel(address)
+    put = channel.unary_unary("/etcdserverpb.KV/Put")
 
-        self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._channel = grpc.insecure_channel(address)
-        self._put = self._channel.unary_unary("/etcdserverpb.KV/Put")
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+    def write(n: int) -> str:
+        put(etcd_put(f"/load/{n % 1000}".encode()), timeout=10)
+        return ""
 
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            n += 1
-            t0 = time.time()
-            try:
-                self._put(etcd_put(f"/load/{n % 1000}".encode()), timeout=10)
-            except Exception:  # counted by its absence
-                continue
-            t1 = time.time()
-            self.samples.append((t1, t1 - t0))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._channel.close()
+    return ClosedLoop(write, channel.close)
 
 
 def run_etcd(root: Path, args: argparse.Namespace) -> float:
@@ -246,7 +220,7 @@ def run_etcd(root: Path, args: argparse.Namespace) -> float:
     try:
         cluster.start()
         leader = cluster.leader()
-        load = EtcdLoad(leader)
+        load = etcd_load(leader)
         t = time.monotonic()
         asyncio.run(_etcd_fill(leader, args.partitions, 8))
         print(f"  etcd: {args.partitions:,} keys put in {time.monotonic() - t:.1f} s "
@@ -272,7 +246,7 @@ def run_etcd(root: Path, args: argparse.Namespace) -> float:
         took_s = time.monotonic() - started
         print(f"  etcd: member e{index} caught up in {took_s:.2f} s (target index "
               f"{target:,}); load meanwhile: "
-              f"{_load_line(load.samples, killed_s, time.time())}", flush=True)
+              f"{load.window(killed_s, time.time())}", flush=True)
         return took_s
     finally:
         if load is not None:

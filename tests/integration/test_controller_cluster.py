@@ -197,6 +197,13 @@ def test_sigterm_hands_leadership_over_and_exits_cleanly(cluster: ControllerClus
     print(f"clean handover (SIGTERM to successor active): {handover_s:.3f}s")
 
 
+def create_in_tens(admin: AdminClient, prefix: str, count: int) -> None:
+    """Topics `prefix0` .. of 2 partitions (RF 3), ten a request."""
+    for i in range(0, count, 10):
+        batch = [CreatableTopic(f"{prefix}{j}", 2, 3) for j in range(i, min(count, i + 10))]
+        assert all(r.error.ok for r in admin.create_topics(batch))
+
+
 def test_restart_from_snapshots_keeps_every_topic(tmp_path: Path) -> None:
     c = ControllerCluster(tmp_path, 3, snapshot_interval_bytes=4096)
     try:
@@ -204,9 +211,7 @@ def test_restart_from_snapshots_keeps_every_topic(tmp_path: Path) -> None:
         wait_until(c.active_node, START_S, "an active controller")
         c.register_brokers([0, 1, 2])
         with client(c) as admin:
-            for i in range(0, 150, 10):
-                batch = [CreatableTopic(f"r{j}", 2, 3) for j in range(i, i + 10)]
-                assert all(r.error.ok for r in admin.create_topics(batch))
+            create_in_tens(admin, "r", 150)
             wait_until(lambda: all("event=snapshot_written" in n.log_text()
                                    for n in c.nodes.values()), 10, "snapshots on every node")
             assert admin.delete_topics(["r0"])[0].error.ok  # a tail after the snapshots
@@ -236,14 +241,10 @@ def test_after_a_burst_a_snapshot_comes_by_time_not_by_the_image_multiple(
         wait_until(c.active_node, START_S, "an active controller")
         c.register_brokers([0, 1, 2])
         with client(c) as admin:
-            for i in range(0, 60, 10):
-                assert all(r.error.ok for r in admin.create_topics(
-                    [CreatableTopic(f"burst{j}", 2, 3) for j in range(i, i + 10)]))
+            create_in_tens(admin, "burst", 60)
             wait_until(lambda: all(written.search(n.log_text()) for n in c.nodes.values()),
                        10, "a first snapshot on every node, by bytes")
-            for i in range(0, 40, 10):  # more than the byte interval past the burst
-                assert all(r.error.ok for r in admin.create_topics(
-                    [CreatableTopic(f"later{j}", 2, 3) for j in range(i, i + 10)]))
+            create_in_tens(admin, "later", 40)  # more than the byte interval past the burst
             end = admin.describe_quorum().high_watermark
 
         def covered() -> bool:
