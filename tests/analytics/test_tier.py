@@ -64,8 +64,13 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> TieredRun:
         wait_until(lambda: (n := cluster.active_node()) is not None and n is not active, 20.0,
                    "a new active controller")
         active.start()
+        # The tests below need two snapshots in the tier (a window between them, one
+        # to tamper with): only the active controller copies its newest, so a quick
+        # run can trim every log twice with one tiered.
         wait_until(lambda: all(count_lines(n, "local_segments_deleted") >= 2
-                               for n in cluster.nodes.values()), 90.0, "local trimming")
+                               for n in cluster.nodes.values())
+                   and len(list_tier(open_store(tier_dir.as_uri())).snapshots) >= 2,
+                   90.0, "local trimming and two tiered snapshots")
         writer.stop()
     finally:
         writer.stop()
