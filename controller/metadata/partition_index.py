@@ -114,24 +114,25 @@ class PartitionIndex:
         per broker, one ``add_absent`` each."""
         by_broker: dict[int, list[PartKey]] = {}
         out_of_isr: dict[int, list[PartKey]] = {}
-        leaders: Counter[int] = Counter()
+        leaders: dict[int, int] = {}
         for key, new in fresh:
-            leaders[new.leader] += 1
-            for broker_id in new.replicas:
+            leader, replicas = new.leader, new.replicas
+            leaders[leader] = leaders.get(leader, 0) + 1
+            for broker_id in replicas:
                 found = by_broker.get(broker_id)
                 if found is None:
                     by_broker[broker_id] = [key]
                 else:
                     found.append(key)
-            if new.isr != new.replicas:
-                for broker_id in set(new.replicas) - set(new.isr):
+            if new.isr != replicas:
+                for broker_id in set(replicas) - set(new.isr):
                     out_of_isr.setdefault(broker_id, []).append(key)
-            if new.leader == NO_LEADER:
+            if leader == NO_LEADER:
                 self.leaderless.add(key)
+            elif replicas and leader != replicas[0]:  # `_not_preferred`, inlined (hot)
+                self.not_preferred.add(key)
             if new.adding_replicas or new.removing_replicas:
                 self.reassigning.add(key)
-            if _not_preferred(new):
-                self.not_preferred.add(key)
         for broker_id, keys in by_broker.items():
             self._index_set(self.replica_of, broker_id).add_absent(keys)
         for broker_id, keys in out_of_isr.items():

@@ -427,11 +427,15 @@ class ReplicationControlManager:
         fresh: list[tuple[PartKey, PartitionRegistration]] = []
         fresh_ids: set[int] = set()
         top = count
+        # Ids from here up are in no map yet: a topic's partitions are the ids below
+        # its count (a snapshot's load and a creation skip the map lookup for each).
+        absent_from = count
         for partition_id, new in parts:
             key = (topic_id, partition_id)
             if partition_id >= top:
                 top = partition_id + 1
-            if partition_id not in fresh_ids and current(key) is None:
+            if partition_id not in fresh_ids and (partition_id >= absent_from
+                                                  or current(key) is None):
                 fresh.append((key, new))
                 fresh_ids.add(partition_id)
                 continue
@@ -440,6 +444,7 @@ class ReplicationControlManager:
             self._put_fresh(fresh)
             fresh = []
             fresh_ids.clear()
+            absent_from = top
             old = current(key)
             partitions[key] = new
             self._index.reindex(key, old, new)

@@ -75,6 +75,11 @@ def test_runs_across_topics_and_rewrites_replay_like_one_record_at_a_time() -> N
         change(T1, 4, leader=4, isr=(4, 1)), partition(T1, 5, (2, 3, 4)),
         change(T2, 0, leader=-1), change(T1, 5, isr=(2, 3)), change(T1, 1, isr=(2, 3)),
         partition(T1, 6, (1, 2, 3)), change(T1, 6, leader=2, isr=(2, 3)),
+        # At the topic's count (new for sure), then an existing one (the run so far
+        # written), then the first again (now present), then past it.
+        partition(T1, 7, (1, 2, 3)), partition(T1, 0, (2, 3, 4)),
+        partition(T1, 7, (2, 3, 4), leader=3), partition(T1, 8, (3, 4, 1)),
+        partition(T1, 9, (4, 1, 2)),
     ]]
     state = new_state()
     assert state.replay_encoded(records, 0) == len(records)
