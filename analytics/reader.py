@@ -84,6 +84,18 @@ def plan_read(log_dir: str | None, tier: str | None, *, snapshots: bool = False,
     return plan_files(log_dir, snapshots=snapshots, start=start, end=end, seed=seed)
 
 
+def planned_bytes(pieces: Sequence[FileSlice]) -> int:
+    """The bytes of the files the pieces are read from (a tier object's from its
+    manifest; a piece read in part counts whole): what reading them reads at most."""
+    total = 0
+    for piece in pieces:
+        if piece.tier:
+            total += Manifest.decode(manifest_key(piece.path), piece.manifest.encode()).size_bytes
+        else:
+            total += os.path.getsize(piece.path)
+    return total
+
+
 def plan_history_files(log_dir: str | None, tier: str, *, snapshots: bool = False,
                        start: int = 0, end: int = MAX_OFFSET,
                        seed: bool = False) -> list[FileSlice]:

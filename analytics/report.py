@@ -87,11 +87,20 @@ CONCURRENT_QUERIES = 4
 # `spark.sql.files.openCostInBytes` in audit sessions (see `session_conf`): Spark's
 # default `spark.sql.files.maxPartitionBytes`.
 FILE_OPEN_COST_BYTES = 128 * 1024 * 1024
+# A log of fewer bytes is small (about 350,000 records): its audit's driver JVM spends
+# most of its CPU compiling Spark's own code for ~80 short queries (a 121-record audit:
+# 89-95 CPU-s), so it compiles with C1 only and collects with the serial collector
+# (63-69 CPU-s, and a little faster); at 1M records (45 MB) the two settings were
+# even, at 10M C2's faster code pays for its compiling (docs/benchmarks.md).
+SMALL_LOG_BYTES = 16 * 1024 * 1024
+SMALL_LOG_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def session_conf(master: str, driver_memory: str | None = None,
-                 extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The Spark settings an audit session starts with on `master`.
+                 extra: Mapping[str, str] | None = None,
+                 log_bytes: int | None = None) -> dict[str, str]:
+    """The Spark settings an audit session starts with on `master`, for a log of
+    `log_bytes` (None: not known).
 
     Local masters (`local`, `local[N]`, `local[*]`) also get: 2 shuffle partitions
     per core (enough to balance, few enough that the per-task cost stays small;
@@ -100,6 +109,9 @@ def session_conf(master: str, driver_memory: str | None = None,
     times: the 10M-record bench's full audit ran ~8% faster than with G1, see
     docs/benchmarks.md). Other masters keep the cluster's own settings. `extra`
     (`metakraft audit --conf KEY=VALUE`) is applied last: the operator's word wins.
+
+    A small log (`SMALL_LOG_BYTES`), on any master: the driver JVM runs
+    `SMALL_LOG_JAVA_OPTIONS` instead (its work is planning short queries).
 
     Every master: a file costs as much to open as a whole partition holds
     (`spark.sql.files.openCostInBytes` = `maxPartitionBytes`'s default), so each
@@ -118,6 +130,8 @@ def session_conf(master: str, driver_memory: str | None = None,
         n = 1 if cores is None else (os.cpu_count() or 1) if cores == "*" else int(cores)
         conf["spark.sql.shuffle.partitions"] = str(max(2, 2 * n))
         conf["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
+    if log_bytes is not None and log_bytes < SMALL_LOG_BYTES:
+        conf["spark.driver.extraJavaOptions"] = SMALL_LOG_JAVA_OPTIONS
     conf.update(extra or {})
     return conf
 
@@ -125,13 +139,14 @@ def session_conf(master: str, driver_memory: str | None = None,
 def audit_session(master: str, app_name: str = "metakraft-audit",
                   driver_memory: str | None = None,
                   extra: Mapping[str, str] | None = None,
-                  jvm_log: Path | None = None) -> SparkSession:
-    """A SparkSession with `session_conf(master, driver_memory, extra)`. The JVM
+                  jvm_log: Path | None = None,
+                  log_bytes: int | None = None) -> SparkSession:
+    """A SparkSession with `session_conf(master, driver_memory, extra, log_bytes)`. The JVM
     settings hold only if this starts the JVM (the first session of the process);
     so does `jvm_log`: the file the JVM (and the Python workers it starts) write
     their own output to, its warnings and launch banners, instead of the terminal."""
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in session_conf(master, driver_memory, extra).items():
+    for key, value in session_conf(master, driver_memory, extra, log_bytes).items():
         builder = builder.config(key, value)
     with contextlib.ExitStack() as stack:
         if jvm_log is not None:

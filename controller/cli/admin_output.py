@@ -264,3 +264,14 @@ def key_value(text: str, option: str) -> tuple[str, str]:
     if not sep or not key:
         raise click.BadParameter(f"{text!r} is not KEY=VALUE", param_hint=option)
     return key, value
+
+
+def human_bytes(count: int) -> str:
+    if count < 0:
+        return "?"
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")

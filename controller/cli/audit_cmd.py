@@ -17,6 +17,8 @@ from pathlib import Path
 
 import click
 
+from controller.cli.admin_output import human_bytes
+
 # What the audit imports beyond the core install (the `analytics` extra).
 ANALYTICS_MODULES = ("pyspark", "pyarrow", "numpy", "matplotlib")
 
@@ -224,13 +226,23 @@ def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snap
     # Spark's own output (JVM warnings, log4j banners) goes to a file beside the
     # report; the terminal gets the audit's progress and verdicts.
     jvm_log = Path(out_dir) / "spark.log"
-    progress(f"starting Spark ({master}); its own output: {jvm_log}")
     import analytics
-    from analytics.report import audit_session, run_audit
+    from analytics.reader import plan_read, planned_bytes
+    from analytics.report import SMALL_LOG_BYTES, audit_session, run_audit
 
     try:
+        # What the audit reads, in bytes: a small log's driver JVM is started with
+        # settings for short queries (`analytics.report.session_conf`).
+        log_bytes = planned_bytes(plan_read(log_dir, tier, snapshots=snapshots,
+                                            start=start_offset, seed=bool(start_offset)))
+        log_bytes += sum(planned_bytes(plan_read(d, None)) for d in compare_with)
+        small = " (small: its driver compiles with C1 only)" if (
+            log_bytes < SMALL_LOG_BYTES and "spark.driver.extraJavaOptions" not in spark_conf
+        ) else ""
+        progress(f"starting Spark ({master}) for {human_bytes(log_bytes)} of log{small}; "
+                 f"its own output: {jvm_log}")
         spark = audit_session(master, driver_memory=driver_memory, extra=spark_conf,
-                              jvm_log=jvm_log)
+                              jvm_log=jvm_log, log_bytes=log_bytes)
         if ship_code:
             progress(f"code for the executors: {analytics.ship_code(spark)}")
         violations = run_audit(spark, log_dir and os.path.abspath(log_dir), out_dir, progress,

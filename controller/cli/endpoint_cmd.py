@@ -25,6 +25,7 @@ from controller.cli.admin_output import (
     admin_options,
     console,
     emit_json,
+    human_bytes,
     table,
 )
 from controller.rpc import health_statuses
@@ -170,13 +171,3 @@ def status_table(reports: Sequence[EndpointReport]) -> object:
             f"{n.max_supported_version})"))
     return table("Endpoints", columns, rows)
 
-
-def human_bytes(count: int) -> str:
-    if count < 0:
-        return "?"
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")

@@ -36,6 +36,7 @@ def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
     import analytics
+    from analytics.report import SMALL_LOG_JAVA_OPTIONS
 
     builder = (SparkSession.builder.master("local[2]").appName("metakraft-tests")
                .config("spark.ui.enabled", "false")
@@ -47,7 +48,9 @@ def spark() -> Iterator[object]:
                .config("spark.sql.codegen.wholeStage", "false")
                .config("spark.default.parallelism", "2")
                .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.memory", "1g"))
+               .config("spark.driver.memory", "1g")
+               # Tiny logs: what a small audit's driver runs (C1 code, serial GC).
+               .config("spark.driver.extraJavaOptions", SMALL_LOG_JAVA_OPTIONS))
     try:
         session = builder.getOrCreate()
     except PySparkRuntimeError as exc:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from analytics.report import SMALL_LOG_JAVA_OPTIONS
+
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 POLL_INTERVAL_S = 0.2
@@ -88,7 +90,9 @@ class StandaloneCluster:
     def _spawn(self, name: str, main_class: str, *args: str) -> Path:
         log = self.root / f"{name}.log"
         env = {**os.environ, "SPARK_HOME": str(_spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
-               "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+               "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+               # Two idle daemons: what they compile is not worth C2's CPU.
+               "SPARK_DAEMON_JAVA_OPTS": SMALL_LOG_JAVA_OPTIONS}
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [str(_spark_home() / "bin" / "spark-class"), main_class, *args],

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from controller.cli.admin_output import human_bytes
 from controller.cli.main import cli
 from controller.records import BrokerIdList, PartitionChangeRecord
 from tests.analytics.history import Known
@@ -78,6 +79,27 @@ def test_session_conf_tunes_local_masters_and_leaves_clusters_alone() -> None:
     assert tuned["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
 
 
+def test_a_small_logs_driver_runs_short_query_settings_unless_told_otherwise(
+        log_dir: tuple[Path, Known], tmp_path: Path) -> None:
+    """Below SMALL_LOG_BYTES the driver JVM compiles with C1 only, on any master; at
+    and above it, or with the size unknown, the usual settings; --conf still wins.
+    The size is what the plan reads: the test log's segment files."""
+    from analytics.reader import plan_read, planned_bytes
+    from analytics.report import SMALL_LOG_BYTES, SMALL_LOG_JAVA_OPTIONS, session_conf
+
+    segments = list((log_dir[0] / "metadata").glob("*.log"))
+    assert segments
+    size = planned_bytes(plan_read(str(log_dir[0]), None))
+    assert size == sum(p.stat().st_size for p in segments) and 0 < size < SMALL_LOG_BYTES
+    java = "spark.driver.extraJavaOptions"
+    assert session_conf("local[2]", log_bytes=size)[java] == SMALL_LOG_JAVA_OPTIONS
+    assert session_conf("spark://h:7077", log_bytes=size)[java] == SMALL_LOG_JAVA_OPTIONS
+    assert session_conf("local[2]", log_bytes=SMALL_LOG_BYTES)[java] == "-XX:+UseParallelGC"
+    assert java not in session_conf("spark://h:7077", log_bytes=SMALL_LOG_BYTES)
+    assert session_conf("local[2]")[java] == "-XX:+UseParallelGC"
+    assert session_conf("local[2]", None, {java: "-Xss4m"}, log_bytes=size)[java] == "-Xss4m"
+
+
 @pytest.mark.parametrize("bad", ["spark.sql.shuffle.partitions", "shuffle.partitions=4",
                                  "=4"])
 def test_a_malformed_conf_is_refused_before_spark_starts(log_dir: tuple[Path, Known],
@@ -106,7 +128,9 @@ def test_audit_command_as_its_own_process(log_dir: tuple[Path, Known], tmp_path:
          "--master", "local[1]", "--driver-memory", "1g"],
         capture_output=True, text=True, timeout=600, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "starting Spark (local[1])" in done.stderr
+    size = human_bytes(sum(p.stat().st_size for p in (log_dir[0] / "metadata").glob("*.log")))
+    assert (f"starting Spark (local[1]) for {size} of log (small: its driver compiles with "
+            "C1 only)") in done.stderr
     # Quiet: the JVM's own output went to spark.log beside the report, not here.
     assert "log4j" not in done.stderr and "WARN" not in done.stderr, done.stderr
     assert "log4j" in (out / "spark.log").read_text()

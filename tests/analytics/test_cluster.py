@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from analytics.invariants import INVARIANTS
+from analytics.report import SMALL_LOG_JAVA_OPTIONS
 from controller.records import PartitionChangeRecord
 from tests.analytics.history import Known
 from tests.analytics.plant import copy_log, plant, record_count
@@ -53,6 +54,9 @@ def _audit(cluster: StandaloneCluster, log: Path, out: Path, executor_python: Pa
         [str(Path(sys.executable).parent / "metakraft"), "audit", "--log-dir", str(log),
          "--out", str(out), "--master", cluster.master_url, "--driver-memory", "1g",
          "--conf", "spark.executor.memory=1g", "--conf", "spark.sql.shuffle.partitions=4",
+         # The executors run a tiny log's tasks: C1's code is fast enough (as the
+         # driver's, `SMALL_LOG_JAVA_OPTIONS`).
+         "--conf", f"spark.executor.extraJavaOptions={SMALL_LOG_JAVA_OPTIONS}",
          *extra],
         capture_output=True, text=True, timeout=900, env=env, check=False)
 

@@ -5,7 +5,8 @@ All three run in ONE kernel, one after another, each in a fresh namespace (`%res
 their variables. A kernel and a JVM each cost several seconds to start, which is
 most of what running a notebook on the test log costs. The JVM is started with
 whole-stage code generation and adaptive execution off (the test session's
-settings): compiling generated code costs more than running these tiny plans.
+settings): compiling generated code costs more than running these tiny plans; and the
+JVM compiles with C1 only (`SMALL_LOG_JAVA_OPTIONS`, what a small audit runs).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def test_notebooks_run(dev_run: DevRun, tmp_path: Path,
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    from analytics.report import SMALL_LOG_JAVA_OPTIONS
+
     target, *others = dev_run.controller_logs()
     monkeypatch.setenv("METAKRAFT_REPLICA_DIRS", ",".join(map(str, others)))
     records = record_count(target)
@@ -43,7 +46,8 @@ def test_notebooks_run(dev_run: DevRun, tmp_path: Path,
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", " ".join([
         "--conf spark.sql.codegen.wholeStage=false", "--conf spark.sql.adaptive.enabled=false",
-        "--conf spark.ui.enabled=false", "--driver-memory 1g", "pyspark-shell"]))
+        "--conf spark.ui.enabled=false", "--driver-memory 1g",
+        f"--driver-java-options '{SMALL_LOG_JAVA_OPTIONS}'", "pyspark-shell"]))
     # The kernel must be this venv's interpreter: ipykernel's built-in "python3" spec
     # runs sys.executable when no other python3 kernel is installed; the env var pins it.
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from controller.api.seam import QuorumDescription, ReplicaState
 from controller.cli.admin_cluster_cmds import follower_lag
-from controller.cli.endpoint_cmd import human_bytes
+from controller.cli.admin_output import human_bytes
 
 
 def quorum(*voters: ReplicaState, leader: int = 1) -> QuorumDescription:

@@ -22,6 +22,7 @@ from controller.quorum.driver import (
     NotLeaderError,
     RaftDriver,
 )
+from controller.quorum.proposals import ProposalLostError
 from controller.quorum.service import SERVICE_NAME, RaftService, add_raft_service
 from controller.rpc import bind, create_channel, create_server
 from controller.storage import snapshot_file as sf
@@ -131,11 +132,24 @@ FAST: dict[str, Any] = {"election_timeout_ms": 300, "fetch_max_wait_ms": 100, "r
         "check_quorum_timeout_ms": 400}
 
 
+# A proposal truncated by a leader change, or sent to a leader that just stepped
+# down, never committed: a client sends it again. With FAST's timeouts on a loaded
+# machine a leader change can come at any moment (one suite run lost the first
+# proposal of test_elect_propose_commit_everywhere to one).
+PROPOSE_ATTEMPTS = 5
+
+
 async def _propose_via_leader(c: Cluster, records: list[bytes]) -> int:
-    await wait_for(lambda: c.leader() is not None)
-    leader = c.leader()
-    assert leader is not None
-    return await c.members[leader].driver.propose(records)
+    for attempt in range(1, PROPOSE_ATTEMPTS + 1):
+        await wait_for(lambda: c.leader() is not None)
+        leader = c.leader()
+        assert leader is not None
+        try:
+            return await c.members[leader].driver.propose(records)
+        except (ProposalLostError, NotLeaderError):
+            if attempt == PROPOSE_ATTEMPTS:
+                raise
+    raise AssertionError("not reached")
 
 
 async def _started_leader(c: Cluster, record: bytes = b"warm-up") -> int:
