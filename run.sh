@@ -44,11 +44,23 @@ ensure_venv() {
     echo "$want $level" > "$stamp"
 }
 
+# compile_project: the project's modules compiled to bytecode once. Every controller,
+# broker and CLI process imports them; where nothing writes bytecode caches (this
+# environment sets PYTHONDONTWRITEBYTECODE; or a read-only checkout) each process
+# compiled them again: ~0.35 s of CPU a process start, 28% of the CPU of an
+# integration-test run (docs/benchmarks.md, "The test suite"). An edited file is
+# still read from its source (its cache no longer matches).
+compile_project() {
+    "$VENV/bin/python" -m compileall -q -j 0 controller broker_agent analytics timeline \
+        tests bench > /dev/null
+}
+
 cmd="${1:-}"
 shift || true
 case "$cmd" in
     dev)
         ensure_venv core
+        compile_project
         exec "$VENV/bin/metakraft" dev "$@"
         ;;
     test)
@@ -57,6 +69,7 @@ case "$cmd" in
         "$VENV/bin/ruff" check .
         echo "==> mypy"
         "$VENV/bin/mypy" timeline controller broker_agent analytics
+        compile_project
         echo "==> pytest"
         # Parallel workers (the suite mostly waits on processes and timers; each
         # worker takes loopback ports from a block of its own; 2 finished as soon as
