@@ -299,8 +299,7 @@ def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = F
     read_source = True
     folder = None if cache_dir is None else row_cache.mode_dir(
         Path(cache_dir).resolve(), permissive=permissive, change_json=False)
-    unusable = None if folder is None else row_cache.problem(folder)
-    if folder is not None and unusable is not None:
+    if folder is not None and (unusable := row_cache.problem(folder)) is not None:
         if progress is not None:
             progress(f"row cache {folder}: cannot be written ({unusable}): every piece "
                      "is decoded and nothing is cached")

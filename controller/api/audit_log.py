@@ -111,6 +111,8 @@ def _render_value(field: FieldDescriptor) -> _Render:
     strings, bytes as base64, enums by name or their number when unknown)."""
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         nested = field.message_type
+        # Looked up per value, not bound here: a message type may hold itself, and
+        # building its walker while building it would not end (`_to_dict` is cached).
         return lambda value: _to_dict(nested)(value)
     if field.type == FieldDescriptor.TYPE_ENUM:
         assert field.enum_type is not None
