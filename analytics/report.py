@@ -90,8 +90,8 @@ FILE_OPEN_COST_BYTES = 128 * 1024 * 1024
 # A log of fewer bytes is small (about 350,000 records): its audit's driver JVM spends
 # most of its CPU compiling Spark's own code for ~80 short queries (a 121-record audit:
 # 89-95 CPU-s), so it compiles with C1 only and collects with the serial collector
-# (63-69 CPU-s, and a little faster); at 1M records (45 MB) the two settings were
-# even, at 10M C2's faster code pays for its compiling (docs/benchmarks.md).
+# (59-69 CPU-s, and a little faster); at 1M records (45 MB) the two settings were
+# even, so larger logs keep C2's faster code (docs/benchmarks.md, "The test suite").
 SMALL_LOG_BYTES = 16 * 1024 * 1024
 SMALL_LOG_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
