@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 import analytics
 from analytics import audit, report_plots, row_cache
 from analytics.invariants import INVARIANTS, USES_STATES, first_divergence
-from analytics.reader import plan_read
+from analytics.reader import FileSlice, plan_read
 from analytics.report_plots import PLOT_INTERVALS
 from analytics.report_render import (
     Block,
@@ -185,7 +185,8 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
               compare_with: Sequence[str] = (),
               committed_offset: int | None = None, tier: str | None = None,
               start_offset: int = 0, cache_dir: str | Path | None = None,
-              use_cache: bool = True) -> dict[str, int]:
+              use_cache: bool = True, plan: Sequence[FileSlice] | None = None
+              ) -> dict[str, int]:
     """Run everything, write the report into `out_dir`; return violations per check.
 
     The log is read once and cached, and the partition states (what most sections
@@ -211,6 +212,10 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     `cache_dir`: the row cache (`report_rows`): a re-audit decodes only the tier
     pieces it has not seen and the local log; `use_cache=False` decodes all (and
     refreshes the cache). The report is the same either way.
+
+    `plan`: `plan_read(log_dir, tier, snapshots=..., start=start_offset, seed=...)` if
+    the caller made it already (`metakraft audit` does, to size the log): not listed
+    again.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -233,7 +238,8 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     # no scan of the whole log goes through the name join.
     rows = report_rows(spark, log_dir, snapshots=snapshots, permissive=permissive,
                        tier=tier, start_offset=start_offset, cache_dir=cache_dir,
-                       use_cache=use_cache, progress=progress).persist(MEMORY_AND_DISK)
+                       use_cache=use_cache, progress=progress, plan=plan
+                       ).persist(MEMORY_AND_DISK)
     raw = rows
     extra: list[ExtraCheck] = []
     if permissive:
@@ -276,7 +282,8 @@ UNUSED_COLUMNS = ("version", "is_control")
 def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = False,
                 permissive: bool = False, tier: str | None = None,
                 start_offset: int = 0, cache_dir: str | Path | None = None,
-                use_cache: bool = True, progress: Progress | None = None) -> DataFrame:
+                use_cache: bool = True, progress: Progress | None = None,
+                plan: Sequence[FileSlice] | None = None) -> DataFrame:
     """The rows as the report caches them: the source read without PartitionChange
     JSON (`partitionChangeJson=False`) and without the columns in `UNUSED_COLUMNS`.
 
@@ -307,8 +314,8 @@ def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = F
     if folder is not None:
         # Planned once here: the source leaves out exactly the pieces read from the
         # cache (and refuses if its own plan no longer holds them).
-        pieces = plan_read(log_dir, tier, snapshots=snapshots, start=start_offset,
-                           seed=bool(start_offset))
+        pieces = list(plan) if plan is not None else plan_read(
+            log_dir, tier, snapshots=snapshots, start=start_offset, seed=bool(start_offset))
         split = row_cache.split(pieces, folder, use=use_cache)
         if not start_offset:
             row_cache.prune(folder, filter(None, map(row_cache.piece_key, pieces)))

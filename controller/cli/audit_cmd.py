@@ -228,31 +228,35 @@ def audit(log_dir: str | None, tier: str | None, master: str, out_dir: str, snap
     jvm_log = Path(out_dir) / "spark.log"
     import analytics
     from analytics.reader import plan_read, planned_bytes
-    from analytics.report import SMALL_LOG_BYTES, audit_session, run_audit
+    from analytics.report import SMALL_LOG_JAVA_OPTIONS, audit_session, run_audit, session_conf
 
     try:
         # What the audit reads, in bytes: a small log's driver JVM is started with
-        # settings for short queries (`analytics.report.session_conf`).
-        log_bytes = planned_bytes(plan_read(log_dir, tier, snapshots=snapshots,
-                                            start=start_offset, seed=bool(start_offset)))
+        # settings for short queries (`analytics.report.session_conf`). The plan is
+        # handed on to the audit, which would otherwise list the tier again.
+        log_path = log_dir and os.path.abspath(log_dir)
+        plan = plan_read(log_path, tier, snapshots=snapshots, start=start_offset,
+                         seed=bool(start_offset))
+        log_bytes = planned_bytes(plan)
         log_bytes += sum(planned_bytes(plan_read(d, None)) for d in compare_with)
+        java = session_conf(master, extra=spark_conf, log_bytes=log_bytes).get(
+            "spark.driver.extraJavaOptions")
         small = " (small: its driver compiles with C1 only)" if (
-            log_bytes < SMALL_LOG_BYTES and "spark.driver.extraJavaOptions" not in spark_conf
-        ) else ""
+            java == SMALL_LOG_JAVA_OPTIONS) else ""
         progress(f"starting Spark ({master}) for {human_bytes(log_bytes)} of log{small}; "
                  f"its own output: {jvm_log}")
         spark = audit_session(master, driver_memory=driver_memory, extra=spark_conf,
                               jvm_log=jvm_log, log_bytes=log_bytes)
         if ship_code:
             progress(f"code for the executors: {analytics.ship_code(spark)}")
-        violations = run_audit(spark, log_dir and os.path.abspath(log_dir), out_dir, progress,
+        violations = run_audit(spark, log_path, out_dir, progress,
                                snapshots=snapshots, permissive=permissive,
                                compare_with=[os.path.abspath(d) for d in compare_with],
                                committed_offset=committed_offset, tier=tier,
                                start_offset=start_offset,
                                cache_dir=None if no_cache or not tier else os.path.abspath(
                                    cache_dir or os.path.join(out_dir, "row-cache")),
-                               use_cache=not full)
+                               use_cache=not full, plan=plan)
     except Exception as exc:  # any failure exits 2, never 1 (which is a verdict)
         click.echo(f"error: the audit could not run: {failure_message(exc)}", err=True)
         sys.exit(2)
