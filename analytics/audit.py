@@ -57,10 +57,11 @@ NAMES_RESOLVED = "metakraft.topic_names_resolved"
 
 
 def topic_names(df: DataFrame) -> DataFrame:
-    """The (`_tid`, `_tname`) table of the Topic records: small (one row per topic)."""
+    """The (`_tid`, `_tname`, `_toff`) table of the Topic records: small (one row per
+    topic; `_toff` the offset of its first Topic record)."""
     return (df.where(F.col("record_type") == "topic")
-            .select(F.col("topic_id").alias("_tid"), F.col("topic_name").alias("_tname"))
-            .dropDuplicates(["_tid"]))
+            .groupBy(F.col("topic_id").alias("_tid"))
+            .agg(F.first("topic_name").alias("_tname"), F.min("offset").alias("_toff")))
 
 
 def resolve_topic_names(df: DataFrame, names: DataFrame | None = None) -> DataFrame:
@@ -152,6 +153,13 @@ def topic_lifecycle(df: DataFrame) -> DataFrame:
 # record type as a flag, the topic as an index (or its id when it has no index).
 _INDEXED_KEYS = ("offset", "append_time", "epoch", "principal", "_part", "_tix",
                  "_other_tid", "partition_id")
+# What a partition's state is, of those columns (`indexed_partition_states`'
+# `last_states`).
+CHECKPOINT_COLUMNS = (*_INDEXED_KEYS, "replicas", "isr", "elr", "adding_replicas",
+                      "removing_replicas", "leader", "recovery_state", "leader_epoch",
+                      "partition_epoch")
+# What identifies a partition in those columns.
+PARTITION_KEY = ("_tix", "_other_tid", "partition_id")
 
 
 def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame:
@@ -187,22 +195,32 @@ def partition_states(df: DataFrame, names: DataFrame | None = None) -> DataFrame
     return name_partition_states(*indexed_partition_states(df, names))
 
 
-def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
+def indexed_partition_states(df: DataFrame, names: DataFrame | None = None,
+                             last_states: DataFrame | None = None
                              ) -> tuple[DataFrame, DataFrame]:
     """`partition_states` before the topic ids and names are joined back: (states
     with the topic as `_tix`/`_other_tid` and the record type as the flag `_part`,
     the topic index to name them with `name_partition_states`). What the report
     persists: without the two strings per row the cache is cheaper to build, and
-    the name join of each audit runs after its filters."""
+    the name join of each audit runs after its filters.
+
+    `last_states`: the last state of every partition before `df`'s first record
+    (`CHECKPOINT_COLUMNS`, from an earlier audit of the log's beginning, see
+    `analytics.states_cache`): each enters as a Partition record restating that
+    state, so the states of `df`'s records come out as they would from the whole
+    log. Its own rows are in the result too (the caller drops them)."""
     if names is None:
         names = topic_names(df)
     # Through the shuffle and the sort a topic is a small integer, its rank among the
-    # Topic records' ids, not its 36-character id: fewer bytes to move and cheaper
-    # comparisons. The rank is deterministic (ids are unique), so the join here and
-    # the one back at the end agree however often `index` is computed. An id with no
-    # Topic record in `df` (an offset-range read) travels as it is, in `_other_tid`.
-    index = names.select("_tid", "_tname",
-                         F.row_number().over(Window.orderBy("_tid")).alias("_tix"))
+    # Topic records in offset order, not its 36-character id: fewer bytes to move and
+    # cheaper comparisons. The rank is deterministic (ids are unique), so the join here
+    # and the one back at the end agree however often `index` is computed; and a log
+    # that grows only adds ranks after the existing ones, so states kept from an
+    # earlier audit of its beginning (`analytics.states_cache`) keep their meaning. An
+    # id with no Topic record in `df` (an offset-range read) travels as it is, in
+    # `_other_tid`.
+    index = names.select("_tid", "_tname", F.row_number().over(
+        Window.orderBy("_toff", "_tid")).alias("_tix"))
     rows = log_rows(df).where(F.col("record_type").isin("partition", "partition_change"))
     rows = rows.join(F.broadcast(index.select(F.col("_tid").alias("_id"), "_tix")),
                      rows["topic_id"] == F.col("_id"), "left")
@@ -218,8 +236,20 @@ def indexed_partition_states(df: DataFrame, names: DataFrame | None = None
         F.col("eligible_leader_replicas").alias("_elr"),
         # Change records carry no epochs (null): replay derives them.
         F.col("leader_epoch").alias("_base_le"), F.col("partition_epoch").alias("_base_pe"))
+    if last_states is not None:
+        # A restated state is a lineage start, like the Partition record it stands for:
+        # the epochs count on from it, and the `prev_*` of the next record are its
+        # fields, as they are the last values set before that record.
+        rows = rows.unionByName(last_states.select(
+            "offset", "append_time", "epoch", "principal", F.lit(True).alias("_part"),
+            "_tix", "_other_tid", "partition_id", F.col("replicas").alias("_replicas"),
+            F.col("isr").alias("_isr"), F.col("adding_replicas").alias("_adding"),
+            F.col("removing_replicas").alias("_removing"), F.col("leader").alias("_leader"),
+            F.col("recovery_state").alias("_recovery"), F.col("elr").alias("_elr"),
+            F.col("leader_epoch").alias("_base_le"),
+            F.col("partition_epoch").alias("_base_pe")))
     is_part = F.col("_part")
-    by_partition = Window.partitionBy("_tix", "_other_tid", "partition_id").orderBy("offset")
+    by_partition = Window.partitionBy(*PARTITION_KEY).orderBy("offset")
     w = by_partition.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     # The rows before this one: the previous state's leader and ISR are the last
     # values set before it (what `lag` of the state would give, one window earlier).

@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import analytics
-from analytics import audit, report_plots, row_cache
+from analytics import audit, report_plots, row_cache, states_cache
 from analytics.invariants import INVARIANTS, USES_STATES, first_divergence
 from analytics.reader import FileSlice, plan_read
 from analytics.report_plots import PLOT_INTERVALS
@@ -233,6 +233,14 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
         label += (f", from offset {start_offset} (the state at offset {start_offset - 1}: "
                   "a snapshot's records, shown as created there)")
     progress(f"reading {label}")
+    states_folder = None
+    if cache_dir is not None and not (start_offset or permissive or snapshots):
+        # Listed once, for the row cache and the states' boundaries alike.
+        plan = list(plan) if plan is not None else plan_read(log_dir, tier)
+        rows_folder = row_cache.mode_dir(Path(cache_dir).resolve(), permissive=False,
+                                         change_json=False)
+        if row_cache.problem(rows_folder) is None:
+            states_folder = states_cache.folder_of(rows_folder)
     # The source rows are cached once (one scan of the files), names not resolved:
     # the functions that show topic names join them to their (few) result rows, so
     # no scan of the whole log goes through the name join.
@@ -256,7 +264,10 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
         extra.append((REPLICA_CHECK,
                       lambda: _replica_section(spark, logs, committed_offset, max_rows)))
     names = audit.topic_names(raw).persist(MEMORY_AND_DISK)
-    indexed, index = audit.indexed_partition_states(raw, names)
+    bounds = states_cache.boundaries(plan or ()) if states_folder is not None else []
+    hit = (states_cache.find(states_folder, bounds)
+           if states_folder is not None and use_cache else None)
+    indexed, index, checkpoint = states_cache.derive(spark, raw, names, hit)
     # Persisted without topic ids and names (see `indexed_partition_states`).
     indexed, index = indexed.persist(MEMORY_AND_DISK), index.persist(MEMORY_AND_DISK)
     try:
@@ -267,7 +278,14 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
         index.count()
         step(f"{stats[0]} records read")
         indexed.count()
-        step("partition states derived")
+        step("partition states derived" if hit is None else
+             f"partition states derived from offset {hit.boundary.end_offset} (kept "
+             f"before it: {len(hit.chunks)} chunks and the last state of each partition)")
+        if states_folder is not None:
+            kept_to = states_cache.store(states_folder, bounds, hit, indexed, checkpoint)
+            if kept_to is not None:
+                step(f"partition states kept up to offset {kept_to.end_offset} for the next "
+                     f"audit ({states_folder})")
         states = audit.name_partition_states(indexed, index)
         return _report(raw, states, extra, out, label, stats, progress, max_rows, started)
     finally:

@@ -197,8 +197,16 @@ def run_incremental(root: Path, records: int, grow_percent: float, driver_memory
         # The phases' own progress lines: "N records read: S s", "... derived: S s".
         phases = [m.rsplit(": ", 1)[-1] for m in said
                   if m.endswith(" s") and ("records read" in m or "states derived" in m)]
+        # "partition states kept up to offset N ...: S s" (the states checkpoint written).
+        kept = [m.rsplit(": ", 1)[-1] for m in said if "partition states kept" in m]
         print(f"  {name:<40} {took:6.1f} s  (read {phases[0]}, partition states "
-              f"{phases[1]})  violations {bad or 'none'}; {_load()}", flush=True)
+              f"{phases[1]}{', kept in ' + kept[0] if kept else ''})  violations "
+              f"{bad or 'none'}; {_load()}", flush=True)
+        # The slowest sections and checks ("audit: TITLE: S s", "invariant: NAME: S s"),
+        # four run at once, so their times overlap.
+        timed = sorted(((float(m.rsplit(": ", 1)[-1][:-2]), m.rsplit(": ", 1)[0]) for m in said
+                        if m.startswith(("audit: ", "invariant: ", "check: "))), reverse=True)
+        print("    slowest: " + "; ".join(f"{n} {t:.1f} s" for t, n in timed[:6]), flush=True)
         return took
 
     cache = root / "row-cache"
@@ -211,7 +219,7 @@ def run_incremental(root: Path, records: int, grow_percent: float, driver_memory
         print(f"round {r}: grown to {end:,} records (+{grow_percent}%) in {took:.1f} s; "
               f"{copied / 2**20:.1f} MiB newly tiered", flush=True)
         again = audit("re-audit from the cache", cache_dir=cache)
-        full = audit("full audit, no cache (the code before)")
+        full = audit("full audit, no cache (the code before the caches)")
         print(f"  re-audit / full audit: {again / full:.2f}", flush=True)
     spark.stop()
 

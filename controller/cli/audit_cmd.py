@@ -167,12 +167,13 @@ def window_start(log_dir: str | None, tier: str | None, from_offset: int | None,
                    "epoch), found through the tier's time indexes; as --from-offset.")
 @click.option("--cache-dir", "cache_dir", default=None, type=click.Path(file_okay=False),
               help="The row cache: the rows of each tier object decoded, kept as Parquet "
-                   "so that a re-audit decodes only new objects and the local log "
+                   "so that a re-audit decodes only new objects and the local log, and "
+                   "the partition states of their records up to a checkpoint "
                    "(default: OUT/row-cache; on a cluster, a directory the driver and "
                    "the executors share).")
 @click.option("--full", is_flag=True,
-              help="Decode every tier object, not reading the row cache (which is "
-                   "written afresh).")
+              help="Decode every tier object and derive every partition state, not "
+                   "reading the row cache (which is written afresh).")
 @click.option("--no-cache", "no_cache", is_flag=True,
               help="Neither read nor write the row cache.")
 @click.option("--ship-code", "ship_code", is_flag=True,

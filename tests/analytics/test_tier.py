@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import analytics
-from analytics import audit, row_cache, state
+from analytics import audit, row_cache, state, states_cache
 from analytics.reader import MetakraftCorruptLogError, plan_history_files, read_file
 from analytics.report import report_rows
 from analytics.tier_chain import tier_chain_report
@@ -134,6 +134,10 @@ def test_the_audit_sees_every_record_from_offset_0_through_the_tier(
     assert again[:2] == (report, summary)
     assert (f"row cache {out.resolve() / 'row-cache'}/rows-v1-failfast: {tier_pieces} of "
             f"{total} pieces cached, {total - tier_pieces} to decode") in again[2], again[2]
+    # And the partition states of the tier objects' records as the first run kept them.
+    kept_to = pieces[tier_pieces - 1].end
+    assert f"partition states kept up to offset {kept_to} for the next audit" in said, said
+    assert f"partition states derived from offset {kept_to} (kept" in again[2], again[2]
 
 
 def test_time_travel_starts_from_the_tiers_snapshots(spark: Any, tiered: TieredRun) -> None:
@@ -244,6 +248,67 @@ def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
     assert said[-1].endswith(f"{len(now) - 1} of {len(now)} pieces cached, 1 to decode")
     corrupt = [r["_corrupt"] for r in damaged if r["_corrupt"]]
     assert len(corrupt) == 1 and victim.data_key in corrupt[0]
+
+
+def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
+        spark: Any, tiered: TieredRun, tmp_path: Path) -> None:
+    """Partition-state checkpoints: an audit keeps the states of the records of its
+    leading tier objects and the last state of each partition after them; once newer
+    objects are in the tier, a re-audit derives states only for the records after that
+    boundary, and they equal a full derivation's (overlapping copies from the leader
+    kill included). Each audit keeps one boundary; a plan that no longer starts with
+    the same objects misses."""
+    tier = tmp_path / "tier"
+    shutil.copytree(tiered.tier_dir, tier)
+    newest = list_tier(open_store(tier.as_uri())).segments[-2:]
+    held = tmp_path / "held"
+    for m in newest:  # not copied yet
+        for key in (m.data_key, m.manifest_key):
+            (held / key).parent.mkdir(parents=True, exist_ok=True)
+            (tier / key).rename(held / key)
+    cache = tmp_path / "cache"
+    folder = states_cache.folder_of(row_cache.mode_dir(cache.resolve(), permissive=False,
+                                                       change_json=False))
+
+    def sorted_rows(df: Any) -> list[Any]:
+        return sorted(df.collect(), key=lambda r: (r["offset"], r["partition_id"]))
+
+    def states(hit: states_cache.Hit | None) -> tuple[Any, Any, list[Any], list[Any]]:
+        """(indexed states, checkpoint, named states, a full derivation's)."""
+        rows = report_rows(spark, None, tier=tier.as_uri(), cache_dir=cache)
+        names = audit.topic_names(rows)
+        indexed, index, checkpoint = states_cache.derive(spark, rows, names, hit)
+        named = sorted_rows(audit.name_partition_states(indexed, index))
+        return indexed, checkpoint, named, sorted_rows(audit.partition_states(rows))
+
+    first = states_cache.boundaries(plan_history_files(None, tier.as_uri()))
+    assert first and states_cache.find(folder, first) is None
+    indexed, checkpoint, named, full = states(None)
+    assert checkpoint is None and named == full
+    assert states_cache.store(folder, first, None, indexed, None) == first[-1]
+    assert states_cache.store(folder, first, states_cache.find(folder, first), indexed,
+                              None) is None  # nothing new to keep
+
+    for m in newest:
+        for key in (m.data_key, m.manifest_key):
+            (held / key).rename(tier / key)
+    plan = plan_history_files(None, tier.as_uri())
+    later = states_cache.boundaries(plan)
+    assert later[:len(first)] == first and len(later) > len(first)
+    hit = states_cache.find(folder, later)
+    assert hit is not None and hit.boundary == first[-1] and len(hit.chunks) == 1
+    indexed, checkpoint, named, full = states(hit)
+    assert checkpoint is not None and named == full
+    assert len(full) > sum(1 for r in full if r["offset"] < first[-1].end_offset) > 0
+    assert states_cache.store(folder, later, hit, indexed, checkpoint) == later[-1]
+    again = states_cache.find(folder, later)
+    assert again is not None and again.boundary == later[-1] and len(again.chunks) == 2
+    assert states(again)[2] == full
+    # The first boundary's manifest and checkpoint are gone; its chunk is the second's.
+    assert len(list(folder.glob("*" + states_cache.MANIFEST_SUFFIX))) == 1
+    assert len(list(folder.glob("*.last"))) == 1
+    # Another first object (the tier's head trimmed): nothing kept applies.
+    assert states_cache.find(folder, states_cache.boundaries(plan[1:])) is None
 
 
 def verify(tier_dir: Path, log_dir: Path | None) -> Any:
