@@ -411,12 +411,17 @@ def _report(raw: DataFrame, states: DataFrame, extra: list[ExtraCheck], out: Pat
         # The plotted sections are collected once, for the table and the plot.
         limit = max(max_rows, PLOT_INTERVALS + 1) if title in PLOTTED else max_rows + 1
         rows = result.limit(limit).collect()
-        count = result.count() if len(rows) > max_rows else len(rows)
+        # Fewer rows than asked for: all of them. Else one more query counts them (by the
+        # breakdown's column when there is one: the same query gives the total).
+        whole = len(rows) < limit
         by: dict[Any, int] = {}
         if title in BREAKDOWN:
             column = BREAKDOWN[title]
-            by = ({r[column]: r["count"] for r in result.groupBy(column).count().collect()}
-                  if count > len(rows) else dict(Counter(r[column] for r in rows)))
+            by = (dict(Counter(r[column] for r in rows)) if whole else
+                  {r[column]: r["count"] for r in result.groupBy(column).count().collect()})
+            count = sum(by.values())
+        else:
+            count = len(rows) if whole else result.count()
         progress(f"audit: {title}: {time.monotonic() - t:.1f} s")
         return result.columns, rows, count, by
 

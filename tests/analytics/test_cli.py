@@ -372,3 +372,8 @@ def test_a_clean_stop_is_not_an_outage_and_only_expired_sessions_count_as_fencin
     summary = json.loads((out / "summary.json").read_text())
     assert summary["fencing_causes"]["controlled_shutdown"] == 1
     assert summary["isr_incident_outcomes"] == {"recovered": 3, "stopped": 1, "open": 0}
+    # Tables cut to one row: the counts and breakdowns are still of every row.
+    from analytics.report import run_audit
+    cut = tmp_path / "cut"
+    run_audit(spark, str(copy), cut, lambda _: None, max_rows=1)
+    assert json.loads((cut / "summary.json").read_text()) == summary
