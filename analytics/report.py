@@ -282,10 +282,15 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
              f"partition states derived from offset {hit.boundary.end_offset} (kept "
              f"before it: {len(hit.chunks)} chunks and the last state of each partition)")
         if states_folder is not None:
-            kept_to = states_cache.store(states_folder, bounds, hit, indexed, checkpoint)
-            if kept_to is not None:
-                step(f"partition states kept up to offset {kept_to.end_offset} for the next "
-                     f"audit ({states_folder})")
+            try:
+                kept_to = states_cache.store(states_folder, bounds, hit, indexed, checkpoint)
+            except states_cache.NotKeptError as exc:
+                step(f"partition states not kept in {states_folder} ({exc}): the next audit "
+                     "derives them again")
+            else:
+                if kept_to is not None:
+                    step(f"partition states kept up to offset {kept_to.end_offset} for the "
+                         f"next audit ({states_folder})")
         states = audit.name_partition_states(indexed, index)
         return _report(raw, states, extra, out, label, stats, progress, max_rows, started)
     finally:

@@ -46,6 +46,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -62,6 +64,10 @@ MANIFEST_SUFFIX = ".states.json"
 def folder_of(rows_folder: Path) -> Path:
     """Where the states live: beside the row cache files of the same reading mode."""
     return rows_folder / f"states-v{STATES_VERSION}"
+
+
+class NotKeptError(Exception):
+    """The states could not be written; the audit goes on (the next one derives them)."""
 
 
 @attrs.frozen
@@ -158,8 +164,8 @@ def store(folder: Path, plan: Sequence[Boundary], hit: Hit | None, states: DataF
     """Keep the states of `states` (every partition state from the hit's boundary on,
     or from the start without a hit) before the plan's last boundary, with the
     checkpoint there; `checkpoint` is the hit's (None without one). Returns the
-    boundary kept (None: nothing new to keep, or the write failed) and removes the
-    files no longer named."""
+    boundary kept (None: nothing new to keep) and removes the files no longer named;
+    `NotKeptError` when a write failed (no manifest names what was written)."""
     if not plan or (hit is not None and hit.boundary == plan[-1]):
         return None
     end = plan[-1]
@@ -172,7 +178,7 @@ def store(folder: Path, plan: Sequence[Boundary], hit: Hit | None, states: DataF
     # A chunk is named by both its boundaries (what it holds), a checkpoint by its one.
     since = hit.boundary.key[:16] if hit is not None else "start"
     chunk_name, checkpoint_name = f"{end.key}.from-{since}.chunk", f"{end.key}.last"
-    try:
+    try:  # (Spark's writer raises its own errors; a full disk is one of them)
         folder.mkdir(parents=True, exist_ok=True)
         _write(chunk, folder / chunk_name)
         _write(last_states(before), folder / checkpoint_name)
@@ -183,8 +189,8 @@ def store(folder: Path, plan: Sequence[Boundary], hit: Hit | None, states: DataF
         temporary = manifest.with_name(f".{manifest.name}.{uuid.uuid4().hex}.tmp")
         temporary.write_text(json.dumps(doc))
         os.replace(temporary, manifest)
-    except OSError:
-        return None
+    except (OSError, Py4JJavaError, PySparkException) as exc:
+        raise NotKeptError(f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
     prune(folder, doc)
     return end
 

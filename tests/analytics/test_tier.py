@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -182,20 +183,31 @@ def test_a_damaged_tier_object_is_named_or_skipped(spark: Any, tiered: TieredRun
     assert victim.data_key in (tmp_path / "p" / "report.md").read_text()
 
 
+def tier_without_its_newest(tiered: TieredRun, tmp_path: Path
+                            ) -> tuple[Path, Callable[[], None]]:
+    """A copy of the run's tier without its two newest log objects (not copied yet),
+    and what copies them in."""
+    tier, held = tmp_path / "tier", tmp_path / "held"
+    shutil.copytree(tiered.tier_dir, tier)
+    keys = [k for m in list_tier(open_store(tier.as_uri())).segments[-2:]
+            for k in (m.data_key, m.manifest_key)]
+    for key in keys:
+        (held / key).parent.mkdir(parents=True, exist_ok=True)
+        (tier / key).rename(held / key)
+
+    def copy_newest() -> None:
+        for key in keys:
+            (held / key).rename(tier / key)
+    return tier, copy_newest
+
+
 def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
         spark: Any, tiered: TieredRun, tmp_path: Path) -> None:
     """The row cache: an audit of the tier before its newest objects were copied
     fills it; once they are there, a re-audit decodes only them, and its rows equal
     a full audit's (`--full`) and the uncached reader's, overlapping copies from the
     leader kill included. A damaged object (permissive) is never cached."""
-    tier = tmp_path / "tier"
-    shutil.copytree(tiered.tier_dir, tier)
-    newest = list_tier(open_store(tier.as_uri())).segments[-2:]
-    held = tmp_path / "held"
-    for m in newest:  # not copied yet
-        for key in (m.data_key, m.manifest_key):
-            (held / key).parent.mkdir(parents=True, exist_ok=True)
-            (tier / key).rename(held / key)
+    tier, copy_newest = tier_without_its_newest(tiered, tmp_path)
     cache = tmp_path / "cache"
     said: list[str] = []
 
@@ -217,9 +229,7 @@ def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
     seen, stored = pieces(), files()
     assert said[-1].endswith(f"0 of {len(seen)} pieces cached, {len(seen)} to decode")
     assert {Path(f).stem for f in stored} == seen
-    for m in newest:
-        for key in (m.data_key, m.manifest_key):
-            (held / key).rename(tier / key)
+    copy_newest()
     assert pieces() > seen
     again = rows()
     now = pieces()
@@ -238,7 +248,7 @@ def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
     # (The whole report from the cache against a full audit's: the first test here.)
 
     # Damage: read (and reported) on every audit, never cached.
-    victim = newest[0]
+    victim = list_tier(open_store(tier.as_uri())).segments[-2]
     data = bytearray((tier / victim.data_key).read_bytes())
     data[len(data) // 2] ^= 0x10
     (tier / victim.data_key).write_bytes(bytes(data))
@@ -258,14 +268,7 @@ def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
     boundary, and they equal a full derivation's (overlapping copies from the leader
     kill included). Each audit keeps one boundary; a plan that no longer starts with
     the same objects misses."""
-    tier = tmp_path / "tier"
-    shutil.copytree(tiered.tier_dir, tier)
-    newest = list_tier(open_store(tier.as_uri())).segments[-2:]
-    held = tmp_path / "held"
-    for m in newest:  # not copied yet
-        for key in (m.data_key, m.manifest_key):
-            (held / key).parent.mkdir(parents=True, exist_ok=True)
-            (tier / key).rename(held / key)
+    tier, copy_newest = tier_without_its_newest(tiered, tmp_path)
     cache = tmp_path / "cache"
     folder = states_cache.folder_of(row_cache.mode_dir(cache.resolve(), permissive=False,
                                                        change_json=False))
@@ -289,9 +292,7 @@ def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
     assert states_cache.store(folder, first, states_cache.find(folder, first), indexed,
                               None) is None  # nothing new to keep
 
-    for m in newest:
-        for key in (m.data_key, m.manifest_key):
-            (held / key).rename(tier / key)
+    copy_newest()
     plan = plan_history_files(None, tier.as_uri())
     later = states_cache.boundaries(plan)
     assert later[:len(first)] == first and len(later) > len(first)
@@ -309,6 +310,10 @@ def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
     assert len(list(folder.glob("*.last"))) == 1
     # Another first object (the tier's head trimmed): nothing kept applies.
     assert states_cache.find(folder, states_cache.boundaries(plan[1:])) is None
+    # A folder that cannot be written: said as such (the report goes on without).
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(states_cache.NotKeptError, match="FileExistsError"):
+        states_cache.store(tmp_path / "a-file", later, None, indexed, None)
 
 
 def verify(tier_dir: Path, log_dir: Path | None) -> Any:
