@@ -268,6 +268,7 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     hit = (states_cache.find(states_folder, bounds)
            if states_folder is not None and use_cache else None)
     indexed, index, checkpoint = states_cache.derive(spark, raw, names, hit)
+    kept_to: states_cache.Boundary | None = None
     # Persisted without topic ids and names (see `indexed_partition_states`).
     indexed, index = indexed.persist(MEMORY_AND_DISK), index.persist(MEMORY_AND_DISK)
     try:
@@ -296,6 +297,8 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     finally:
         for cached in (indexed, index, names, rows):
             cached.unpersist()
+        if states_folder is not None and kept_to is not None:
+            states_cache.prune(states_folder, kept_to)
 
 
 # Source columns no section or check reads: not cached.

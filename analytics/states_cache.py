@@ -164,7 +164,7 @@ def store(folder: Path, plan: Sequence[Boundary], hit: Hit | None, states: DataF
     """Keep the states of `states` (every partition state from the hit's boundary on,
     or from the start without a hit) before the plan's last boundary, with the
     checkpoint there; `checkpoint` is the hit's (None without one). Returns the
-    boundary kept (None: nothing new to keep) and removes the files no longer named;
+    boundary kept (None: nothing new to keep; `prune` it when the audit is done);
     `NotKeptError` when a write failed (no manifest names what was written)."""
     if not plan or (hit is not None and hit.boundary == plan[-1]):
         return None
@@ -191,16 +191,18 @@ def store(folder: Path, plan: Sequence[Boundary], hit: Hit | None, states: DataF
         os.replace(temporary, manifest)
     except (OSError, Py4JJavaError, PySparkException) as exc:
         raise NotKeptError(f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
-    prune(folder, doc)
     return end
 
 
-def prune(folder: Path, keep: dict[str, object]) -> int:
-    """Remove every manifest, chunk and checkpoint of `folder` but those of the
-    manifest `keep`; returns how many."""
-    chunks = keep.get("chunks", [])
-    assert isinstance(chunks, list)
-    wanted = {*chunks, str(keep.get("checkpoint"))}
+def prune(folder: Path, boundary: Boundary) -> int:
+    """Remove every manifest, chunk and checkpoint of `folder` but those the manifest of
+    `boundary` names; returns how many. Called once the audit is done: until then its
+    states may be recomputed (a lost cached block) from the files it read."""
+    try:
+        keep = json.loads(_manifest(folder, boundary).read_text())
+    except (OSError, ValueError):
+        return 0
+    wanted = {*keep.get("chunks", ()), str(keep.get("checkpoint"))}
     removed = 0
     for path in folder.iterdir() if folder.is_dir() else ():
         if path.name.endswith(MANIFEST_SUFFIX):

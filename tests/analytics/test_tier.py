@@ -305,7 +305,8 @@ def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
     again = states_cache.find(folder, later)
     assert again is not None and again.boundary == later[-1] and len(again.chunks) == 2
     assert states(again)[2] == full
-    # The first boundary's manifest and checkpoint are gone; its chunk is the second's.
+    # Once done, the first boundary's manifest and checkpoint go; its chunk is the second's.
+    assert states_cache.prune(folder, later[-1]) == 2
     assert len(list(folder.glob("*" + states_cache.MANIFEST_SUFFIX))) == 1
     assert len(list(folder.glob("*.last"))) == 1
     # Another first object (the tier's head trimmed): nothing kept applies.
