@@ -210,7 +210,9 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     tier objects and byte ranges holding the window are read.
 
     `cache_dir`: the row cache (`report_rows`): a re-audit decodes only the tier
-    pieces it has not seen and the local log; `use_cache=False` decodes all (and
+    pieces it has not seen and the local log, and (`analytics.states_cache`, not for
+    windows, permissive or snapshot reads) derives partition states only after the
+    latest checkpoint kept there; `use_cache=False` decodes and derives all (and
     refreshes the cache). The report is the same either way.
 
     `plan`: `plan_read(log_dir, tier, snapshots=..., start=start_offset, seed=...)` if
