@@ -165,10 +165,19 @@ class BrokerCluster:
 
     def wait_running(self, broker_ids: Iterable[int] | None = None,
                      timeout_s: float = 30.0) -> None:
+        """Each broker says it is RUNNING and the controller lists it unfenced. Both:
+        a broker learns it was fenced from its next heartbeat's answer, so one resumed
+        after a pause (or cut off from a restored quorum) still says RUNNING while the
+        controller has fenced it and places no replica on it."""
         ids = list(self.brokers) if broker_ids is None else list(broker_ids)
         for b in ids:
             wait_until(lambda b=b: self.brokers[b].status()["state"] == "RUNNING",  # type: ignore[misc]
                      timeout_s, f"broker {b} RUNNING")
+        with self.admin() as admin:
+            def unfenced() -> bool:
+                listed = {r.broker_id: r for r in admin.describe_cluster().brokers}
+                return all(b in listed and not listed[b].fenced for b in ids)
+            wait_until(unfenced, timeout_s, f"brokers {ids} unfenced by the controller")
 
 
 @contextlib.contextmanager
