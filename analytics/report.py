@@ -235,14 +235,10 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
         label += (f", from offset {start_offset} (the state at offset {start_offset - 1}: "
                   "a snapshot's records, shown as created there)")
     progress(f"reading {label}")
-    states_folder = None
-    if cache_dir is not None and not (start_offset or permissive or snapshots):
+    keep_states = cache_dir is not None and not (start_offset or permissive or snapshots)
+    if keep_states:
         # Listed once, for the row cache and the states' boundaries alike.
         plan = list(plan) if plan is not None else plan_read(log_dir, tier)
-        rows_folder = row_cache.mode_dir(Path(cache_dir).resolve(), permissive=False,
-                                         change_json=False)
-        if row_cache.problem(rows_folder) is None:
-            states_folder = states_cache.folder_of(rows_folder)
     # The source rows are cached once (one scan of the files), names not resolved:
     # the functions that show topic names join them to their (few) result rows, so
     # no scan of the whole log goes through the name join.
@@ -265,6 +261,14 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
         logs = [log_dir, *compare_with]
         extra.append((REPLICA_CHECK,
                       lambda: _replica_section(spark, logs, committed_offset, max_rows)))
+    states_folder = None
+    if keep_states:
+        assert cache_dir is not None
+        rows_folder = row_cache.mode_dir(Path(cache_dir).resolve(), permissive=False,
+                                         change_json=False)
+        # `report_rows` made the folder if it could write there (and said so if not).
+        if rows_folder.is_dir():
+            states_folder = states_cache.folder_of(rows_folder)
     names = audit.topic_names(raw).persist(MEMORY_AND_DISK)
     bounds = states_cache.boundaries(plan or ()) if states_folder is not None else []
     hit = (states_cache.find(states_folder, bounds)
