@@ -363,6 +363,12 @@ def leader_churn_per_broker(df: DataFrame, states: DataFrame | None = None) -> D
 def isr_changes(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     """ISR shrinks and expansions: kind ('shrink', 'expand', 'both'), the replicas,
     added, removed."""
+    return _isr_changes(df, states).orderBy("offset")
+
+
+def _isr_changes(df: DataFrame, states: DataFrame | None) -> DataFrame:
+    # Unordered: what builds on it sorts its own way (a global sort of every ISR
+    # change under an explode is not removed by Spark's optimizer).
     s = _states(df, states).where((F.col("record_type") == "partition_change")
                                    & ~F.equal_null(F.col("isr"), F.col("prev_isr")))
     added = F.array_except("isr", "prev_isr")
@@ -371,7 +377,7 @@ def isr_changes(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
             .when(F.size(added) > 0, "expand").otherwise("shrink"))
     return s.select("topic_name", "topic_id", "partition_id", "offset", "append_time", "epoch",
                     "principal", kind.alias("kind"), "prev_isr", "isr", "replicas",
-                    added.alias("added"), removed.alias("removed")).orderBy("offset")
+                    added.alias("added"), removed.alias("removed"))
 
 
 def isr_incidents(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
@@ -384,7 +390,7 @@ def isr_incidents(df: DataFrame, states: DataFrame | None = None) -> DataFrame:
     ('recovered'; 'stopped': still out at the end because the broker stopped cleanly,
     controlled shutdown or unregistered; 'open': an outage in progress). A fenced broker drops out of hundreds of ISRs at once:
     this is the table to read; `isr_changes` has every row."""
-    changes = isr_changes(df, states).select(
+    changes = _isr_changes(df, states).select(
         "topic_id", "partition_id", "offset", "append_time",
         # Left: out of the ISR but still a replica.
         F.array_intersect("removed", "replicas").alias("_left"), "added")
