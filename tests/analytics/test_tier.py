@@ -276,19 +276,17 @@ def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
     def sorted_rows(df: Any) -> list[Any]:
         return sorted(df.collect(), key=lambda r: (r["offset"], r["partition_id"]))
 
-    def states(hit: states_cache.Hit | None) -> tuple[Any, Any, list[Any], list[Any]]:
-        """(indexed states, checkpoint, named states, a full derivation's; without a
-        hit the derivation is the full one: not made twice)."""
+    def derive(hit: states_cache.Hit | None) -> tuple[Any, Any, Any, Any]:
+        """(the rows, indexed states, topic index, checkpoint) as the audit derives them."""
         rows = report_rows(spark, None, tier=tier.as_uri(), cache_dir=cache)
-        names = audit.topic_names(rows)
-        indexed, index, checkpoint = states_cache.derive(spark, rows, names, hit)
-        named = sorted_rows(audit.name_partition_states(indexed, index))
-        return indexed, checkpoint, named, (
-            named if hit is None else sorted_rows(audit.partition_states(rows)))
+        return rows, *states_cache.derive(spark, rows, audit.topic_names(rows), hit)
+
+    def named(indexed: Any, index: Any) -> list[Any]:
+        return sorted_rows(audit.name_partition_states(indexed, index))
 
     first = states_cache.boundaries(plan_history_files(None, tier.as_uri()))
     assert first and states_cache.find(folder, first) is None
-    indexed, checkpoint, _, _ = states(None)
+    _, indexed, _, checkpoint = derive(None)
     assert checkpoint is None
     assert states_cache.store(folder, first, None, indexed, None) == first[-1]
     assert states_cache.store(folder, first, states_cache.find(folder, first), indexed,
@@ -300,15 +298,15 @@ def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
     assert later[:len(first)] == first and len(later) > len(first)
     hit = states_cache.find(folder, later)
     assert hit is not None and hit.boundary == first[-1] and len(hit.chunks) == 1
-    indexed, checkpoint, named, full = states(hit)
-    assert checkpoint is not None and named == full
+    rows, indexed, index, checkpoint = derive(hit)
+    full = sorted_rows(audit.partition_states(rows))
+    assert checkpoint is not None and named(indexed, index) == full
     assert len(full) > sum(1 for r in full if r["offset"] < first[-1].end_offset) > 0
     assert states_cache.store(folder, later, hit, indexed, checkpoint) == later[-1]
     again = states_cache.find(folder, later)
     assert again is not None and again.boundary == later[-1] and len(again.chunks) == 2
-    rows = report_rows(spark, None, tier=tier.as_uri(), cache_dir=cache)
-    indexed, index, _ = states_cache.derive(spark, rows, audit.topic_names(rows), again)
-    assert sorted_rows(audit.name_partition_states(indexed, index)) == full
+    _, again_indexed, again_index, _ = derive(again)
+    assert named(again_indexed, again_index) == full
     # Once done, the first boundary's manifest and checkpoint go; its chunk is the second's.
     assert states_cache.prune(folder, later[-1]) == 2
     assert len(list(folder.glob("*" + states_cache.MANIFEST_SUFFIX))) == 1
