@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 import analytics
 from analytics import audit, report_plots, row_cache, states_cache
 from analytics.invariants import INVARIANTS, USES_STATES, first_divergence
+from analytics.parts import Parts
 from analytics.reader import FileSlice, plan_read
 from analytics.report_plots import PLOT_INTERVALS
 from analytics.report_render import (
@@ -189,9 +190,11 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
               ) -> dict[str, int]:
     """Run everything, write the report into `out_dir`; return violations per check.
 
-    The log is read once and cached, and the partition states (what most sections
-    and three invariants start from) are derived once and persisted; every section
-    and check then runs off those two caches. Both are released at the end.
+    The log is decoded once and the rows persisted (those the row cache holds are
+    read from its Parquet files instead: `analytics.parts`), and the partition states
+    (what most sections and three invariants start from) are derived once and
+    persisted; every section and check then runs off those. All is released at the
+    end.
 
     Damage in the log (a bad CRC, a torn batch, an unreadable record) stops the
     audit with `MetakraftCorruptLogError` naming the file and offset. `permissive`
@@ -239,13 +242,13 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     if keep_states:
         # Listed once, for the row cache and the states' boundaries alike.
         plan = list(plan) if plan is not None else plan_read(log_dir, tier)
-    # The source rows are cached once (one scan of the files), names not resolved:
+    # The source rows are decoded once (one scan of the files), names not resolved:
     # the functions that show topic names join them to their (few) result rows, so
     # no scan of the whole log goes through the name join.
-    rows = report_rows(spark, log_dir, snapshots=snapshots, permissive=permissive,
-                       tier=tier, start_offset=start_offset, cache_dir=cache_dir,
-                       use_cache=use_cache, progress=progress, plan=plan
-                       ).persist(MEMORY_AND_DISK)
+    rows, decoded = report_row_parts(
+        spark, log_dir, snapshots=snapshots, permissive=permissive, tier=tier,
+        start_offset=start_offset, cache_dir=cache_dir, use_cache=use_cache,
+        progress=progress, plan=plan).held()
     raw = rows
     extra: list[ExtraCheck] = []
     if permissive:
@@ -273,10 +276,11 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     bounds = states_cache.boundaries(plan or ()) if states_folder is not None else []
     hit = (states_cache.find(states_folder, bounds)
            if states_folder is not None and use_cache else None)
-    indexed, index, checkpoint = states_cache.derive(spark, raw, names, hit)
+    state_parts, index, checkpoint = states_cache.derive(spark, raw, names, hit)
     kept_to: states_cache.Boundary | None = None
-    # Persisted without topic ids and names (see `indexed_partition_states`).
-    indexed, index = indexed.persist(MEMORY_AND_DISK), index.persist(MEMORY_AND_DISK)
+    # Persisted without topic ids and names (see `indexed_partition_states`); the
+    # states kept before the hit's boundary are read as they are (`analytics.parts`).
+    (indexed, derived), index = state_parts.held(), index.persist(MEMORY_AND_DISK)
     try:
         stats = raw.agg(F.count("*"), F.max("offset"), F.max("epoch"),
                         F.max("append_time"), F.min("offset"),
@@ -301,8 +305,9 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
         states = audit.name_partition_states(indexed, index)
         return _report(raw, states, extra, out, label, stats, progress, max_rows, started)
     finally:
-        for cached in (indexed, index, names, rows):
-            cached.unpersist()
+        for cached in (derived, index, names, decoded):
+            if cached is not None:
+                cached.unpersist()
         if states_folder is not None and kept_to is not None:
             states_cache.prune(states_folder, kept_to)
 
@@ -316,13 +321,27 @@ def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = F
                 start_offset: int = 0, cache_dir: str | Path | None = None,
                 use_cache: bool = True, progress: Progress | None = None,
                 plan: Sequence[FileSlice] | None = None) -> DataFrame:
-    """The rows as the report caches them: the source read without PartitionChange
-    JSON (`partitionChangeJson=False`) and without the columns in `UNUSED_COLUMNS`.
+    """The rows as the report reads them: the source read without PartitionChange
+    JSON (`partitionChangeJson=False`) and without the columns in `UNUSED_COLUMNS`
+    (`report_row_parts(...).joined()`: nothing persisted)."""
+    return report_row_parts(spark, log_dir, snapshots=snapshots, permissive=permissive,
+                            tier=tier, start_offset=start_offset, cache_dir=cache_dir,
+                            use_cache=use_cache, progress=progress, plan=plan).joined()
+
+
+def report_row_parts(spark: SparkSession, log_dir: str | None, *, snapshots: bool = False,
+                     permissive: bool = False, tier: str | None = None,
+                     start_offset: int = 0, cache_dir: str | Path | None = None,
+                     use_cache: bool = True, progress: Progress | None = None,
+                     plan: Sequence[FileSlice] | None = None) -> Parts:
+    """The report's rows: `new` decoded by the source (every piece not in the row
+    cache, grouped by record type within each Spark partition), `kept` the row
+    cache's Parquet files.
 
     PartitionChange records are most of a busy log and their JSON most of its bytes,
     and no section or check reads it (their fields are the typed partition columns);
     every other record keeps its JSON. Not building it saves reader time, and every
-    byte and column left out of the cache saves its building time.
+    byte and column left out saves the time of building the rows.
 
     With `cache_dir` (`analytics.row_cache`): the tier pieces whose rows the cache
     holds are read from its Parquet files, the others decoded (and their rows
@@ -357,23 +376,31 @@ def report_rows(spark: SparkSession, log_dir: str | None, *, snapshots: bool = F
             progress(f"row cache {folder}: {len(cached_files)} of {len(pieces)} pieces "
                      f"cached, {len(split.to_read)} to decode"
                      + ("" if use_cache else " (--full: the cache is not read)"))
-    parts = ([analytics.read_log(spark, log_dir, snapshots=snapshots, mode=mode,
-                                 partitionChangeJson=False, **options)] if read_source else [])
-    if cached_files:
-        parts.append(spark.read.schema(ddl_schema(permissive)).parquet(*cached_files))
-    rows = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    rows = rows.drop(*UNUSED_COLUMNS)
-    if start_offset:
-        # The seed snapshot's rows (at start_offset - 1) count as log rows (`audit.SEED`):
-        # the window starts from the state they hold (as `analytics.state.as_of` does).
-        rows = rows.withColumn("source", F.when(F.col("source") == "snapshot", audit.SEED)
-                               .otherwise(F.col("source")))
-    # Grouped by record type within each file: the cache keeps min/max per column per
-    # batch of rows, so a filter on a type spread thinly over the log (broker changes,
-    # configs, leader changes) skips the batches of the others instead of decoding
-    # the whole log. One noisy A/B at 10M records: without the sort the four sections
-    # filtering on such types took ~15 CPU-s more; the sort costs ~8.
-    return rows.sortWithinPartitions("record_type")
+
+    def finish(rows: DataFrame) -> DataFrame:
+        rows = rows.drop(*UNUSED_COLUMNS)
+        if start_offset:
+            # The seed snapshot's rows (at start_offset - 1) count as log rows
+            # (`audit.SEED`): the window starts from the state they hold (as
+            # `analytics.state.as_of` does).
+            rows = rows.withColumn("source", F.when(F.col("source") == "snapshot", audit.SEED)
+                                   .otherwise(F.col("source")))
+        return rows
+
+    decoded = None
+    if read_source:
+        # Grouped by record type within each Spark partition: a persisted copy keeps
+        # min/max per column per batch of rows, so a filter on a type spread thinly
+        # over the log (broker changes, configs, leader changes) skips the batches of
+        # the others instead of scanning the whole log. One noisy A/B at 10M records:
+        # without the sort the four sections filtering on such types took ~15 CPU-s
+        # more; the sort costs ~8.
+        decoded = finish(analytics.read_log(
+            spark, log_dir, snapshots=snapshots, mode=mode, partitionChangeJson=False,
+            **options)).sortWithinPartitions("record_type")
+    cached = (finish(spark.read.schema(ddl_schema(permissive)).parquet(*cached_files))
+              if cached_files else None)
+    return Parts(decoded, cached)
 
 
 def _damage_section(damage: DataFrame) -> tuple[int, list[Block]]:

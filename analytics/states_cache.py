@@ -53,6 +53,7 @@ from pyspark.sql import functions as F
 
 from analytics import audit, row_cache
 from analytics.audit import CHECKPOINT_COLUMNS, PARTITION_KEY
+from analytics.parts import Parts
 from analytics.reader import FileSlice
 
 # Raise when the states `audit.indexed_partition_states` derives change (a column
@@ -127,17 +128,19 @@ def find(folder: Path, plan: Sequence[Boundary]) -> Hit | None:
 
 
 def derive(spark: SparkSession, rows: DataFrame, names: DataFrame, hit: Hit | None
-           ) -> tuple[DataFrame, DataFrame, DataFrame | None]:
-    """`audit.indexed_partition_states(rows, names)` and the hit's checkpoint (None
-    without a hit): with a hit, the states kept before its boundary as they are and
-    those of the records after it derived on from the checkpoint."""
+           ) -> tuple[Parts, DataFrame, DataFrame | None]:
+    """`audit.indexed_partition_states(rows, names)` (the states as `Parts`: `kept`
+    the hit's chunks, `new` the states derived) and the hit's checkpoint (None
+    without a hit): with a hit, the states kept before its boundary read as they are
+    and those of the records after it derived on from the checkpoint."""
     if hit is None:
-        return (*audit.indexed_partition_states(rows, names), None)
+        states, index = audit.indexed_partition_states(rows, names)
+        return Parts(states, None), index, None
     kept, checkpoint = spark.read.parquet(*hit.chunks), spark.read.parquet(hit.checkpoint)
     after = F.col("offset") >= hit.boundary.end_offset
     window, index = audit.indexed_partition_states(rows.where(after), names,
                                                    last_states=checkpoint)
-    return kept.unionByName(window.where(after)), index, checkpoint
+    return Parts(window.where(after), kept), index, checkpoint
 
 
 def last_states(states: DataFrame) -> DataFrame:

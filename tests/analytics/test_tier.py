@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import analytics
 from analytics import audit, row_cache, state, states_cache
 from analytics.reader import MetakraftCorruptLogError, plan_history_files, read_file
-from analytics.report import report_rows
+from analytics.report import report_row_parts, report_rows
 from analytics.tier_chain import tier_chain_report
 from controller.api.client import AdminClient
 from controller.cli.audit_cmd import window_start
@@ -239,6 +239,9 @@ def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
     assert again[:len(before)] == before and len(again) > len(before)
     assert again == rows(use=False) == rows(cached=False)
     assert said[-1].endswith("(--full: the cache is not read)")
+    # Every piece cached: nothing decoded, and nothing for the audit to persist.
+    whole = report_row_parts(spark, None, tier=tier.as_uri(), cache_dir=cache)
+    assert whole.new is None and whole.held()[1] is None
     # A cache folder that cannot be written (under a file): said, and the rows decoded.
     (tmp_path / "a-file").write_text("")
     unwritable = report_rows(spark, None, tier=tier.as_uri(),
@@ -258,6 +261,18 @@ def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
     assert said[-1].endswith(f"{len(now) - 1} of {len(now)} pieces cached, 1 to decode")
     corrupt = [r["_corrupt"] for r in damaged if r["_corrupt"]]
     assert len(corrupt) == 1 and victim.data_key in corrupt[0]
+    # The audit persists only what it decodes (`Parts.held`); the rows of the
+    # cached pieces are read from their Parquet files by every query.
+    parts = report_row_parts(spark, None, tier=tier.as_uri(), permissive=True,
+                             cache_dir=cache)
+    held, decoded = parts.held()
+    try:
+        assert decoded is not None and decoded.storageLevel.useMemory
+        assert parts.kept is not None and not parts.kept.storageLevel.useMemory
+        assert sorted(held.collect(), key=lambda r: r["offset"]) == damaged
+    finally:
+        if decoded is not None:
+            decoded.unpersist()
 
 
 def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
@@ -279,7 +294,10 @@ def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
     def derive(hit: states_cache.Hit | None) -> tuple[Any, Any, Any, Any]:
         """(the rows, indexed states, topic index, checkpoint) as the audit derives them."""
         rows = report_rows(spark, None, tier=tier.as_uri(), cache_dir=cache)
-        return rows, *states_cache.derive(spark, rows, audit.topic_names(rows), hit)
+        states, index, checkpoint = states_cache.derive(spark, rows, audit.topic_names(rows),
+                                                        hit)
+        assert (states.kept is None) == (hit is None)  # what was kept is read, not derived
+        return rows, states.joined(), index, checkpoint
 
     def named(indexed: Any, index: Any) -> list[Any]:
         return sorted_rows(audit.name_partition_states(indexed, index))
