@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -190,11 +192,11 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
               ) -> dict[str, int]:
     """Run everything, write the report into `out_dir`; return violations per check.
 
-    The log is decoded once and the rows persisted (those the row cache holds are
-    read from its Parquet files instead: `analytics.parts`), and the partition states
-    (what most sections and three invariants start from) are derived once and
-    persisted; every section and check then runs off those. All is released at the
-    end.
+    The log is decoded once into Parquet files (`row_cache.decode`: the row cache's
+    for tier objects, a scratch folder in `out_dir` for the rest, removed at the
+    end), and the partition states (what most sections and three invariants start
+    from) are derived once and persisted (those kept by a checkpoint are read from
+    their files: `analytics.parts`); every section and check then runs off those.
 
     Damage in the log (a bad CRC, a torn batch, an unreadable record) stops the
     audit with `MetakraftCorruptLogError` naming the file and offset. `permissive`
@@ -224,92 +226,110 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    last = [started]
+    with _scratch_folder(out) as scratch:
+        started = time.monotonic()
+        last = [started]
 
-    def step(message: str) -> None:
-        # Reported when the step is done, with its own duration.
-        now = time.monotonic()
-        progress(f"{message}: {now - last[0]:.1f} s")
-        last[0] = now
+        def step(message: str) -> None:
+            # Reported when the step is done, with its own duration.
+            now = time.monotonic()
+            progress(f"{message}: {now - last[0]:.1f} s")
+            last[0] = now
 
-    label = " + ".join(f"`{s}`" for s in (tier, log_dir) if s)
-    if start_offset:
-        label += (f", from offset {start_offset} (the state at offset {start_offset - 1}: "
-                  "a snapshot's records, shown as created there)")
-    progress(f"reading {label}")
-    keep_states = cache_dir is not None and not (start_offset or permissive or snapshots)
-    if keep_states:
-        # Listed once, for the row cache and the states' boundaries alike.
-        plan = list(plan) if plan is not None else plan_read(log_dir, tier)
-    # The source rows are decoded once (one scan of the files), names not resolved:
-    # the functions that show topic names join them to their (few) result rows, so
-    # no scan of the whole log goes through the name join.
-    rows, decoded = report_row_parts(
-        spark, log_dir, snapshots=snapshots, permissive=permissive, tier=tier,
-        start_offset=start_offset, cache_dir=cache_dir, use_cache=use_cache,
-        progress=progress, plan=plan).held()
-    raw = rows
-    extra: list[ExtraCheck] = []
-    if permissive:
-        # Damage rows carry no record: the audit runs on the others.
-        raw = rows.where(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN)
-        damage = rows.where(F.col(CORRUPT_COLUMN).isNotNull())
-        extra.append((DAMAGE_CHECK, lambda: _damage_section(damage)))
-    if tier:
-        extra.append((TIER_CHECK, lambda: tier_chain_section(
-            raw, tier, complete=log_dir is not None, max_rows=max_rows)))
-    if compare_with:
-        assert log_dir, "the replica check compares local log directories"
-        logs = [log_dir, *compare_with]
-        extra.append((REPLICA_CHECK,
-                      lambda: _replica_section(spark, logs, committed_offset, max_rows)))
-    states_folder = None
-    if keep_states:
-        assert cache_dir is not None
-        rows_folder = row_cache.mode_dir(Path(cache_dir).resolve(), permissive=False,
-                                         change_json=False)
-        # `report_rows` made the folder if it could write there (and said so if not).
-        if rows_folder.is_dir():
-            states_folder = states_cache.folder_of(rows_folder)
-    names = audit.topic_names(raw).persist(MEMORY_AND_DISK)
-    bounds = states_cache.boundaries(plan or ()) if states_folder is not None else []
-    hit = (states_cache.find(states_folder, bounds)
-           if states_folder is not None and use_cache else None)
-    state_parts, index, checkpoint = states_cache.derive(spark, raw, names, hit)
-    kept_to: states_cache.Boundary | None = None
-    # Persisted without topic ids and names (see `indexed_partition_states`); the
-    # states kept before the hit's boundary are read as they are (`analytics.parts`).
-    (indexed, derived), index = state_parts.held(), index.persist(MEMORY_AND_DISK)
+        label = " + ".join(f"`{s}`" for s in (tier, log_dir) if s)
+        if start_offset:
+            label += (f", from offset {start_offset} (the state at offset {start_offset - 1}: "
+                      "a snapshot's records, shown as created there)")
+        progress(f"reading {label}")
+        keep_states = cache_dir is not None and not (start_offset or permissive or snapshots)
+        if keep_states:
+            # Listed once, for the row cache and the states' boundaries alike.
+            plan = list(plan) if plan is not None else plan_read(log_dir, tier)
+        # The rows are decoded once, into Parquet files every query reads (the row
+        # cache's and this audit's scratch ones), names not resolved: the functions
+        # that show topic names join them to their (few) result rows, so no scan of
+        # the whole log goes through the name join.
+        rows = report_row_parts(
+            spark, log_dir, snapshots=snapshots, permissive=permissive, tier=tier,
+            start_offset=start_offset, cache_dir=cache_dir, use_cache=use_cache,
+            progress=progress, plan=plan, scratch=scratch).joined()
+        raw = rows
+        extra: list[ExtraCheck] = []
+        if permissive:
+            # Damage rows carry no record: the audit runs on the others.
+            raw = rows.where(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN)
+            damage = rows.where(F.col(CORRUPT_COLUMN).isNotNull())
+            extra.append((DAMAGE_CHECK, lambda: _damage_section(damage)))
+        if tier:
+            extra.append((TIER_CHECK, lambda: tier_chain_section(
+                raw, tier, complete=log_dir is not None, max_rows=max_rows)))
+        if compare_with:
+            assert log_dir, "the replica check compares local log directories"
+            logs = [log_dir, *compare_with]
+            extra.append((REPLICA_CHECK,
+                          lambda: _replica_section(spark, logs, committed_offset, max_rows)))
+        states_folder = None
+        if keep_states:
+            assert cache_dir is not None
+            rows_folder = row_cache.mode_dir(Path(cache_dir).resolve(), permissive=False,
+                                             change_json=False)
+            # `report_rows` made the folder if it could write there (and said so if not).
+            if rows_folder.is_dir():
+                states_folder = states_cache.folder_of(rows_folder)
+        names = audit.topic_names(raw).persist(MEMORY_AND_DISK)
+        bounds = states_cache.boundaries(plan or ()) if states_folder is not None else []
+        hit = (states_cache.find(states_folder, bounds)
+               if states_folder is not None and use_cache else None)
+        state_parts, index, checkpoint = states_cache.derive(spark, raw, names, hit)
+        kept_to: states_cache.Boundary | None = None
+        # Persisted without topic ids and names (see `indexed_partition_states`); the
+        # states kept before the hit's boundary are read as they are (`analytics.parts`).
+        (indexed, derived), index = state_parts.held(), index.persist(MEMORY_AND_DISK)
+        try:
+            stats = raw.agg(F.count("*"), F.max("offset"), F.max("epoch"),
+                            F.max("append_time"), F.min("offset"),
+                            F.min(F.when(audit.has_real_time(), F.col("append_time")))).first()
+            assert stats is not None
+            index.count()
+            step(f"{stats[0]} records read")
+            indexed.count()
+            step("partition states derived" if hit is None else
+                 f"partition states derived from offset {hit.boundary.end_offset} (kept "
+                 f"before it: {len(hit.chunks)} chunks and the last state of each partition)")
+            if states_folder is not None:
+                try:
+                    kept_to = states_cache.store(states_folder, bounds, hit, indexed, checkpoint)
+                except states_cache.NotKeptError as exc:
+                    step(f"partition states not kept in {states_folder} ({exc}): the next audit "
+                         "derives them again")
+                else:
+                    if kept_to is not None:
+                        step(f"partition states kept up to offset {kept_to.end_offset} for the "
+                             f"next audit ({states_folder})")
+            states = audit.name_partition_states(indexed, index)
+            return _report(raw, states, extra, out, label, stats, progress, max_rows, started)
+        finally:
+            for cached in (derived, index, names):
+                if cached is not None:
+                    cached.unpersist()
+            if states_folder is not None and kept_to is not None:
+                states_cache.prune(states_folder, kept_to)
+
+
+SCRATCH_PREFIX = ".audit-rows-"
+
+
+@contextlib.contextmanager
+def _scratch_folder(out: Path) -> Iterator[Path]:
+    """A folder in `out` for the rows this audit decodes (`row_cache.decode`), removed
+    when it is done; one a crashed audit left there is removed by the next."""
+    for stale in out.glob(f"{SCRATCH_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=out))
     try:
-        stats = raw.agg(F.count("*"), F.max("offset"), F.max("epoch"),
-                        F.max("append_time"), F.min("offset"),
-                        F.min(F.when(audit.has_real_time(), F.col("append_time")))).first()
-        assert stats is not None
-        index.count()
-        step(f"{stats[0]} records read")
-        indexed.count()
-        step("partition states derived" if hit is None else
-             f"partition states derived from offset {hit.boundary.end_offset} (kept "
-             f"before it: {len(hit.chunks)} chunks and the last state of each partition)")
-        if states_folder is not None:
-            try:
-                kept_to = states_cache.store(states_folder, bounds, hit, indexed, checkpoint)
-            except states_cache.NotKeptError as exc:
-                step(f"partition states not kept in {states_folder} ({exc}): the next audit "
-                     "derives them again")
-            else:
-                if kept_to is not None:
-                    step(f"partition states kept up to offset {kept_to.end_offset} for the "
-                         f"next audit ({states_folder})")
-        states = audit.name_partition_states(indexed, index)
-        return _report(raw, states, extra, out, label, stats, progress, max_rows, started)
+        yield scratch
     finally:
-        for cached in (derived, index, names, decoded):
-            if cached is not None:
-                cached.unpersist()
-        if states_folder is not None and kept_to is not None:
-            states_cache.prune(states_folder, kept_to)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # Source columns no section or check reads: not cached.
@@ -333,7 +353,8 @@ def report_row_parts(spark: SparkSession, log_dir: str | None, *, snapshots: boo
                      permissive: bool = False, tier: str | None = None,
                      start_offset: int = 0, cache_dir: str | Path | None = None,
                      use_cache: bool = True, progress: Progress | None = None,
-                     plan: Sequence[FileSlice] | None = None) -> Parts:
+                     plan: Sequence[FileSlice] | None = None,
+                     scratch: Path | None = None) -> Parts:
     """The report's rows: `new` decoded by the source (every piece not in the row
     cache, grouped by record type within each Spark partition), `kept` the row
     cache's Parquet files.
@@ -348,13 +369,16 @@ def report_row_parts(spark: SparkSession, log_dir: str | None, *, snapshots: boo
     stored there); `use_cache=False` (`--full`) decodes every piece and stores them
     all afresh. A whole-history read also drops the files of pieces it no longer
     reads (objects the tier deleted).
+
+    With `scratch` (a folder the caller removes when done): the pieces are decoded
+    now (`row_cache.decode`: one Spark job) into Parquet files, in the cache or in
+    `scratch`, and every row is `kept`: nothing to persist. Without it the rows are
+    decoded lazily by the `metakraft` data source.
     """
     options: dict[str, str | int | bool] = {} if not tier else {"tier": tier}
     if start_offset:
         options.update(startOffset=start_offset, seed=True)
     mode = "permissive" if permissive else "failfast"
-    cached_files: tuple[str, ...] = ()
-    read_source = True
     folder = None if cache_dir is None else row_cache.mode_dir(
         Path(cache_dir).resolve(), permissive=permissive, change_json=False)
     if folder is not None and (unusable := row_cache.problem(folder)) is not None:
@@ -362,19 +386,22 @@ def report_row_parts(spark: SparkSession, log_dir: str | None, *, snapshots: boo
             progress(f"row cache {folder}: cannot be written ({unusable}): every piece "
                      "is decoded and nothing is cached")
         folder = None
+    # Planned once here: the source leaves out exactly the pieces read from the
+    # cache (and refuses if its own plan no longer holds them).
+    pieces = ([] if folder is None and scratch is None else list(plan) if plan is not None
+              else plan_read(log_dir, tier, snapshots=snapshots, start=start_offset,
+                             seed=bool(start_offset)))
+    cached_files: tuple[str, ...] = ()
+    to_read = tuple(pieces)
     if folder is not None:
-        # Planned once here: the source leaves out exactly the pieces read from the
-        # cache (and refuses if its own plan no longer holds them).
-        pieces = list(plan) if plan is not None else plan_read(
-            log_dir, tier, snapshots=snapshots, start=start_offset, seed=bool(start_offset))
         split = row_cache.split(pieces, folder, use=use_cache)
         if not start_offset:
             row_cache.prune(folder, filter(None, map(row_cache.piece_key, pieces)))
-        cached_files, read_source = split.cached_files, bool(split.to_read)
+        cached_files, to_read = split.cached_files, split.to_read
         options.update(cacheDir=str(folder), cachedPieces=",".join(sorted(split.cached_keys)))
         if progress is not None:
             progress(f"row cache {folder}: {len(cached_files)} of {len(pieces)} pieces "
-                     f"cached, {len(split.to_read)} to decode"
+                     f"cached, {len(to_read)} to decode"
                      + ("" if use_cache else " (--full: the cache is not read)"))
 
     def finish(rows: DataFrame) -> DataFrame:
@@ -387,20 +414,27 @@ def report_row_parts(spark: SparkSession, log_dir: str | None, *, snapshots: boo
                                    .otherwise(F.col("source")))
         return rows
 
-    decoded = None
-    if read_source:
+    def parquet(files: Sequence[str]) -> DataFrame:
+        if not files:  # (an empty log: Spark's reader wants at least one path)
+            return finish(spark.createDataFrame([], ddl_schema(permissive)))
+        return finish(spark.read.schema(ddl_schema(permissive)).parquet(*files))
+
+    if scratch is not None:
+        decoded = row_cache.decode(spark, to_read, permissive=permissive, folder=folder,
+                                   scratch=scratch)
+        return Parts(None, parquet(cached_files + decoded))
+    source = None
+    if to_read or folder is None:
         # Grouped by record type within each Spark partition: a persisted copy keeps
         # min/max per column per batch of rows, so a filter on a type spread thinly
         # over the log (broker changes, configs, leader changes) skips the batches of
         # the others instead of scanning the whole log. One noisy A/B at 10M records:
         # without the sort the four sections filtering on such types took ~15 CPU-s
         # more; the sort costs ~8.
-        decoded = finish(analytics.read_log(
+        source = finish(analytics.read_log(
             spark, log_dir, snapshots=snapshots, mode=mode, partitionChangeJson=False,
             **options)).sortWithinPartitions("record_type")
-    cached = (finish(spark.read.schema(ddl_schema(permissive)).parquet(*cached_files))
-              if cached_files else None)
-    return Parts(decoded, cached)
+    return Parts(source, parquet(cached_files) if cached_files else None)
 
 
 def _damage_section(damage: DataFrame) -> tuple[int, list[Block]]:

@@ -261,18 +261,27 @@ def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
     assert said[-1].endswith(f"{len(now) - 1} of {len(now)} pieces cached, 1 to decode")
     corrupt = [r["_corrupt"] for r in damaged if r["_corrupt"]]
     assert len(corrupt) == 1 and victim.data_key in corrupt[0]
-    # The audit persists only what it decodes (`Parts.held`); the rows of the
-    # cached pieces are read from their Parquet files by every query.
+    # As the audit reads them (`scratch`): every piece not cached is decoded now into
+    # a Parquet file (the damaged one into the scratch folder, never the cache), and
+    # every row is read from such files: nothing for the audit to persist.
+    scratch = tmp_path / "scratch"
     parts = report_row_parts(spark, None, tier=tier.as_uri(), permissive=True,
-                             cache_dir=cache)
-    held, decoded = parts.held()
-    try:
-        assert decoded is not None and decoded.storageLevel.useMemory
-        assert parts.kept is not None and not parts.kept.storageLevel.useMemory
-        assert sorted(held.collect(), key=lambda r: r["offset"]) == damaged
-    finally:
-        if decoded is not None:
-            decoded.unpersist()
+                             cache_dir=cache, scratch=scratch)
+    assert parts.new is None and parts.kept is not None
+    assert len(list(scratch.glob("*.parquet"))) == 1
+    assert sorted(parts.kept.collect(), key=lambda r: r["offset"]) == damaged
+    assert said[-1].endswith(f"{len(now) - 1} of {len(now)} pieces cached, 1 to decode")
+    # Undamaged, failfast: the pieces decoded go to the cache and the scratch stays
+    # empty.
+    data[len(data) // 2] ^= 0x10  # mended
+    (tier / victim.data_key).write_bytes(bytes(data))
+    shutil.rmtree(cache)
+    scratch = tmp_path / "scratch-2"
+    parts = report_row_parts(spark, None, tier=tier.as_uri(), cache_dir=cache,
+                             scratch=scratch)
+    assert parts.kept is not None and not list(scratch.glob("*.parquet"))
+    assert sorted(parts.kept.collect(), key=lambda r: r["offset"]) == again
+    assert {Path(f).stem for f in files()} == now
 
 
 def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
