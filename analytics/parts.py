@@ -1,14 +1,13 @@
 """A DataFrame an audit uses, in two parts: what this audit computed and what a cache kept.
 
-The row cache (`analytics.row_cache`) and the partition-state checkpoints
-(`analytics.states_cache`) both hand an audit Parquet files it reads as they are,
-beside what it decodes or derives itself. Only the part it computed is worth
-persisting for the sections that follow: the kept files are as quick to scan again
-as a persisted copy is to read (each query reads only its columns, pruned by Spark's
-Parquet reader), while persisting them means reading them whole and building that
-copy first. Measured on a re-audit of 10.1M records with all but the local log's
-tail in the row cache: its rows ready in 9.5 s instead of 65 s, and the ten sections
-and checks that scan the rows 27 s instead of 39 s (docs/benchmarks.md).
+The partition-state checkpoints (`analytics.states_cache`) hand an audit the states
+kept before a boundary as Parquet files, beside the states it derives after it (as
+its rows come from Parquet files: the row cache's and its own decoded ones). Only the
+part it computed is worth persisting for the sections that follow: the kept files are
+as quick to scan again as a persisted copy is to read (each query reads only its
+columns, pruned by Spark's Parquet reader), while persisting them means reading them
+whole and building that copy first. Measured on a re-audit of 10.1M records: the
+states ready in 6-7 s instead of 31-43 s (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ not the object's rows.
 
 Files are written beside the report by the executor that decoded the piece
 (temporary name, then an atomic rename), so on a cluster the directory must be one
-the driver and the executors share. The cache only saves time: a directory the
+the driver and the executors share. The audit decodes the pieces itself (`decode`);
+the rows of pieces that are not cached go to a scratch folder, read back the same
+way and removed when the audit is done. The cache only saves time: a directory the
 driver cannot write (`problem`) turns it off for the audit, and a file an executor
 cannot write (a full disk) is not kept; the audit goes on either way.
 """
@@ -115,35 +117,23 @@ def store(folder: str | Path, key: str, batches: Iterable[pa.RecordBatch],
     """Write a piece's rows as `folder/key.parquet` (temporary file, fsync, rename);
     False, and nothing written, when the rows hold damage or the file cannot be
     written (the piece is decoded again next time)."""
-    return _store_table(Path(folder) / f"{key}{SUFFIX}",
-                        pa.Table.from_batches(list(batches), schema=schema))
-
-
-def _store_table(target: Path, table: pa.Table) -> bool:
-    if CORRUPT_COLUMN in table.schema.names and (
-            table.column(CORRUPT_COLUMN).null_count != len(table)):
+    table = pa.Table.from_batches(list(batches), schema=schema)
+    if CORRUPT_COLUMN in schema.names and table.column(CORRUPT_COLUMN).null_count != len(table):
         return False
-    try:
-        _write(target, table, durable=True)
-    except OSError:
-        return False
-    return True
-
-
-def _write(target: Path, table: pa.Table, *, durable: bool) -> None:
-    """`table` as the Parquet file `target`, whole or not at all (a temporary file
-    renamed; fsynced first if `durable`)."""
-    temporary = target.with_name(f".{target.stem}.{uuid.uuid4().hex}.tmp")
+    target = Path(folder) / f"{key}{SUFFIX}"
+    temporary = target.with_name(f".{key}.{uuid.uuid4().hex}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, temporary)
-        if durable:
-            with open(temporary, "rb") as f:
-                os.fsync(f.fileno())
+        with open(temporary, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(temporary, target)
+    except OSError:
+        return False
     finally:
         with contextlib.suppress(OSError):
             temporary.unlink(missing_ok=True)
+    return True
 
 
 @attrs.frozen
@@ -180,13 +170,38 @@ def decode(spark: SparkSession, pieces: Sequence[FileSlice], *, permissive: bool
 
 
 def _decode_one(job: _Job, *, permissive: bool) -> str:
-    table = pa.Table.from_batches(
-        list(read_file(job.piece, permissive=permissive, change_json=False)),
-        schema=arrow_schema(permissive))
-    if job.cache_file is not None and _store_table(Path(job.cache_file), table):
-        return job.cache_file
-    _write(Path(job.scratch_file), table, durable=False)  # only read by this audit
+    # On an executor.
+    if job.cache_file is not None:
+        try:
+            if _write_rows(job.piece, permissive, Path(job.cache_file), cache=True):
+                return job.cache_file
+        except OSError:
+            pass  # not kept (a full disk): the scratch holds this audit's rows
+    _write_rows(job.piece, permissive, Path(job.scratch_file), cache=False)
     return job.scratch_file
+
+
+def _write_rows(piece: FileSlice, permissive: bool, target: Path, *, cache: bool) -> bool:
+    """A piece's rows streamed into the Parquet file `target`, whole or not at all (a
+    temporary file renamed): one batch of `reader.ROWS_PER_ARROW_BATCH` rows in memory
+    at a time, a row group each. For the cache: fsynced first, and not written (False)
+    if the rows hold damage."""
+    temporary = target.with_name(f".{target.stem}.{uuid.uuid4().hex}.tmp")
+    try:
+        with pq.ParquetWriter(temporary, arrow_schema(permissive)) as writer:
+            for batch in read_file(piece, permissive=permissive, change_json=False):
+                if cache and permissive and (
+                        batch.column(CORRUPT_COLUMN).null_count != batch.num_rows):
+                    return False
+                writer.write_batch(batch)
+        if cache:
+            with open(temporary, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(temporary, target)
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
 
 
 def prune(folder: Path, keep: Iterable[str]) -> int:

@@ -170,6 +170,7 @@ def test_audit_report_and_exit_1_on_violation(spark: Any, log_dir: tuple[Path, K
         "records_per_type.png", "leader_changes_per_broker.png",
         "broker_fencing_timeline.png", "invariant_violations.png"}
     assert "VIOLATED  leader_in_isr_subset_replicas" in result.output
+    assert not list(out.glob(".audit-rows-*"))  # the rows' scratch folder is gone
 
 
 @pytest.mark.spark
@@ -179,8 +180,13 @@ def test_a_damaged_log_stops_the_audit_with_exit_2_naming_the_place(
     copy = copy_log(log_dir[0], tmp_path / "log")
     seg, offset = damage_crc(copy)
     out = tmp_path / "report"
+    # A scratch folder of rows a crashed audit left: removed by the next audit, whose
+    # own is removed too when it stops.
+    (out / ".audit-rows-crashed").mkdir(parents=True)
+    (out / ".audit-rows-crashed" / "000000.parquet").write_bytes(b"PAR1")
     result = CliRunner().invoke(cli, ["audit", "--log-dir", str(copy), "--out", str(out)])
     assert result.exit_code == 2, result.output
+    assert not list(out.glob(".audit-rows-*"))
     [error] = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert error.startswith(f"error: the audit could not run: the log cannot be read: {seg}: "
                             f"corrupt batch at offset {offset}, byte position 0: CRC"), error

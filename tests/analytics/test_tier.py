@@ -282,6 +282,23 @@ def test_a_re_audit_decodes_only_new_tier_objects_and_reports_as_a_full_audit(
     assert parts.kept is not None and not list(scratch.glob("*.parquet"))
     assert sorted(parts.kept.collect(), key=lambda r: r["offset"]) == again
     assert {Path(f).stem for f in files()} == now
+    # A cache file that cannot be written (here: its folder is a file; a full disk):
+    # the rows go to the scratch instead and the audit goes on.
+    blocked = row_cache.decode(spark, plan_history_files(None, tier.as_uri())[:2],
+                               permissive=False, folder=tmp_path / "a-file" / "cache",
+                               scratch=tmp_path / "scratch-3")
+    assert [Path(f).parent for f in blocked] == [tmp_path / "scratch-3"] * 2
+
+
+def test_an_audit_of_nothing_decodes_nothing_and_reads_no_rows(
+        spark: Any, tmp_path: Path) -> None:
+    """An empty read plan (nothing in the range asked for): no decoding job and no
+    Parquet path for Spark's reader (which refuses none), just no rows."""
+    scratch = tmp_path / "scratch"
+    parts = report_row_parts(spark, str(tmp_path), plan=[], scratch=scratch)
+    assert parts.new is None and parts.kept is not None
+    assert parts.kept.count() == 0 and {"offset", "record_type"} <= set(parts.kept.columns)
+    assert not scratch.exists()
 
 
 def test_a_re_audit_derives_partition_states_only_after_its_kept_boundary(
