@@ -273,7 +273,8 @@ def run_audit(spark: SparkSession, log_dir: str | None, out_dir: str | Path,
             assert cache_dir is not None
             rows_folder = row_cache.mode_dir(Path(cache_dir).resolve(), permissive=False,
                                              change_json=False)
-            # `report_rows` made the folder if it could write there (and said so if not).
+            # `report_row_parts` made the folder if it could write there (and said so
+            # if not).
             if rows_folder.is_dir():
                 states_folder = states_cache.folder_of(rows_folder)
         names = audit.topic_names(raw).persist(MEMORY_AND_DISK)
