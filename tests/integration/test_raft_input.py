@@ -6,6 +6,7 @@ refused; the quorum keeps its epoch and elects after the leader dies."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,9 +35,22 @@ def cluster(tmp_path: Path) -> Iterator[ControllerCluster]:
         c.start()
         wait_until(c.active_node, 20.0, "an active controller")
         c.register_brokers([1, 2, 3])
+        # A quorum is two of three: the tests call every controller, so each must be
+        # listening (one still starting refused a connection in a loaded CI run).
+        wait_until(lambda: all(map(accepts, c.addresses.values())), 20.0,
+                   "every controller listening")
         yield c
     finally:
         c.close()
+
+
+def accepts(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=1.0).close()
+    except OSError:
+        return False
+    return True
 
 
 def header(c: ControllerCluster, dst: int, epoch: int) -> pb.Header:
